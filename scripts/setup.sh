@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Creates ./.venv (once) and installs gluon-lr with its pinned dependencies into it. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install --quiet -e ".[test]"
