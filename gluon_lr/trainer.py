@@ -5,8 +5,9 @@ from typing import Mapping
 import mxnet as mx
 from mxnet import gluon
 
+from . import freeze as _freeze
 from . import rules as _rules
-from .errors import KVStoreConfigError, ParamsTypeError, UnknownParameterError
+from .errors import KVStoreConfigError, MaskError, ParamsTypeError, UnknownParameterError
 
 __all__ = ["LrTrainer"]
 
@@ -81,6 +82,7 @@ class LrTrainer(gluon.Trainer):
         self._explicit = {"lr_mult": {}, "wd_mult": {}}
         self._table = self._resolve(self._explicit)
         self._apply_table()
+        self._freezer = _freeze.Freezer(self._params, kinds)  # [freeze] freezing state, see gluon_lr/freeze.py
 
     # ----------------------------------------------------------------------------------------------- the table
     @property
@@ -219,6 +221,8 @@ class LrTrainer(gluon.Trainer):
             self._kvstore_params = config
         self._cap_aggregation()
         self._apply_table()
+        if self._update_on_kvstore:  # [freeze] element masks must be applied where the kvstore updates
+            self._freezer.wrap_kvstore(self._kvstore, self._names)
 
     # ------------------------------------------------------------------------------------------------ updates
     def _update(self, ignore_stale_grad=False):
@@ -229,8 +233,89 @@ class LrTrainer(gluon.Trainer):
         already updated in ``_allreduce_grads`` (push/pull on the kvstore) and ``_apply_updates`` only checks for
         stale gradients.
         """
+        saved = self._freezer.before_update(self._params, self._updaters, bool(self._update_on_kvstore))  # [freeze]
         self._apply_updates(ignore_stale_grad)
+        self._freezer.after_update(saved)  # [freeze] restore masked elements and held norm statistics
 
     def _apply_updates(self, ignore_stale_grad=False):
         """The stock Gluon update loop (one updater call per context)."""
         super()._update(ignore_stale_grad)
+
+    # ------------------------------------------------------------------------- [freeze] freezing (gluon_lr/freeze.py)
+    def freeze(self, select, mask=None, hold_norm_stats: bool = True) -> list:
+        """Freeze parameters (or, with ``mask``, elements of one parameter) so that nothing about them changes.
+
+        A frozen parameter gets ``grad_req='null'``: no gradient is computed for it, its value, every optimizer
+        state array and its update count stay bit-identical, weight decay does not touch it. The running
+        statistics of a norm layer whose trainable parameters are all frozen are held fixed as well (restored at
+        every step, also under ``autograd.record(train_mode=True)``) unless ``hold_norm_stats=False``.
+
+        Args:
+            select: What to freeze: an exact name, a Rule selector (glob, ``'re:<regex>'``, ``'bias'``, ``'norm'``,
+                ...), a Rule, a Parameter, a Block, or a list of those.
+            mask: Optional array of 0/1 with the shape of the ONE selected parameter: elements where it is 1 are
+                frozen (they and their optimizer state stay bit-identical), the others update as usual. Call again
+                with a new mask to change it (every step if you like).
+            hold_norm_stats: Hold the running statistics of norm layers whose parameters this call leaves all
+                frozen (default True); False lets them run.
+
+        Returns:
+            The names frozen (or masked) by this call, in index order.
+
+        Raises:
+            ParamsTypeError: ``select`` is of another type.
+            UnknownParameterError: a Parameter or Block is not this trainer's.
+            RuleMatchError: a selector matches nothing.
+            MaskError: ``mask`` does not fit: not 0/1, wrong shape, several parameters selected, the parameter is
+                frozen whole, or a dist kvstore updates on its servers.
+
+        Example:
+            >>> trainer.freeze(net.features)                       # the whole backbone
+            >>> trainer.freeze("dense0_weight", mask=m)           # only the elements where m == 1
+
+        Note:
+            ``lr_mult=0`` does NOT freeze: MXNet's momentum and Adam moments keep moving such a weight.
+        """
+        names = self._freezer.select(select)
+        if mask is None:
+            self._freezer.freeze(names, hold_norm_stats)
+            return names
+        if len(names) != 1:
+            raise MaskError(f"freeze(mask=...) needs exactly one parameter, {select!r:.60} selects {len(names)} "
+                            f"({names[:3]}...); call freeze(name, mask=m) once per parameter.")
+        kvstore = self._kvstore_params["kvstore"]
+        kv_type = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")
+        if "dist" in str(kv_type) and self._kvstore_params["update_on_kvstore"] is not False:
+            raise MaskError(f"element masks cannot apply on dist kvstore servers (kvstore {kv_type!r} updates "
+                            f"there); build the trainer with update_on_kvstore=False to mask elements.")
+        self._freezer.set_mask(names[0], mask)
+        return names
+
+    def unfreeze(self, select) -> list:
+        """Undo ``freeze`` (whole or masked) for the selected parameters; they resume from their kept state.
+
+        Args:
+            select: As for ``freeze``.
+
+        Returns:
+            The selected names, in index order.
+
+        Raises:
+            ParamsTypeError, UnknownParameterError, RuleMatchError: as for ``freeze``.
+
+        Example:
+            >>> trainer.unfreeze(net.features[-1])   # ULMFiT-style: thaw the last stage
+        """
+        names = self._freezer.select(select)
+        self._freezer.unfreeze(names)
+        return names
+
+    @property
+    def frozen(self) -> frozenset:
+        """Names of the parameters frozen whole by ``freeze``."""
+        return self._freezer.frozen
+
+    @property
+    def masked_elements(self) -> Mapping[str, int]:
+        """Read-only mapping name -> number of frozen elements, for parameters with an element mask."""
+        return types.MappingProxyType(self._freezer.masked_elements)
