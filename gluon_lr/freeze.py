@@ -24,6 +24,7 @@ any parameter) drives ``lr_scheduler``; the schedule follows the training's glob
 parameters changes how fast it advances for the others. Element masks keep the per-parameter count running (the
 tensor is updated), so Adam's bias correction of released elements uses the tensor's count.
 """
+import base64
 import dataclasses
 from typing import Iterable, Mapping
 
@@ -317,20 +318,34 @@ class Freezer:
             kvstore._set_updater(_MaskingUpdater(updater, self, names))
 
     # ------------------------------------------------------------------------------------------- save / load
-    def state_dict(self) -> dict:
-        """The freeze state by parameter name, for a states file (JSON-ready)."""
-        return {"frozen": sorted(self._grad_req), "no_hold": sorted(self._no_hold),
-                "masks": {name: mask.values.astype(np.uint8).tolist() for name, mask in self._masks.items()}}
+    def records(self) -> dict:
+        """name -> {frozen, mask, hold_norm_stats} for a states file (JSON-ready; masks as packed bits, base64)."""
+        no_hold = {name for prefix in self._no_hold for name in self._layers[prefix].trainable}
+        return {name: {"frozen": name in self._grad_req, "mask": _encode(self._masks[name].values)
+                       if name in self._masks else None, "hold_norm_stats": name not in no_hold}
+                for name in self._names}
 
-    def load_state_dict(self, state: Mapping) -> list:
-        """Re-apply a saved freeze state; return the saved names that are not this trainer's parameters."""
-        missing = [n for n in list(state.get("frozen", ())) + list(state.get("masks", {})) if n not in self._params]
+    def load_records(self, records: list) -> None:
+        """Re-apply the freeze state of a states file's parameter records (by name; other names are skipped)."""
+        saved = {r["name"]: r for r in records if r["name"] in self._params}
+        if not any("frozen" in r for r in saved.values()):
+            return  # a file written without freeze information leaves the freeze state as it is
         self.unfreeze([n for n in self._names if n in self._grad_req or n in self._masks])
-        self.freeze([n for n in state.get("frozen", ()) if n in self._params])
-        self._no_hold = set(state.get("no_hold", ())) & set(self._layers)
+        self.freeze([n for n, r in saved.items() if r.get("frozen")])
+        self._no_hold = {prefix for prefix, layer in self._layers.items()
+                         if any(not saved.get(n, {}).get("hold_norm_stats", True) for n in layer.trainable)}
         self._update_held()
-        for name, values in state.get("masks", {}).items():
-            if name in self._params:
-                self.set_mask(name, np.asarray(values))
-        return missing
+        for name, record in saved.items():
+            if record.get("mask"):
+                self.set_mask(name, _decode(record["mask"], self._params[name].shape))
 
+
+def _encode(values: np.ndarray) -> str:
+    """A 0/1 mask as base64 of its packed bits."""
+    return base64.b64encode(np.packbits(values.astype(np.uint8).ravel()).tobytes()).decode("ascii")
+
+
+def _decode(text: str, shape: tuple) -> np.ndarray:
+    """The inverse of ``_encode`` for a parameter of ``shape``."""
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(text), dtype=np.uint8))
+    return bits[:int(np.prod(shape))].reshape(shape)

@@ -1,18 +1,35 @@
 """LrTrainer: a ``gluon.Trainer`` whose per-parameter lr_mult/wd_mult live in one table that holds everywhere."""
+import os
+import tempfile
 import types
+import warnings
 from typing import Mapping
 
 import mxnet as mx
+import numpy as np
 from mxnet import gluon
 
 from . import freeze as _freeze
 from . import rules as _rules
+from . import settings as _settings
+from . import states as _states
+from .explain import Explanation
 from .errors import KVStoreConfigError, MaskError, ParamsTypeError, UnknownParameterError
 
 __all__ = ["LrTrainer"]
 
+#: Attributes stored on each Parameter: the multipliers an LrTrainer last applied, and the user's own before that.
+_APPLIED, _OWN = "_gluon_lr_applied", "_gluon_lr_own"
 #: MXNet's aggregated ``multi_*`` update operators segfault with more than 60 tensors in one call.
 _MAX_AGGREGATE = 60
+
+
+def _own_multipliers(param: gluon.Parameter) -> tuple:
+    """The Parameter's own (lr_mult, wd_mult): what the user set, not what an earlier LrTrainer applied to it."""
+    current = (param.lr_mult, param.wd_mult)
+    own = getattr(param, _OWN) if getattr(param, _APPLIED, None) == current else current
+    return (_rules.check_multiplier(own[0], f"Parameter {param.name!r}.lr_mult"),
+            _rules.check_multiplier(own[1], f"Parameter {param.name!r}.wd_mult"))
 
 
 class LrTrainer(gluon.Trainer):
@@ -71,8 +88,7 @@ class LrTrainer(gluon.Trainer):
                                      "(or 'local'), or leave update_on_kvstore=None to update on the workers.")
         param_list, kinds = _rules.collect_params(params)
         matched = _rules.match_rules(rules, kinds)
-        base = {p.name: (_rules.check_multiplier(p.lr_mult, f"Parameter {p.name!r}.lr_mult"),
-                         _rules.check_multiplier(p.wd_mult, f"Parameter {p.name!r}.wd_mult")) for p in param_list}
+        base = {p.name: _own_multipliers(p) for p in param_list}
         super().__init__(param_list, optimizer, optimizer_params, kvstore, compression_params, update_on_kvstore)
         self._names = [p.name for p in self._params]
         self._kinds = kinds
@@ -178,7 +194,10 @@ class LrTrainer(gluon.Trainer):
         lr = {i: self._table[name].lr_mult for i, name in enumerate(self._names)}
         wd = {i: self._table[name].wd_mult for i, name in enumerate(self._names)}
         for i, param in enumerate(self._params):
+            if getattr(param, _APPLIED, None) != (param.lr_mult, param.wd_mult):
+                setattr(param, _OWN, (param.lr_mult, param.wd_mult))
             param.lr_mult, param.wd_mult = lr[i], wd[i]
+            setattr(param, _APPLIED, (lr[i], wd[i]))
         for optimizer in self._optimizers():
             optimizer.set_lr_mult(dict(lr))
             optimizer.set_wd_mult(dict(wd))
@@ -240,6 +259,128 @@ class LrTrainer(gluon.Trainer):
     def _apply_updates(self, ignore_stale_grad=False):
         """The stock Gluon update loop (one updater call per context)."""
         super()._update(ignore_stale_grad)
+
+    # ------------------------------------------------------------------------------ explain, settings, states
+    def explain(self) -> Explanation:
+        """Why each parameter has its lr_mult and wd_mult: one row per parameter, in index order.
+
+        Returns:
+            An ``Explanation``: ``print()`` it for a table; ``.to_dict()`` gives name -> {shape, kinds, lr_mult,
+            lr_source, wd_mult, wd_source, shadowed}.
+
+        Example:
+            >>> print(trainer.explain())
+        """
+        return Explanation.from_table(self._params, self._table, self._kinds, self._freeze_columns())  # [freeze]
+
+    def _freeze_columns(self) -> dict:
+        """[freeze] name -> {frozen, masked, depth} for explain(): depth is that of the last layer_decay rule."""
+        masked = self._freezer.masked_elements
+        columns = {name: {"frozen": name in self._freezer.frozen, "masked": masked.get(name, 0), "depth": None}
+                   for name in self._names}
+        for rule, hits in zip(self._rules, self._matched):
+            if getattr(rule, "depth", None) is not None:
+                for name in hits:
+                    columns[name]["depth"] = rule.depth
+        return columns
+
+    def _param_records(self) -> list:
+        """Per parameter, in index order, what the settings file holds (name, shape, dtype, multipliers, freezing)."""
+        return [{"name": name, "shape": [int(d) for d in (param.shape or ())], "dtype": np.dtype(param.dtype).name,
+                 "lr_mult": self._table[name].lr_mult, "wd_mult": self._table[name].wd_mult,
+                 "frozen": param.grad_req == "null",
+                 "masked_elements": self._freezer.masked_elements.get(name, 0)}
+                for name, param in zip(self._names, self._params)]
+
+    def export_settings(self, path) -> dict:
+        """Write the settings file that ``migrate`` reads (format in the README), atomically.
+
+        Args:
+            path: Destination JSON file (replaced atomically; never a file this trainer reads).
+
+        Returns:
+            The document written.
+
+        Raises:
+            SettingsFileError: the folder is not writable, or the lr scheduler has no representation in the format.
+
+        Example:
+            >>> trainer.export_settings("out/settings.json")
+            >>> gluon_lr.load_settings("out/settings.json")["optimizer"]["name"]
+            'sgd'
+        """
+        document = _settings.settings_document(self._optimizer, self._param_records(), self._optimizer.num_update)
+        _settings.write_json_atomic(path, document)
+        return document
+
+    def save_states(self, fname) -> None:
+        """Save the optimizer states (momentum, ...) AND the multiplier table by parameter name, atomically.
+
+        Args:
+            fname: Destination file; read it back with ``LrTrainer.load_states``.
+
+        Raises:
+            StatesFileError: the folder is not writable.
+
+        Example:
+            >>> trainer.save_states("trainer.states")
+
+        Note:
+            Stock ``gluon.Trainer.save_states`` drops every lr_mult/wd_mult; this file keeps them.
+        """
+        folder = os.path.dirname(os.path.abspath(fname))
+        with tempfile.TemporaryDirectory(dir=folder if os.path.isdir(folder) else None) as tmp:
+            raw_path = os.path.join(tmp, "mx.states")
+            super().save_states(raw_path)
+            with open(raw_path, "rb") as source:
+                raw = source.read()
+        freeze = self._freezer.records()  # [freeze] frozen, mask, hold_norm_stats by name
+        header = [{"name": r["name"], "shape": r["shape"], "lr_mult": r["lr_mult"], "wd_mult": r["wd_mult"],
+                   **freeze[r["name"]]} for r in self._param_records()]
+        _states.write_states(fname, header, raw)
+
+    def load_states(self, fname) -> list:
+        """Load a file written by ``save_states``: optimizer states by name, and the multiplier table.
+
+        A multiplier in the file that differs from this trainer's resolution becomes an explicit value with source
+        ``load_states`` (``set_lr_mult(..., replace=True)`` clears it). The optimizer object is replaced (MXNet's
+        behaviour), so the table is re-applied to the new one.
+
+        Args:
+            fname: A file written by ``LrTrainer.save_states``.
+
+        Returns:
+            The names in the file that this trainer does not have (their states and multipliers are dropped);
+            a warning lists them too.
+
+        Raises:
+            StatesFileError: the file is missing, corrupt, foreign (e.g. a stock Trainer states file), or a state's
+                shape does not fit the parameter of the same name. The trainer is unchanged then.
+
+        Example:
+            >>> missing = trainer.load_states("trainer.states")
+        """
+        header, raw = _states.read_states(fname)
+        old_names = [p["name"] for p in header]
+        raw = _states.remap_states(fname, raw, old_names, self._params)
+        restored = {field: {p["name"]: p[field] for p in header if p["name"] in self._table
+                            and p[field] != getattr(self._table[p["name"]], field)}
+                    for field in ("lr_mult", "wd_mult")}
+        with tempfile.TemporaryDirectory() as tmp:
+            raw_path = os.path.join(tmp, "mx.states")
+            with open(raw_path, "wb") as out:
+                out.write(raw)
+            super().load_states(raw_path)
+        self._cap_aggregation()
+        for field, values in restored.items():
+            self._set_explicit(field, values, replace=False, source="load_states")
+        self._apply_table()
+        self._freezer.load_records(header)  # [freeze] frozen set and masks, by name
+        missing = [name for name in old_names if name not in self._table]
+        if missing:
+            warnings.warn(f"load_states({str(fname)!r}): {len(missing)} parameter(s) in the file are not in this "
+                          f"trainer and were skipped: {missing[:10]}")
+        return missing
 
     # ------------------------------------------------------------------------- [freeze] freezing (gluon_lr/freeze.py)
     def freeze(self, select, mask=None, hold_norm_stats: bool = True) -> list:
