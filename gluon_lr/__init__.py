@@ -11,3 +11,8 @@ __all__ = [
     "LrTrainerError", "MultiplierError", "PatternError", "RuleMatchError", "UnknownParameterError",
     "DuplicateParameterError", "KVStoreConfigError", "ParamsTypeError", "SettingsFileError", "StatesFileError",
 ]
+
+# [freeze] freezing errors, layer-wise decay, gradual unfreezing
+from .errors import MaskError  # noqa: E402
+
+__all__ += ["MaskError"]
