@@ -16,3 +16,6 @@ __all__ = [
 from .errors import MaskError  # noqa: E402
 
 __all__ += ["MaskError"]
+from .decay import DecayRule, discriminative, even_mults, layer_decay, layer_groups  # noqa: E402
+
+__all__ += ["DecayRule", "discriminative", "even_mults", "layer_decay", "layer_groups"]
