@@ -13,9 +13,12 @@ __all__ = [
 ]
 
 # [freeze] freezing errors, layer-wise decay, gradual unfreezing
-from .errors import MaskError  # noqa: E402
+from .errors import MaskError, ScheduleError  # noqa: E402
 
-__all__ += ["MaskError"]
+__all__ += ["MaskError", "ScheduleError"]
 from .decay import DecayRule, discriminative, even_mults, layer_decay, layer_groups  # noqa: E402
 
 __all__ += ["DecayRule", "discriminative", "even_mults", "layer_decay", "layer_groups"]
+from .unfreeze import GradualUnfreezing  # noqa: E402
+
+__all__ += ["GradualUnfreezing"]
