@@ -248,6 +248,21 @@ class TestNormStatistics:
         moved = np.abs(stats[0].data(ctx[0]).asnumpy() - before[0][0]).max()
         assert moved > 1e-6, f"after unfreeze the running mean should move again, max |d| {moved:.3g}"
 
+    def test_frozen_before_deferred_initialisation(self):
+        """Frozen before the first forward (shapes unknown): the statistics keep their initial 0 / 1 values."""
+        mx.random.seed(0)
+        net = nn.HybridSequential(prefix="lazy_")
+        with net.name_scope():
+            net.add(nn.Dense(6), nn.BatchNorm(), nn.Dense(3))
+        net.initialize(mx.init.Xavier())
+        net.hybridize()
+        trainer = make_trainer(net, "sgd", "1ctx")
+        trainer.freeze(net[1])
+        for x in batches(2):
+            train_step(net, trainer, x, contexts(1))
+        assert np.array_equal(net[1].running_mean.data().asnumpy(), np.zeros(6, np.float32))
+        assert np.array_equal(net[1].running_var.data().asnumpy(), np.ones(6, np.float32))
+
     def test_hold_norm_stats_false_lets_them_run(self):
         """freeze(..., hold_norm_stats=False): gamma/beta frozen, running statistics still follow the batches."""
         ctx = contexts(1)
