@@ -19,7 +19,10 @@ How each guarantee is kept (MXNet 1.9.1):
   hold that batch's values.
 
 What is global and so not "as if the frozen steps had not happened": ``optimizer.num_update`` (the largest count of
-any parameter) drives ``lr_scheduler``; the schedule follows the training's global step. Nadam's momentum schedule
+any parameter) drives ``lr_scheduler``; the schedule follows the training's global step, for unfrozen parameters too
+(MXNet alone would give a parameter that lags behind and is updated first the previous step's rate for the rest of
+training, whenever updates are not aggregated: ``align_num_update`` fixes that before each update round; on dist
+kvstore servers, which hold their own optimizer, that fix cannot apply). Nadam's momentum schedule
 (``optimizer.m_schedule``) is one number advanced once per parameter update of ANY parameter, so freezing some
 parameters changes how fast it advances for the others. Element masks keep the per-parameter count running (the
 tensor is updated), so Adam's bias correction of released elements uses the tensor's count.
@@ -334,6 +337,19 @@ class Freezer:
             for updater, weight in zip(updaters, param.list_data()):
                 saved += _snapshot([weight] + _ready_state(updater, index, weight), mask.like)
         return saved
+
+    @staticmethod
+    def align_num_update(optimizers: list) -> None:
+        """Set each optimizer's global step to 1 + the largest per-parameter count before an update round.
+
+        MXNet raises ``num_update`` (the step ``lr_scheduler`` reads) to each parameter's count as it updates it. A
+        parameter that was frozen lags behind, and when it is updated before the others (no aggregation) it would
+        read the schedule one step late for the rest of training. Idempotent; equal to stock when counts agree.
+        """
+        for optimizer in optimizers:
+            counts = [c for table in optimizer._all_index_update_counts.values() for c in table.values()]
+            if counts:
+                optimizer.num_update = max(optimizer.num_update, 1 + max(counts))
 
     def after_update(self, saved: list) -> None:
         """Restore masked elements and held norm statistics after the update."""

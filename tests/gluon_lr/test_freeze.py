@@ -221,6 +221,32 @@ class TestUnfreezeResume:
         assert_same(want, got, f"{opt}/{config} resume")
 
 
+    @pytest.mark.parametrize("config", list(CONFIGS))
+    @pytest.mark.parametrize("aggregate", [True, False], ids=["aggregated", "one_by_one"])
+    def test_lr_schedule_follows_the_global_step_after_unfreeze(self, aggregate, config):
+        """FactorScheduler halving every step: after unfreeze p gets the same rate as q (MXNet alone lags p)."""
+        ctx = contexts(CONFIGS[config][0])
+        p, q = (gluon.Parameter(name, shape=(1,), init=mx.init.One()) for name in ("a_p", "b_q"))
+        for param in (p, q):
+            param.initialize(ctx=ctx)
+        optimizer = mx.optimizer.SGD(learning_rate=1.0, lr_scheduler=mx.lr_scheduler.FactorScheduler(1, 0.5))
+        optimizer.aggregate_num = 4 if aggregate else 0
+        _, kvstore, on_kv = CONFIGS[config]
+        trainer = LrTrainer([p, q], optimizer, kvstore=kvstore, update_on_kvstore=on_kv)
+        for step in range(6):
+            if step in (2, 4):
+                (trainer.freeze if step == 2 else trainer.unfreeze)("a_p")
+            before = [param.data(ctx[0]).asscalar() for param in (p, q)]
+            with autograd.record():
+                losses = [p.data(c) + q.data(c) for c in ctx]
+            for loss in losses:
+                loss.backward()
+            trainer.step(len(ctx))  # gradient 1 per parameter: the change is the learning rate
+            lr_p, lr_q = (b - param.data(ctx[0]).asscalar() for b, param in zip(before, (p, q)))
+            assert lr_q == 0.5 ** step, f"step {step}: q's rate {lr_q}"
+            assert lr_p == (0.0 if step in (2, 3) else 0.5 ** step), f"step {step}: p's rate {lr_p}, q's {lr_q}"
+
+
 class TestNormStatistics:
     """The running statistics of a frozen norm layer stay fixed, also in train mode and in a hybridized parent."""
 
