@@ -20,7 +20,8 @@ __all__ = ["LrTrainer"]
 #: Attributes stored on each Parameter: the multipliers an LrTrainer last applied, and the user's own before that.
 _APPLIED, _OWN = "_gluon_lr_applied", "_gluon_lr_own"
 #: Optimizers that break at lr 0 (lr_mult 0), and how; freeze such parameters with grad_req='null' instead.
-_ZERO_LR_BREAKS = {"ftrl": "sets the weights to 0 (it divides by lr)", "ftml": "makes the weights NaN (it divides by lr)",
+_ZERO_LR_BREAKS = {"ftrl": "sets the weights to 0 (it divides by lr)",
+                   "ftml": "makes the weights NaN (it divides by lr)",
                    "sgld": "fails in its noise sampler (scale sqrt(lr) must be > 0)"}
 #: MXNet's aggregated ``multi_*`` update operators segfault with more than 60 tensors in one call.
 _MAX_AGGREGATE = 60

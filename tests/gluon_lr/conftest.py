@@ -50,7 +50,7 @@ def build_kinds_net():
     with net.name_scope():
         net.add(nn.Embedding(10, 4), nn.Conv2D(4, 3, in_channels=2), nn.Conv2D(4, 3, groups=4, in_channels=4),
                 nn.BatchNorm(in_channels=4), nn.LayerNorm(in_channels=4), nn.InstanceNorm(in_channels=4),
-                nn.GroupNorm(num_groups=2, in_channels=4), nn.Dense(2, in_units=4))
+                nn.GroupNorm(num_groups=2), nn.Dense(2, in_units=4))
     net.initialize()
     return net
 
