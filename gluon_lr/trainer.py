@@ -14,12 +14,16 @@ from . import rules as _rules
 from . import settings as _settings
 from . import states as _states
 from .explain import Explanation
-from .errors import KVStoreConfigError, MaskError, ParamsTypeError, UnknownParameterError
+from .errors import KVStoreConfigError, MaskError, MultiplierError, ParamsTypeError, UnknownParameterError
 
 __all__ = ["LrTrainer"]
 
 #: Attributes stored on each Parameter: the multipliers an LrTrainer last applied, and the user's own before that.
 _APPLIED, _OWN = "_gluon_lr_applied", "_gluon_lr_own"
+#: Optimizers that break at lr 0 (lr_mult 0), and how; freeze such parameters with grad_req='null' instead.
+_ZERO_LR_BREAKS = {"ftrl": "sets the weights to 0 (it divides by lr)",
+                   "ftml": "makes the weights NaN (it divides by lr)",
+                   "sgld": "fails in its noise sampler (scale sqrt(lr) must be > 0)"}
 #: MXNet's aggregated ``multi_*`` update operators segfault with more than 60 tensors in one call.
 _MAX_AGGREGATE = 60
 
@@ -60,7 +64,8 @@ class LrTrainer(gluon.Trainer):
         ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type.
         DuplicateParameterError: two different Parameters share a name.
         RuleMatchError: a rule selects nothing, or selects by a kind that needs the Block.
-        MultiplierError: a Parameter carries an invalid lr_mult/wd_mult.
+        MultiplierError: a Parameter carries an invalid lr_mult/wd_mult, or lr_mult is 0 under FTRL, FTML or SGLD
+            (they break at lr 0: freeze with grad_req='null' instead).
         KVStoreConfigError: ``update_on_kvstore=True`` with ``kvstore=None``.
 
     Example:
@@ -97,6 +102,7 @@ class LrTrainer(gluon.Trainer):
         self._matched = matched
         self._explicit = {"lr_mult": {}, "wd_mult": {}}
         self._table = self._resolve(self._explicit)
+        self._check_table(self._table)
         self._apply_table()
         self._freezer = _freeze.Freezer(self._params, kinds)  # [freeze] freezing state, see gluon_lr/freeze.py
 
@@ -128,7 +134,7 @@ class LrTrainer(gluon.Trainer):
         Raises:
             ParamsTypeError: ``lr_mult`` is not a mapping with string keys.
             UnknownParameterError: a name is not one of the trainer's parameters (the nearest names are listed).
-            MultiplierError: a value is negative, NaN, infinite or not a number.
+            MultiplierError: a value is negative, NaN, infinite or not a number; or 0 under FTRL, FTML, SGLD.
             On any error the table is left exactly as it was.
 
         Example:
@@ -162,6 +168,7 @@ class LrTrainer(gluon.Trainer):
             explicit[field].clear()
         explicit[field].update({name: (value, source or f"set_{field}") for name, value in checked.items()})
         table = self._resolve(explicit)
+        self._check_table(table)
         self._explicit, self._table = explicit, table
         self._apply_table()
 
@@ -181,6 +188,14 @@ class LrTrainer(gluon.Trainer):
     def _resolve(self, explicit) -> dict:
         """The resolved table for the given explicit values (see ``gluon_lr.rules.resolve``)."""
         return _rules.resolve(self._names, self._base, self._rules, self._matched, explicit)
+
+    def _check_table(self, table) -> None:
+        """Refuse lr_mult 0 under optimizers that break at lr 0 (FTRL, FTML, SGLD)."""
+        name = type(self._optimizer).__name__.lower()
+        zeros = [param for param, entry in table.items() if entry.lr_mult == 0 and name in _ZERO_LR_BREAKS]
+        if zeros:
+            raise MultiplierError(f"lr_mult 0 for {zeros[:5]} under optimizer {name!r}, which {_ZERO_LR_BREAKS[name]}; "
+                                  f"freeze these parameters with grad_req='null' instead, or use a small lr_mult.")
 
     def _apply_table(self) -> None:
         """Push the resolved table everywhere MXNet reads it, as one dictionary each.
@@ -252,7 +267,8 @@ class LrTrainer(gluon.Trainer):
         already updated in ``_allreduce_grads`` (push/pull on the kvstore) and ``_apply_updates`` only checks for
         stale gradients.
         """
-        self._freezer.align_num_update(self._optimizers())  # [freeze] unfrozen parameters read the current lr step
+        if not self._update_on_kvstore:  # [freeze] unfrozen parameters read the current lr step
+            self._freezer.align_num_update(self._optimizers())
         saved = self._freezer.before_update(self._params, self._updaters, bool(self._update_on_kvstore))  # [freeze]
         self._apply_updates(ignore_stale_grad)
         self._freezer.after_update(saved)  # [freeze] restore masked elements and held norm statistics

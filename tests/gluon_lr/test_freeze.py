@@ -245,6 +245,7 @@ class TestUnfreezeResume:
             lr_p, lr_q = (b - param.data(ctx[0]).asscalar() for b, param in zip(before, (p, q)))
             assert lr_q == 0.5 ** step, f"step {step}: q's rate {lr_q}"
             assert lr_p == (0.0 if step in (2, 3) else 0.5 ** step), f"step {step}: p's rate {lr_p}, q's {lr_q}"
+            assert trainer.optimizer.num_update == step + 1, f"step {step}: num_update {trainer.optimizer.num_update}"
 
 
 class TestNormStatistics:
