@@ -15,7 +15,7 @@ import pytest
 from mxnet import autograd, gluon, nd
 from mxnet.gluon import nn
 
-from gluon_lr import LrTrainer, MaskError, ParamsTypeError, RuleMatchError, UnknownParameterError
+from gluon_lr import LrTrainer, MaskError, ParamsTypeError, Rule, RuleMatchError, UnknownParameterError
 
 OPTIMIZERS = {
     "sgd": ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}),
@@ -150,6 +150,15 @@ class TestFreeze:
             loss.backward()
         got, want = net[0].weight.grad(ctx[0]).asnumpy(), twin[0].weight.grad(ctx[0]).asnumpy()
         assert np.abs(want).max() > 0 and np.array_equal(got, want), f"max |diff| {np.abs(got - want).max():.3g}"
+
+    def test_rules_freeze_in_order(self):
+        """Rule(..., freeze=True) freezes at construction; a later Rule(..., freeze=False) wins where both select."""
+        net = build_net(contexts(1))
+        rules = [Rule("net_dense*", freeze=True), Rule("net_dense1_*", freeze=False, lr_mult=2.0)]
+        trainer = LrTrainer(net, "sgd", {"learning_rate": 0.1}, kvstore=None, rules=rules)
+        assert trainer.frozen == {"net_dense0_weight", "net_dense0_bias"}
+        assert net[0].weight.grad_req == "null" and net[2].weight.grad_req == "write"
+        assert trainer.lr_mult["net_dense1_weight"] == 2.0 and trainer.explain().to_dict()["net_dense0_bias"]["frozen"]
 
     def test_lr_mult_zero_and_zero_gradient_do_not_freeze_in_mxnet(self):
         """The pitfall on stock gluon.Trainer: lr_mult=0 under momentum and a zero gradient under Adam still move."""
@@ -393,6 +402,8 @@ def _foreign_param():
 
 
 ERRORS = [
+    ("Rule.freeze not a bool", lambda t: Rule("net_*", freeze="yes"), ParamsTypeError,
+     r"freeze must be True, False or None, got 'yes'"),
     ("select of a wrong type", lambda t: t.freeze(3.5), ParamsTypeError, r"select must be a parameter name"),
     ("selector matching nothing", lambda t: t.freeze("nothing_*"), RuleMatchError, r"selects no parameter.*nearest"),
     ("foreign Parameter", lambda t: t.unfreeze(_foreign_param()), UnknownParameterError, r"'other_weight' is not one"),
