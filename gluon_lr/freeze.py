@@ -289,10 +289,6 @@ class Freezer:
         """name -> number of frozen elements, for parameters with an element mask."""
         return {name: mask.count for name, mask in self._masks.items()}
 
-    def held_stats(self) -> frozenset:
-        """Names of the norm statistics held fixed now."""
-        return frozenset(name for prefix in self._held for name in self._layers[prefix].stats)
-
     def freeze(self, names: list, hold_norm_stats: bool = True) -> None:
         """Freeze whole parameters (``grad_req='null'``), dropping their masks; then update the held norm layers."""
         for name in names:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import mxnet as mx
 import numpy as np
@@ -26,6 +27,7 @@ OPTIMIZERS = {
     "adagrad": ("adagrad", {"learning_rate": 0.1, "wd": 0.01}),
     "lamb": ("lamb", {"learning_rate": 0.01, "wd": 0.01}),
 }
+ROOT = Path(__file__).resolve().parents[2]
 #: Further optimizers checked for point 1 (frozen stays frozen) only. Not adamax: MXNet's Adamax has no epsilon,
 #: so the exactly-zero gradient of a bias in front of BatchNorm gives 0/0 = NaN on the first step.
 EXTRA_OPTIMIZERS = {name: (name, {"learning_rate": 0.01, "wd": 0.01})
@@ -92,8 +94,8 @@ def snapshot(trainer, names):
     shot = {}
     for name in names:
         param = trainer._params[index[name]]
-        shot[name] = ([d.asnumpy() for d in param.list_data()], [s.asnumpy() for s in state_arrays(trainer, index[name])],
-                      update_counts(trainer, index[name]))
+        states = [s.asnumpy() for s in state_arrays(trainer, index[name])]
+        shot[name] = ([d.asnumpy() for d in param.list_data()], states, update_counts(trainer, index[name]))
     return shot
 
 
@@ -323,6 +325,42 @@ class TestNormStatistics:
         assert np.abs(net[1].running_mean.data().asnumpy() - mean).max() > 1e-6
 
 
+#: The fresh process of TestSaveLoad: load parameters and states, step, unfreeze, step; report as JSON.
+_CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np, mxnet as mx
+    from tests.gluon_lr.test_freeze import build_net, make_trainer, train_step
+    folder = sys.argv[1]
+    net = build_net([mx.cpu()], seed=11, first_bias=False)
+    net.load_parameters(folder + "/net.params")
+    trainer = make_trainer(net, "adam", "1ctx")
+    trainer.load_states(folder + "/trainer.states")
+    params = net.collect_params()
+    loaded = {"frozen": sorted(trainer.frozen), "masked": dict(trainer.masked_elements),
+              "grad_req": params["net_dense0_weight"].grad_req}
+    watch = ["net_dense0_weight", "net_batchnorm0_gamma", "net_batchnorm0_running_mean",
+             "net_batchnorm0_running_var", "net_dense1_weight"]
+    before = {n: params[n].data().asnumpy() for n in watch}
+    train_step(net, trainer, np.load(folder + "/x.npy"), [mx.cpu()])
+    after = {n: params[n].data().asnumpy() for n in watch}
+    trainer.unfreeze("net_dense0_weight")
+    train_step(net, trainer, np.load(folder + "/x2.npy"), [mx.cpu()])
+    np.savez(folder + "/child.npz", **{n: p.data().asnumpy() for n, p in params.items()})
+    mask = np.load(folder + "/mask.npy") == 1
+    print(json.dumps(dict(loaded, unchanged={n: bool(np.array_equal(before[n], after[n])) for n in watch},
+                          masked_unchanged=bool(np.array_equal(before[watch[-1]][mask], after[watch[-1]][mask])))))
+    """)
+
+
+def _run_child(folder) -> dict:
+    """Run ``_CHILD`` in a fresh Python process on the files in ``folder``; return its JSON report."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(folder)], capture_output=True, text=True, env=env,
+                         timeout=120, cwd=str(ROOT))
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 class TestSaveLoad:
     """Freezing and masks survive save_states/load_states into a FRESH process (by name)."""
 
@@ -344,34 +382,8 @@ class TestSaveLoad:
         trainer.save_states(str(tmp_path / "trainer.states"))
         np.save(tmp_path / "x.npy", data[2])
         np.save(tmp_path / "x2.npy", batches(1, seed=8)[0])
-        script = textwrap.dedent(f"""
-            import json, sys
-            import numpy as np, mxnet as mx
-            sys.path.insert(0, {os.getcwd()!r})
-            from tests.gluon_lr.test_freeze import build_net, make_trainer, train_step
-            net = build_net([mx.cpu()], seed=11, first_bias=False)
-            net.load_parameters({str(tmp_path / 'net.params')!r})
-            trainer = make_trainer(net, "adam", "1ctx")
-            trainer.load_states({str(tmp_path / 'trainer.states')!r})
-            loaded = {{"frozen": sorted(trainer.frozen), "masked": dict(trainer.masked_elements),
-                      "grad_req": net.collect_params()["net_dense0_weight"].grad_req}}
-            watch = ["net_dense0_weight", "net_batchnorm0_gamma", "net_batchnorm0_running_mean",
-                     "net_batchnorm0_running_var", "net_dense1_weight"]
-            params = net.collect_params()
-            before = {{n: params[n].data().asnumpy() for n in watch}}
-            train_step(net, trainer, np.load({str(tmp_path / 'x.npy')!r}), [mx.cpu()])
-            after = {{n: params[n].data().asnumpy() for n in watch}}
-            trainer.unfreeze("net_dense0_weight")
-            train_step(net, trainer, np.load({str(tmp_path / 'x2.npy')!r}), [mx.cpu()])
-            np.savez({str(tmp_path / 'child.npz')!r}, **{{n: p.data().asnumpy() for n, p in params.items()}})
-            mask = np.array({mask.tolist()!r}) == 1
-            print(json.dumps(dict(loaded, unchanged={{n: bool(np.array_equal(before[n], after[n])) for n in watch}},
-                masked_unchanged=bool(np.array_equal(before[watch[-1]][mask], after[watch[-1]][mask])))))
-            """)
-        env = dict(os.environ, PYTHONPATH=os.getcwd())
-        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
-        assert out.returncode == 0, out.stderr[-2000:]
-        result = json.loads(out.stdout.strip().splitlines()[-1])
+        np.save(tmp_path / "mask.npy", mask)
+        result = _run_child(tmp_path)
         assert result["frozen"] == ["net_batchnorm0_beta", "net_batchnorm0_gamma", "net_dense0_weight"]
         assert result["masked"] == {"net_dense1_weight": int(mask.sum())}
         assert result["grad_req"] == "null"
