@@ -10,7 +10,7 @@ import sys
 import mxnet as mx
 import numpy as np
 import pytest
-from mxnet import autograd, gluon
+from mxnet import gluon
 
 from gluon_lr import LrTrainer, Rule
 from tests.gluon_lr.conftest import build_mlp, train_step, weights
@@ -146,7 +146,7 @@ AGGREGATE_SCRIPT = """
 import os, sys
 os.environ["MXNET_OPTIMIZER_AGGREGATION_SIZE"] = "100"
 import mxnet as mx
-from mxnet import autograd, gluon
+from mxnet import gluon
 import gluon_lr
 net = gluon.nn.HybridSequential()
 for _ in range(40):
