@@ -56,7 +56,8 @@ CONSTRUCTION_CASES = [
     ("params list with a str", lambda: LrTrainer([build_mlp(), "x"], "sgd"), ParamsTypeError, r"params\[1\]"),
     ("dict of non-Parameters", lambda: LrTrainer({"w": 1.0}, "sgd"), ParamsTypeError, r"non-Parameters"),
     ("empty params", lambda: LrTrainer([], "sgd"), ParamsTypeError, r"holds no Parameter"),
-    ("two Parameters one name", _duplicate, DuplicateParameterError, r"8 name\(s\).*'same_dense0_bias'.*id \d+.*id \d+"),
+    ("two Parameters one name", _duplicate, DuplicateParameterError,
+     r"8 name\(s\).*'same_dense0_bias'.*id \d+.*id \d+"),
     ("invalid Parameter attribute", _bad_attribute, MultiplierError, r"Parameter 'mlp_dense0_weight'.lr_mult"),
     ("lr_mult 0 under FTRL", lambda: LrTrainer(build_mlp(), "ftrl", rules=[Rule("*", lr_mult=0)]), MultiplierError,
      r"'ftrl'.*grad_req='null'"),
@@ -65,7 +66,8 @@ CONSTRUCTION_CASES = [
 ]
 
 
-@pytest.mark.parametrize("description,make,error,pattern", CONSTRUCTION_CASES, ids=[c[0] for c in CONSTRUCTION_CASES])
+@pytest.mark.parametrize("description,make,error,pattern", CONSTRUCTION_CASES,
+                         ids=[c[0] for c in CONSTRUCTION_CASES])
 def test_construction_errors(description, make, error, pattern):
     """Bad rules and params raise the project's exception with a message that names the fault."""
     with pytest.raises(error, match=pattern) as caught:

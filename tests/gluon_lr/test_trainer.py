@@ -113,11 +113,11 @@ OPTIMIZERS = [
     ("sgd", {"momentum": 0.9}), ("nag", {"momentum": 0.9}), ("adam", {}), ("rmsprop", {}),
     ("rmsprop", {"centered": True}), ("adagrad", {}), ("adadelta", {}), ("adamax", {}), ("nadam", {}),
     ("ftrl", {}), ("signum", {"momentum": 0.9}), ("lamb", {}), ("lars", {"momentum": 0.9}), ("ftml", {}),
-    ("dcasgd", {}), ("sgld", {}),
+    ("dcasgd", {}), ("sgld", {}), ("ccsgd", {"momentum": 0.9}), ("lbsgd", {"momentum": 0.9}),
 ]
 # Not here: DCASGD with momentum != 0 (MXNet 1.9.1's DCASGD.update tests an NDArray's truth value and fails, stock
-# Trainer too); test, ccsgd (an alias of sgd), lbsgd, groupadagrad (sparse-only). FTRL, FTML and SGLD refuse
-# lr_mult 0 (see test_errors).
+# Trainer too); 'test' (a dummy that ignores lr); groupadagrad (2-D weights only: its own test below). FTRL, FTML
+# and SGLD refuse lr_mult 0 (see test_errors).
 ZERO_BREAKS = ("ftrl", "ftml", "sgld")
 IGNORES_LR = {"adadelta"}
 M, W, WD = 0.5, 0.25, 0.01
@@ -159,6 +159,23 @@ class TestOptimizers:
         after = weights(net)
         assert_close(after, {k: before[k] for k in ("mlp_dense0_weight", "mlp_dense0_bias")}, 0.0, name)
         assert np.abs(after["mlp_dense1_weight"] - before["mlp_dense1_weight"]).max() > 1e-5
+
+
+def test_groupadagrad_on_2d_weights():
+    """GroupAdaGrad (2-D weights only, no wd) with lr_mult 0.5 equals stock GroupAdaGrad at half the lr."""
+    def run(trainer_cls, lr, **kwargs):
+        mx.random.seed(5)
+        net = gluon.nn.HybridSequential(prefix="g_")
+        with net.name_scope():
+            net.add(gluon.nn.Dense(3, in_units=3, use_bias=False), gluon.nn.Dense(2, in_units=3, use_bias=False))
+        net.initialize(mx.init.Uniform(0.5))
+        trainer = trainer_cls(net.collect_params(), "groupadagrad", {"learning_rate": lr}, **kwargs)
+        for step in range(2):
+            train_step(net, trainer, [mx.cpu()], seed=step)
+        return weights(net)
+    got = run(LrTrainer, LR, rules=[Rule("*", lr_mult=0.5)])
+    assert_close(got, run(gluon.Trainer, LR * 0.5), atol=1e-6, what="groupadagrad")
+    assert max(np.abs(got[k] - v).max() for k, v in run(gluon.Trainer, LR).items()) > 1e-4
 
 
 KVSTORES = [(kv, uok, n) for n in (1, 2) for kv in (None, "local", "device")
@@ -245,3 +262,22 @@ class TestAggregation:
         monkeypatch.setenv("MXNET_OPTIMIZER_AGGREGATION_SIZE", "100")
         trainer = LrTrainer(build_mlp(), "sgd", {"learning_rate": LR, "momentum": 0.9})
         assert trainer.optimizer.aggregate_num == 60
+
+
+class TestConstructorForms:
+    def test_optimizer_instance(self):
+        """An Optimizer object gets the table too (set_lr_mult through the trainer reaches it)."""
+        net = _line_net()
+        optimizer = mx.optimizer.SGD(learning_rate=LR)
+        trainer = LrTrainer(net, optimizer)
+        trainer.set_lr_mult({"line_weight": 0.5})
+        assert trainer.optimizer is optimizer and optimizer.lr_mult == {0: 0.5}
+        np.testing.assert_allclose(_sum_step(net, trainer), [0.95, 0.9], rtol=0, atol=1e-7)
+
+    def test_deferred_initialization(self):
+        """Parameters whose shapes are inferred at the first forward pass train with their multipliers."""
+        net = gluon.nn.Dense(1, use_bias=False, prefix="lazy_")
+        net.initialize(mx.init.One())
+        trainer = LrTrainer(net, "sgd", {"learning_rate": LR}, rules=[Rule("lazy_*", lr_mult=0.5)])
+        np.testing.assert_allclose(_sum_step(net, trainer), [0.95, 0.9], rtol=0, atol=1e-7)
+        assert trainer.explain().to_dict()["lazy_weight"]["shape"] == [1, 2]
