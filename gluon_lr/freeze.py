@@ -24,7 +24,8 @@ any parameter) drives ``lr_scheduler``; the schedule follows the training's glob
 training, whenever updates are not aggregated: ``align_num_update`` fixes that before each update round; on dist
 kvstore servers, which hold their own optimizer, that fix cannot apply). Nadam's momentum schedule
 (``optimizer.m_schedule``) is one number advanced once per parameter update of ANY parameter, so freezing some
-parameters changes how fast it advances for the others. Element masks keep the per-parameter count running (the
+parameters changes how fast it advances for the others (and with several contexts updating on the workers each
+context advances it, so MXNet's Nadam replicas drift apart by themselves). Element masks keep the per-parameter count running (the
 tensor is updated), so Adam's bias correction of released elements uses the tensor's count.
 """
 import base64

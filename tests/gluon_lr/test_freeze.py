@@ -131,11 +131,13 @@ class TestFreeze:
         moved = np.abs(net[2].weight.data(ctx[-1]).asnumpy() - head).max()
         assert moved > 1e-5, f"{opt}/{config}: the unfrozen head did not train (max |dW| {moved:.3g})"
 
+    @pytest.mark.parametrize("static", [False, True], ids=["hybridized", "static_alloc"])
     @pytest.mark.parametrize("config", list(CONFIGS))
-    def test_frozen_parameter_has_no_gradient_and_resumes_with_correct_gradient(self, config):
+    def test_frozen_parameter_has_no_gradient_and_resumes_with_correct_gradient(self, config, static):
         """Frozen: no gradient array; unfrozen in the hybridized net: the gradient equals a never-frozen twin's."""
         ctx = contexts(CONFIGS[config][0])
         net, twin, x = build_net(ctx), build_net(ctx), batches(1)[0]
+        net.hybridize(static_alloc=static, static_shape=static)
         trainer = make_trainer(net, "sgd", config)
         trainer.freeze("net_dense0_*")
         train_step(net, trainer, x, ctx)
