@@ -50,7 +50,7 @@ class DecayRule(Rule):
 
     def label(self, index: int) -> str:
         """How explain() names this rule: its position, its depth and its layer (not the long regex)."""
-        return f"rules[{index}] depth {self.depth} {self.layer}"
+        return f"rules[{index}] depth {self.depth} [{self.layer}]"
 
 
 def _own_params(block: gluon.Block) -> bool:

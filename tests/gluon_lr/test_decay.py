@@ -159,7 +159,7 @@ class TestLayerDecay:
         rules = layer_decay(net, 0.5) + [Rule("mlp_dense0_bias", lr_mult=3.0)]
         trainer = LrTrainer(net, "sgd", {"learning_rate": 0.1}, rules=rules, kvstore=None)
         assert trainer.lr_mult["mlp_dense0_bias"] == 3.0 and trainer.lr_mult["mlp_dense0_weight"] == 0.125
-        assert trainer.explain().to_dict()["mlp_dense1_weight"]["lr_source"] == "rules[1] depth 1 1"
+        assert trainer.explain().to_dict()["mlp_dense1_weight"]["lr_source"] == "rules[1] depth 1 [1]"
 
     def test_groups_of_resnet50(self):
         """resnet50_v1: stem, 16 bottleneck units, output: 18 groups."""

@@ -71,6 +71,13 @@ class TestGradualUnfreezing:
         schedule.begin_epoch(0)  # going back re-freezes
         assert trainer.frozen == {f"mlp_dense{k}_{p}" for k in range(3) for p in ("weight", "bias")}
 
+    def test_merged_groups(self):
+        """n_groups=2 on four layers: the three lower layers form one group, thawed together at epoch 1."""
+        net = dense_stack()
+        trainer = LrTrainer(net, "sgd", {"learning_rate": 0.1}, kvstore=None)
+        schedule = GradualUnfreezing(trainer, net, n_groups=2)
+        assert len(trainer.frozen) == 6 and len(schedule.begin_epoch(1)) == 6 and trainer.frozen == frozenset()
+
     def test_explicit_groups_and_user_frozen_names_stay_frozen(self):
         """Groups given as Blocks; a parameter the user froze first is never unfrozen by the schedule."""
         net = dense_stack()
