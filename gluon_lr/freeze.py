@@ -302,6 +302,12 @@ class Freezer:
         self._no_hold = self._no_hold - touched if hold_norm_stats else self._no_hold | touched
         self._update_held()
 
+    def apply_rules(self, rules, matched) -> None:
+        """Freeze (``freeze=True``) or unfreeze (``freeze=False``) what each rule selects, in rule order."""
+        for rule, hits in zip(rules, matched):
+            if rule.freeze is not None:
+                (self.freeze if rule.freeze else self.unfreeze)(list(hits))
+
     def unfreeze(self, names: list) -> None:
         """Give whole parameters back their previous ``grad_req`` and drop their masks."""
         for name in names:
