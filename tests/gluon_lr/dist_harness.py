@@ -1,0 +1,137 @@
+"""Launch a local MXNet parameter-server cluster (scheduler, servers, workers) on 127.0.0.1 for tests.
+
+Each role is a separate process started with the DMLC_* environment, as MXNet's ``tools/launch.py`` does for
+``--launcher local``. Every process gets its own process group; whatever happens (a role dies, the deadline
+passes, the test is interrupted), every group is killed before :func:`run_cluster` returns or raises.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[2]
+_SERVER_CODE = "import mxnet"  # a server or scheduler runs its loop while mxnet is imported, then exits
+
+
+class ClusterError(RuntimeError):
+    """A role of the local cluster died, failed or ran past the deadline."""
+
+
+@dataclass
+class _Role:
+    name: str
+    proc: subprocess.Popen
+    out_path: Path
+    err_path: Path
+
+    def tail(self, n_chars: int = 3000) -> str:
+        """Return the last characters of this role's stderr (then stdout)."""
+        text = self.err_path.read_text(errors="replace") + self.out_path.read_text(errors="replace")
+        return text[-n_chars:]
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _base_env(port: int, num_servers: int, num_workers: int, extra: dict) -> dict:
+    env = dict(os.environ)
+    env.update({
+        "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port), "DMLC_NODE_HOST": "127.0.0.1",
+        "DMLC_NUM_SERVER": str(num_servers), "DMLC_NUM_WORKER": str(num_workers),
+        "OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1", "PS_VERBOSE": "0",
+        "PYTHONPATH": os.pathsep.join([str(_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    })
+    env.update({key: str(value) for key, value in extra.items()})
+    return env
+
+
+def _start(name: str, role: str, argv: list, env: dict, log_dir: Path) -> _Role:
+    out_path, err_path = log_dir / f"{name}.out", log_dir / f"{name}.err"
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(argv, env={**env, "DMLC_ROLE": role}, stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, cwd=str(_ROOT), start_new_session=True)
+    return _Role(name, proc, out_path, err_path)
+
+
+def _kill_all(roles: list) -> None:
+    for role in roles:
+        if role.proc.poll() is None:
+            try:
+                os.killpg(role.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for role in roles:
+        try:
+            role.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _failure(roles: list, why: str) -> ClusterError:
+    lines = [why]
+    for role in roles:
+        code = role.proc.poll()
+        lines.append(f"--- {role.name} (exit code {code}) stderr/stdout tail:\n{role.tail()}")
+    return ClusterError("\n".join(lines))
+
+
+def _wait(roles: list, workers: list, deadline: float) -> None:
+    while True:
+        for role in roles:
+            code = role.proc.poll()
+            if code not in (None, 0):
+                raise _failure([role] + [r for r in roles if r is not role], f"role '{role.name}' died "
+                               f"with exit code {code} before the workers finished")
+        if all(w.proc.poll() == 0 for w in workers):
+            return
+        if time.monotonic() > deadline:
+            raise _failure(roles, "the local cluster ran past its deadline; every process was killed")
+        time.sleep(0.05)
+
+
+def run_cluster(worker_args: list, log_dir: Path, num_servers: int = 1, num_workers: int = 2,
+                timeout: float = 60.0, env: dict = None) -> list:
+    """Run one scheduler, `num_servers` servers and `num_workers` workers; return the workers' stdout.
+
+    Args:
+        worker_args: arguments after ``python`` for every worker (the worker reads its rank from the kvstore).
+        log_dir: folder for each role's stdout/stderr files.
+        num_servers: number of server processes.
+        num_workers: number of worker processes.
+        timeout: hard deadline in seconds for the whole cluster.
+        env: extra environment variables for every role (e.g. ``MXNET_KVSTORE_BIGARRAY_BOUND``).
+
+    Returns:
+        The stdout text of each worker, in start order.
+
+    Raises:
+        ClusterError: a role died or failed, or the deadline passed; names the role and shows its stderr tail.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    base = _base_env(free_port(), num_servers, num_workers, env or {})
+    server_argv = [sys.executable, "-c", _SERVER_CODE]
+    roles = [_start("scheduler", "scheduler", server_argv, base, log_dir)]
+    try:
+        roles += [_start(f"server{i}", "server", server_argv, base, log_dir) for i in range(num_servers)]
+        workers = [_start(f"worker{i}", "worker", [sys.executable] + list(worker_args), base, log_dir)
+                   for i in range(num_workers)]
+        roles += workers
+        deadline = time.monotonic() + timeout
+        _wait(roles, workers, deadline)
+        for role in roles:  # scheduler and servers exit once every worker has finalized
+            role.proc.wait(timeout=max(1.0, min(15.0, deadline - time.monotonic())))
+            if role.proc.returncode != 0:
+                raise _failure([role], f"role '{role.name}' exited with code {role.proc.returncode}")
+        return [w.out_path.read_text() for w in workers]
+    except subprocess.TimeoutExpired as err:
+        raise _failure(roles, f"a role did not exit after the workers finished: {err}") from None
+    finally:
+        _kill_all(roles)
