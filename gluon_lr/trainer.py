@@ -1,0 +1,236 @@
+"""LrTrainer: a ``gluon.Trainer`` whose per-parameter lr_mult/wd_mult live in one table that holds everywhere."""
+import types
+from typing import Mapping
+
+import mxnet as mx
+from mxnet import gluon
+
+from . import rules as _rules
+from .errors import KVStoreConfigError, ParamsTypeError, UnknownParameterError
+
+__all__ = ["LrTrainer"]
+
+#: MXNet's aggregated ``multi_*`` update operators segfault with more than 60 tensors in one call.
+_MAX_AGGREGATE = 60
+
+
+class LrTrainer(gluon.Trainer):
+    """A ``gluon.Trainer`` that resolves every parameter's lr_mult and wd_mult into one table and applies it.
+
+    Each parameter's multipliers are resolved from, lowest precedence first:
+
+    1. the Parameter's own ``lr_mult``/``wd_mult`` attributes when the trainer is built;
+    2. the ``rules``, in order: a later rule overrides an earlier one for the parameters both select;
+    3. explicit ``set_lr_mult`` / ``set_wd_mult`` calls (and tables restored by ``load_states``).
+
+    The resolved table is applied as ONE dictionary every time it changes: to each Parameter's attributes (what
+    Gluon's optimizer reads through ``param_dict``) and, index-keyed, to the optimizer's ``lr_mult``/``wd_mult``
+    tables (what holds where the optimizer has no ``param_dict``: kvstore servers, states files).
+
+    Args:
+        params: A Block (or list of Blocks: layer kinds such as ``'depthwise'`` are then known), a ParameterDict,
+            a list of ParameterDicts (merged), or a list of Parameters. See ``gluon_lr.rules.collect_params``.
+        optimizer: An optimizer name or ``mx.optimizer.Optimizer``, as for ``gluon.Trainer``.
+        optimizer_params: Keyword arguments of the optimizer, as for ``gluon.Trainer``.
+        kvstore: As for ``gluon.Trainer``. A string with one context and ``update_on_kvstore=True`` works here
+            (stock Trainer crashes); the kvstore is then created for that one context.
+        compression_params: As for ``gluon.Trainer``.
+        update_on_kvstore: As for ``gluon.Trainer``.
+        rules: ``gluon_lr.Rule`` objects, applied in order.
+
+    Raises:
+        ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type.
+        DuplicateParameterError: two different Parameters share a name.
+        RuleMatchError: a rule selects nothing, or selects by a kind that needs the Block.
+        MultiplierError: a Parameter carries an invalid lr_mult/wd_mult.
+        KVStoreConfigError: ``update_on_kvstore=True`` with ``kvstore=None``.
+
+    Example:
+        >>> net = mx.gluon.model_zoo.vision.resnet18_v1(classes=10)
+        >>> net.initialize()
+        >>> trainer = LrTrainer(net, "sgd", {"learning_rate": 0.1, "momentum": 0.9},
+        ...                     rules=[Rule("*", lr_mult=0.1), Rule("resnetv10_dense0_*", lr_mult=1.0),
+        ...                            Rule("norm", wd_mult=0.0), Rule("bias", wd_mult=0.0)])
+        >>> trainer.set_lr_mult({"resnetv10_conv0_weight": 0.0})
+        >>> print(trainer.explain())
+
+    Note:
+        Change multipliers with ``set_lr_mult``/``set_wd_mult``: a direct edit of ``Parameter.lr_mult`` after the
+        trainer is built is overwritten the next time the table is applied, and never reaches kvstore servers.
+        Mixed float16 parameters with ``multi_precision=True`` keep float32 master weights (MXNet's behaviour).
+    """
+
+    def __init__(self, params, optimizer, optimizer_params=None, kvstore="device", compression_params=None,
+                 update_on_kvstore=None, rules=()):
+        if not isinstance(rules, (list, tuple)):
+            raise ParamsTypeError(f"rules must be a list of gluon_lr.Rule, got {type(rules).__name__}; "
+                                  f"pass e.g. rules=[Rule('*_bias', wd_mult=0.0)].")
+        if kvstore is None and update_on_kvstore:
+            raise KVStoreConfigError("update_on_kvstore=True needs a kvstore, got kvstore=None; pass kvstore='device' "
+                                     "(or 'local'), or leave update_on_kvstore=None to update on the workers.")
+        param_list, kinds = _rules.collect_params(params)
+        matched = _rules.match_rules(rules, kinds)
+        base = {p.name: (_rules.check_multiplier(p.lr_mult, f"Parameter {p.name!r}.lr_mult"),
+                         _rules.check_multiplier(p.wd_mult, f"Parameter {p.name!r}.wd_mult")) for p in param_list}
+        super().__init__(param_list, optimizer, optimizer_params, kvstore, compression_params, update_on_kvstore)
+        self._names = [p.name for p in self._params]
+        self._kinds = kinds
+        self._base = base
+        self._rules = tuple(rules)
+        self._matched = matched
+        self._explicit = {"lr_mult": {}, "wd_mult": {}}
+        self._table = self._resolve(self._explicit)
+        self._apply_table()
+
+    # ----------------------------------------------------------------------------------------------- the table
+    @property
+    def lr_mult(self) -> Mapping[str, float]:
+        """Read-only mapping name -> resolved lr_mult, in the optimizer's index order."""
+        return types.MappingProxyType({name: entry.lr_mult for name, entry in self._table.items()})
+
+    @property
+    def wd_mult(self) -> Mapping[str, float]:
+        """Read-only mapping name -> resolved wd_mult, in the optimizer's index order."""
+        return types.MappingProxyType({name: entry.wd_mult for name, entry in self._table.items()})
+
+    @property
+    def rules(self) -> tuple:
+        """The rules given to the constructor, in order."""
+        return self._rules
+
+    def set_lr_mult(self, lr_mult: Mapping[str, float], replace: bool = False) -> None:
+        """Set explicit learning-rate multipliers; they override rules and Parameter attributes.
+
+        Args:
+            lr_mult: name -> multiplier (finite, >= 0). Names are the trainer's parameter names.
+            replace: If True, clear earlier explicit lr multipliers first (rules and attributes stay).
+                If False (default), earlier calls are kept: ``set_lr_mult({'a': .1}); set_lr_mult({'b': .1})``
+                keeps both.
+
+        Raises:
+            ParamsTypeError: ``lr_mult`` is not a mapping with string keys.
+            UnknownParameterError: a name is not one of the trainer's parameters (the nearest names are listed).
+            MultiplierError: a value is negative, NaN, infinite or not a number.
+            On any error the table is left exactly as it was.
+
+        Example:
+            >>> trainer.set_lr_mult({"dense0_weight": 10.0, "dense0_bias": 10.0})
+        """
+        self._set_explicit("lr_mult", lr_mult, replace)
+
+    def set_wd_mult(self, wd_mult: Mapping[str, float], replace: bool = False) -> None:
+        """Set explicit weight-decay multipliers; they override rules and Parameter attributes.
+
+        Args:
+            wd_mult: name -> multiplier (finite, >= 0).
+            replace: If True, clear earlier explicit wd multipliers first; if False (default) keep them.
+
+        Raises:
+            ParamsTypeError: ``wd_mult`` is not a mapping with string keys.
+            UnknownParameterError: a name is not one of the trainer's parameters (the nearest names are listed).
+            MultiplierError: a value is negative, NaN, infinite or not a number.
+            On any error the table is left exactly as it was.
+
+        Example:
+            >>> trainer.set_wd_mult({"dense0_bias": 0.0})
+        """
+        self._set_explicit("wd_mult", wd_mult, replace)
+
+    def _set_explicit(self, field: str, values: Mapping[str, float], replace: bool, source: str = "") -> None:
+        """Validate ``values`` completely, then resolve and apply the new table (all or nothing)."""
+        checked = self._checked_values(f"set_{field}", values, field)
+        explicit = {key: dict(table) for key, table in self._explicit.items()}
+        if replace:
+            explicit[field].clear()
+        explicit[field].update({name: (value, source or f"set_{field}") for name, value in checked.items()})
+        table = self._resolve(explicit)
+        self._explicit, self._table = explicit, table
+        self._apply_table()
+
+    def _checked_values(self, what: str, values, field: str) -> dict:
+        """name -> float after checking the mapping's type, every name and every value."""
+        if not isinstance(values, Mapping) or not all(isinstance(k, str) for k in values):
+            raise ParamsTypeError(f"{what} expects a mapping of parameter name (str) -> float, got "
+                                  f"{type(values).__name__} {values!r:.80}; pass e.g. {{'{self._names[0]}': 0.1}}.")
+        unknown = [name for name in values if name not in self._table]
+        if unknown:
+            near = {name: _rules._nearest(name, self._names)[:3] for name in unknown[:5]}
+            raise UnknownParameterError(f"{what}: {len(unknown)} unknown parameter name(s) {unknown[:5]}; this "
+                                        f"trainer has {len(self._names)} parameters, nearest names: {near}. "
+                                        f"Use names from trainer.{field}.keys().")
+        return {name: _rules.check_multiplier(v, f"{what}: {field} of {name!r}") for name, v in values.items()}
+
+    def _resolve(self, explicit) -> dict:
+        """The resolved table for the given explicit values (see ``gluon_lr.rules.resolve``)."""
+        return _rules.resolve(self._names, self._base, self._rules, self._matched, explicit)
+
+    def _apply_table(self) -> None:
+        """Push the resolved table everywhere MXNet reads it, as one dictionary each.
+
+        - each Parameter's ``lr_mult``/``wd_mult`` (read first by Gluon's optimizer through ``param_dict``);
+        - every optimizer object this trainer holds (its own, its updaters', a local kvstore's), index-keyed via
+          ``set_lr_mult``/``set_wd_mult`` with the FULL table, since those calls rebuild the dict from scratch.
+          The index-keyed table is what a dist kvstore server sees: it receives the optimizer pickled without
+          ``param_dict`` when the kvstore is initialised.
+        """
+        lr = {i: self._table[name].lr_mult for i, name in enumerate(self._names)}
+        wd = {i: self._table[name].wd_mult for i, name in enumerate(self._names)}
+        for i, param in enumerate(self._params):
+            param.lr_mult, param.wd_mult = lr[i], wd[i]
+        for optimizer in self._optimizers():
+            optimizer.set_lr_mult(dict(lr))
+            optimizer.set_wd_mult(dict(wd))
+
+    def _optimizers(self) -> list:
+        """Every distinct optimizer object this trainer (and a local kvstore) holds."""
+        found = [self._optimizer] + [updater.optimizer for updater in self._updaters]
+        kvstore = getattr(self, "_kvstore", None)
+        kv_updater = getattr(kvstore, "_updater", None) if kvstore else None
+        if kv_updater is not None:
+            found.append(kv_updater.optimizer)
+        unique = {id(optimizer): optimizer for optimizer in found}
+        return list(unique.values())
+
+    # ---------------------------------------------------------------------------------- optimizer and kvstore
+    def _init_optimizer(self, optimizer, optimizer_params):
+        """Create the optimizer as Gluon does, then cap its aggregation size."""
+        super()._init_optimizer(optimizer, optimizer_params)
+        self._cap_aggregation()
+
+    def _cap_aggregation(self) -> None:
+        """Cap ``aggregate_num`` of every optimizer at 60: MXNet's ``multi_*`` updates segfault above that."""
+        for optimizer in self._optimizers():
+            optimizer.aggregate_num = min(optimizer.aggregate_num, _MAX_AGGREGATE)
+
+    def _init_kvstore(self):
+        """Create the kvstore as Gluon does, but make one context + kvstore string + update_on_kvstore=True work.
+
+        Stock Gluon drops the kvstore for a single context and then calls ``None.is_capable``; here the kvstore is
+        created explicitly for that case. The table is re-applied afterwards (a kvstore may hold the optimizer).
+        """
+        config = self._kvstore_params
+        kvstore = config["kvstore"]
+        single = isinstance(kvstore, str) and "dist" not in kvstore and len(self._contexts) == 1
+        if single and config["update_on_kvstore"]:
+            self._kvstore_params = dict(config, kvstore=mx.kv.create(kvstore))
+        try:
+            super()._init_kvstore()
+        finally:
+            self._kvstore_params = config
+        self._cap_aggregation()
+        self._apply_table()
+
+    # ------------------------------------------------------------------------------------------------ updates
+    def _update(self, ignore_stale_grad=False):
+        """One parameter update: the single place to add a step before or after the stock update loop.
+
+        Subclasses and branches wrap ``self._apply_updates(ignore_stale_grad)`` here (e.g. snapshot weights and
+        optimizer state before, restore masked elements after). With ``update_on_kvstore=True`` the weights were
+        already updated in ``_allreduce_grads`` (push/pull on the kvstore) and ``_apply_updates`` only checks for
+        stale gradients.
+        """
+        self._apply_updates(ignore_stale_grad)
+
+    def _apply_updates(self, ignore_stale_grad=False):
+        """The stock Gluon update loop (one updater call per context)."""
+        super()._update(ignore_stale_grad)
