@@ -8,35 +8,46 @@ and lose its states (momentum, moments, update counts).
 
 The mechanism here: a server unpickles whatever a worker sends through ``KVStore._send_command_to_servers`` and
 hands the result to ``set_optimizer`` (``mxnet/kvstore/kvstore_server.py``). A worker therefore sends a
-:class:`_Command` whose unpickling runs a function of this module ON THE SERVER: it changes the server's live
+:class:`_Command` whose unpickling runs ``_dist_server.on_server`` ON THE SERVER: it changes the server's live
 optimizer in place (index-keyed ``lr_mult``/``wd_mult`` tables, ``lr``, ``wd``) and returns that same object. The
 live optimizer's ``create_state_multi_precision`` is wrapped so that it hands back the state it created before;
 the new Updater that ``set_optimizer`` builds thus takes over every old state object and continues exactly.
+The server code travels as source with each command (a server runs inside ``import mxnet``, where importing
+gluon_lr would be circular), so servers need no gluon_lr installed.
 
 Freezing needs nothing on the servers: ``grad_req='null'`` stops the push of that key, so the server neither
 updates the weight nor touches its state or update count; unfreezing resumes the push.
 
-Servers must be able to import ``gluon_lr`` (same version as the workers). Server-side failures cannot travel back
-to the worker: they are printed to the server's stderr (``ModuleNotFoundError: No module named 'gluon_lr'``, ...).
+Server-side failures cannot travel back to the worker: they are printed to the server's stderr; a failed save is
+detected on the worker (a server's part file is missing).
 """
 import glob
-import logging
+import hashlib
 import os
 import pickle
 import tempfile
 import uuid
 import weakref
+from pathlib import Path
 
 from mxnet.kvstore.kvstore import KVStore, _get_kvstore_server_command_type
 
+from .errors import LrTrainerError, StatesFileError
+
 __all__ = []
 
-_LIVE = {}  # server process only: 'optimizer' -> the live optimizer, 'states' -> {index: state}
+_SERVER_SOURCE = Path(__file__).with_name("_dist_server.py").read_text(encoding="ascii")
+_SERVER_MODULE = "_gluon_lr_dist_server_" + hashlib.sha1(_SERVER_SOURCE.encode()).hexdigest()[:12]
+# Evaluated on a server: execute the shipped source into a module once, and return its ``on_server``.
+_BOOT = ("(lambda sys: sys.modules[name].on_server if name in sys.modules else (lambda m: (exec(compile(source, "
+         "name, 'exec'), m.__dict__), sys.modules.__setitem__(name, m), m.on_server)[2])"
+         "(__import__('types').ModuleType(name)))(__import__('sys'))")
 _BIGARRAY_BOUND = 1000000  # MXNet's default MXNET_KVSTORE_BIGARRAY_BOUND: larger arrays are sliced over servers
 
 
-class DistributedError(ValueError):
-    """A distributed-kvstore operation of gluon_lr cannot be carried out as asked."""
+class DistributedError(LrTrainerError, ValueError):
+    """A distributed-kvstore operation of gluon_lr cannot be carried out as asked (states sliced over servers,
+    a folder the servers cannot write, ...)."""
 
 
 # --------------------------------------------------------------------------------------------- worker side
@@ -92,6 +103,28 @@ def _send(kv, command) -> None:
     kv._send_command_to_servers(_get_kvstore_server_command_type("kController"), body)
 
 
+class _Boot:
+    """Unpickles, on a server, to ``on_server`` of ``_dist_server.py`` (shipped as source: see that module)."""
+
+    def __reduce__(self):
+        return eval, (_BOOT, {"name": _SERVER_MODULE, "source": _SERVER_SOURCE})
+
+    def __call__(self, kind: str, *args):
+        """Run the command in this process (what a server does after unpickling)."""
+        from . import _dist_server
+        return _dist_server.on_server(kind, *args)
+
+
+class _Command:
+    """A message to the servers; unpickling it there runs ``_dist_server.on_server(kind, *args)``."""
+
+    def __init__(self, kind: str, *args):
+        self.kind, self.args = kind, args
+
+    def __reduce__(self):
+        return _Boot(), (self.kind,) + tuple(self.args)
+
+
 class _WorkerView:
     """What ``Trainer.load_states`` reads as ``kvstore._updater.optimizer`` on a worker."""
 
@@ -124,7 +157,7 @@ class _ServerStatesKVStore(KVStore):
             with open(path, "rb") as fin:
                 loaded = pickle.load(fin)
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as err:
-            raise DistributedError(f"States file '{fname}' could not be read for the kvstore servers: {err!r}. "
+            raise StatesFileError(f"States file '{fname}' could not be read for the kvstore servers: {err!r}. "
                                    f"Pass a file written by Trainer.save_states.") from None
         _check_loadable(loaded, fname)
         _send(self, _Command("load", path))
@@ -140,7 +173,7 @@ def _expected_servers() -> int:
 def _check_loadable(loaded, fname) -> None:
     states = loaded[0] if isinstance(loaded, tuple) else loaded
     if not isinstance(states, dict):
-        raise DistributedError(f"States file '{fname}' holds a {type(states).__name__}, expected the dict of "
+        raise StatesFileError(f"States file '{fname}' holds a {type(states).__name__}, expected the dict of "
                                f"optimizer states that Trainer.save_states writes. Pass such a file.")
     if _expected_servers() > 1:
         big = [i for i, s in states.items() if any(a.size >= _bound() for a in _arrays(s))]
@@ -165,8 +198,7 @@ def _merge_parts(parts: list, fname) -> tuple:
     if len(parts) != _expected_servers():
         raise DistributedError(f"Saving '{fname}': {len(parts)} of {_expected_servers()} kvstore servers wrote "
                                f"their states to {os.path.dirname(os.path.abspath(fname))}. The folder must be "
-                               f"writable by every server (a shared filesystem across machines), and servers "
-                               f"must import gluon_lr; see the servers' stderr.")
+                               f"writable by every server (a shared filesystem across machines); see the servers' stderr.")
     states, optimizers = {}, []
     for part in parts:
         with open(part, "rb") as fin:
@@ -207,78 +239,3 @@ def _write_atomic(path, data: bytes) -> None:
         raise
 
 
-# --------------------------------------------------------------------------------------------- server side
-class _Command:
-    """A worker-side message; unpickling it on a server runs ``_on_server(kind, *args)`` there."""
-
-    def __init__(self, kind: str, *args):
-        self.kind, self.args = kind, args
-
-    def __reduce__(self):
-        return _on_server, (self.kind,) + tuple(self.args)
-
-
-def _on_server(kind, *args):
-    """Run on a server while it unpickles a :class:`_Command`; returns the optimizer the server keeps using."""
-    if kind == "install":
-        optimizer, settings = args
-        _adopt(optimizer, {})
-        _apply(optimizer, settings)
-    elif kind == "update":
-        optimizer = _LIVE["optimizer"]
-        _apply(optimizer, args[0])
-    elif kind == "save":
-        optimizer = _LIVE["optimizer"]
-        _save_part(*args)
-    elif kind == "load":
-        optimizer = _load(args[0])
-    else:
-        raise ValueError(f"gluon_lr: unknown server command {kind!r}; workers and servers run different versions")
-    logging.info("gluon_lr: %s applied (%d states kept)", kind, len(_LIVE["states"]))
-    return optimizer
-
-
-def _adopt(optimizer, states: dict) -> None:
-    """Make `optimizer` the live one; its state factory hands back states it (or a loaded file) created."""
-    original = type(optimizer).create_state_multi_precision
-
-    def create_state_multi_precision(index, weight):
-        if index not in states:
-            states[index] = original(optimizer, index, weight)
-        return states[index]
-
-    optimizer.create_state_multi_precision = create_state_multi_precision
-    _LIVE.update(optimizer=optimizer, states=states)
-
-
-def _apply(optimizer, settings: dict) -> None:
-    if settings["lr"] is not None:
-        optimizer.lr = settings["lr"]
-    optimizer.wd = settings["wd"]
-    optimizer.lr_mult = dict(settings["lr_mult"])
-    optimizer.wd_mult = dict(settings["wd_mult"])
-
-
-def _save_part(directory: str, token: str) -> None:
-    optimizer = _LIVE["optimizer"]
-    hook = optimizer.__dict__.pop("create_state_multi_precision")
-    try:
-        data = pickle.dumps((_LIVE["states"], optimizer))
-    finally:
-        optimizer.create_state_multi_precision = hook
-    part = os.path.join(directory, f".{token}.{os.getpid()}-{uuid.uuid4().hex}")
-    with open(part, "wb") as fout:
-        fout.write(data)
-    os.replace(part, part + ".part")
-
-
-def _load(path: str):
-    with open(path, "rb") as fin:
-        loaded = pickle.load(fin)
-    if isinstance(loaded, tuple):
-        states, optimizer = loaded
-    else:
-        states, optimizer = loaded, _LIVE["optimizer"]
-        optimizer.__dict__.pop("create_state_multi_precision", None)
-    _adopt(optimizer, states)
-    return optimizer

@@ -5,6 +5,7 @@ from typing import Mapping
 import mxnet as mx
 from mxnet import gluon
 
+from . import _dist
 from . import rules as _rules
 from .errors import KVStoreConfigError, ParamsTypeError, UnknownParameterError
 
@@ -219,6 +220,12 @@ class LrTrainer(gluon.Trainer):
             self._kvstore_params = config
         self._cap_aggregation()
         self._apply_table()
+        _dist.attach(self)  # dist kvstore with update_on_kvstore: install optimizer + table on the servers
+
+    def _allreduce_grads(self):
+        """Push (and pull) as Gluon does; first send changed lr/wd/multipliers to dist kvstore servers, if any."""
+        _dist.sync(self)
+        super()._allreduce_grads()
 
     # ------------------------------------------------------------------------------------------------ updates
     def _update(self, ignore_stale_grad=False):

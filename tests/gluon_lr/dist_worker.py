@@ -1,0 +1,199 @@
+"""Training recipes run by each worker of a local dist kvstore cluster, and by the single-process reference.
+
+Run as ``python -m tests.gluon_lr.dist_worker SCENARIO OUT_DIR [OPTIMIZER UPDATE_ON_KVSTORE]``; every worker writes
+``OUT_DIR/rank{r}.npz`` with the weights after each step (``step{k}/{name}``).
+"""
+import sys
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+BATCH = 4  # samples per worker and step; the single-process reference takes both workers' batches together
+STEPS = 7
+OPTIMIZERS = {
+    "sgd": {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01},
+    "adam": {"learning_rate": 0.01, "wd": 0.01},
+}
+
+
+def build_net(seed: int = 7) -> gluon.nn.Sequential:
+    """A seeded two-layer MLP with parameters net_d0_weight, net_d0_bias, net_d1_weight, net_d1_bias."""
+    mx.random.seed(seed)
+    net = gluon.nn.Sequential(prefix="net_")
+    with net.name_scope():
+        net.add(gluon.nn.Dense(4, in_units=3, activation="tanh", prefix="d0_"))
+        net.add(gluon.nn.Dense(2, in_units=4, prefix="d1_"))
+    net.initialize(mx.init.Uniform(0.5))
+    return net
+
+
+def batch(step: int, rank: int) -> tuple:
+    """The data worker `rank` sees at `step` (deterministic)."""
+    rng = np.random.RandomState(1000 * step + rank)
+    return mx.nd.array(rng.randn(BATCH, 3)), mx.nd.array(rng.randn(BATCH, 2))
+
+
+def reference_batch(step: int, num_workers: int = 2) -> tuple:
+    """Every worker's batch of `step`, concatenated in rank order (the single-process run's batch)."""
+    parts = [batch(step, rank) for rank in range(num_workers)]
+    return mx.nd.concat(*[x for x, _ in parts], dim=0), mx.nd.concat(*[y for _, y in parts], dim=0)
+
+
+def make_trainer(net, optimizer: str, kvstore, update_on_kvstore):
+    """LrTrainer with rules and an explicit multiplier (the table the recipe starts from)."""
+    from gluon_lr import LrTrainer, Rule
+    trainer = LrTrainer(net, optimizer, dict(OPTIMIZERS[optimizer]), kvstore=kvstore,
+                        update_on_kvstore=update_on_kvstore,
+                        rules=[Rule("net_d0_weight", lr_mult=0.1), Rule("*_bias", wd_mult=0.0)])
+    trainer.set_lr_mult({"net_d1_bias": 3.0})
+    return trainer
+
+
+def one_step(net, trainer, x, y, global_batch: int) -> None:
+    """Forward, backward and ``trainer.step(global_batch)``."""
+    with autograd.record():
+        loss = gluon.loss.L2Loss()(net(x), y).sum()
+    loss.backward()
+    trainer.step(global_batch)
+
+
+def before_step(step: int, net, trainer) -> None:
+    """The recipe's mid-training changes, made by every process just before `step`."""
+    params = net.collect_params()
+    if step == 3:
+        trainer.set_learning_rate(0.05)
+    if step == 4:
+        params["net_d0_weight"].grad_req = "null"  # freeze: no gradient, no push, no update
+    if step == 5:
+        trainer.set_lr_mult({"net_d1_weight": 0.5})
+    if step == 6:
+        params["net_d0_weight"].grad_req = "write"  # unfreeze
+
+
+def snapshot(net, step: int, into: dict) -> None:
+    """Record every weight after `step` as ``step{step}/{name}``."""
+    for name, param in net.collect_params().items():
+        into[f"step{step}/{name}"] = param.data().asnumpy().copy()
+
+
+def run_recipe(net, trainer, data, global_batch: int, first: int = 1, last: int = STEPS, hook=None) -> dict:
+    """Steps `first`..`last` of the recipe; `data(step)` gives (x, y); `hook(step)` runs after each step."""
+    record = {}
+    for step in range(first, last + 1):
+        before_step(step, net, trainer)
+        one_step(net, trainer, *data(step), global_batch)
+        snapshot(net, step, record)
+        if hook is not None:
+            hook(step)
+    return record
+
+
+# ---------------------------------------------------------------------------------------------- scenarios
+def scenario_stock(out: Path, kvstore: str) -> dict:
+    """Stock gluon.Trainer, plain SGD, weight lr_mult 0 / bias lr_mult 2 set on the Parameters; 2 steps."""
+    kv = mx.kv.create(kvstore)
+    net = gluon.nn.Dense(2, in_units=3, prefix="lin_")
+    net.initialize(mx.init.One())
+    net.weight.lr_mult, net.bias.lr_mult = 0.0, 2.0
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore=kv)
+    record = {}
+    for step in (1, 2):
+        x = mx.nd.ones((BATCH, 3)) * (kv.rank + step)
+        with autograd.record():
+            loss = net(x).sum()
+        loss.backward()
+        trainer.step(2 * BATCH)
+        snapshot(net, step, record)
+    return kv.rank, record
+
+
+def scenario_recipe(out: Path, kvstore: str, optimizer: str, update_on_kvstore: str) -> dict:
+    """The full recipe with LrTrainer on a dist kvstore; rank 0 saves params and states after step 5."""
+    kv = mx.kv.create(kvstore)
+    net = build_net()
+    trainer = make_trainer(net, optimizer, kv, update_on_kvstore == "True")
+
+    def save(step):
+        if step == 5 and kv.rank == 0:
+            net.save_parameters(str(out / "step5.params"))
+            trainer.save_states(str(out / "step5.states"))
+
+    return kv.rank, run_recipe(net, trainer, lambda step: batch(step, kv.rank), 2 * BATCH, hook=save)
+
+
+def scenario_resume(out: Path, kvstore: str, optimizer: str, update_on_kvstore: str) -> dict:
+    """A fresh job: load step-5 params and states saved by `scenario_recipe`, run steps 6..7."""
+    kv = mx.kv.create(kvstore)
+    net = build_net(seed=123)  # different init: everything must come from the files
+    net.load_parameters(str(out / "step5.params"))
+    trainer = make_trainer(net, optimizer, kv, update_on_kvstore == "True")
+    trainer.set_lr_mult({"net_d1_weight": 0.5})  # the table as it was at step 5
+    trainer.load_states(str(out / "step5.states"))
+    return kv.rank, run_recipe(net, trainer, lambda step: batch(step, kv.rank), 2 * BATCH, first=6)
+
+
+def scenario_async(out: Path, kvstore: str) -> dict:
+    """LrTrainer on a linear model whose gradients do not depend on the weights (plain SGD), so that the result
+    of dist_async does not depend on the order in which the servers apply the pushes; a barrier separates the
+    phases of a learning-rate and multiplier change."""
+    from gluon_lr import LrTrainer
+    kv = mx.kv.create(kvstore)
+    net = gluon.nn.Dense(2, in_units=3, prefix="lin_")
+    net.initialize(mx.init.One())
+    trainer = LrTrainer(net, "sgd", {"learning_rate": 0.1}, kvstore=kv)
+    trainer.set_lr_mult({"lin_weight": 0.5, "lin_bias": 2.0})
+    record = {}
+    for step in (1, 2, 3, 4):
+        if step == 3:
+            mx.nd.waitall()
+            kv._barrier()  # every push of steps 1-2 has been applied on the servers
+            trainer.set_learning_rate(0.01)
+            trainer.set_lr_mult({"lin_bias": 0.0})
+        x = mx.nd.ones((BATCH, 3)) * (kv.rank + step)
+        with autograd.record():
+            loss = net(x).sum()
+        loss.backward()
+        trainer.step(2 * BATCH)
+    mx.nd.waitall()
+    kv._barrier()  # the other worker's last push has been applied too
+    trainer._kvstore.pull(0, out=net.weight.data())
+    trainer._kvstore.pull(1, out=net.bias.data())
+    snapshot(net, 4, record)
+    return kv.rank, record
+
+
+def scenario_crash(out: Path) -> dict:
+    """Worker 1 dies with an error after joining the cluster."""
+    kv = mx.kv.create("dist_sync")
+    if kv.rank == 1:
+        raise RuntimeError("worker 1 fails on purpose")
+    kv._barrier()
+    return kv.rank, {}
+
+
+def scenario_hang(out: Path) -> dict:
+    """Every worker hangs (the harness must kill everything at its deadline)."""
+    import time
+    kv = mx.kv.create("dist_sync")
+    time.sleep(600)
+    return kv.rank, {}
+
+
+def main(argv: list) -> None:
+    """Run one scenario (each returns its kvstore rank and record) and write ``OUT/rank{r}.npz``."""
+    scenario, out = argv[0], Path(argv[1])
+    rank, record = globals()[f"scenario_{scenario}"](out, *argv[2:])
+    np.savez(out / f"rank{rank}.npz", **record)
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except BaseException:  # a failed worker would otherwise hang in the kvstore's finalizer
+        import os
+        import traceback
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
