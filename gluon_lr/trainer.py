@@ -1,18 +1,39 @@
 """LrTrainer: a ``gluon.Trainer`` whose per-parameter lr_mult/wd_mult live in one table that holds everywhere."""
+import os
+import tempfile
 import types
+import warnings
 from typing import Mapping
 
 import mxnet as mx
+import numpy as np
 from mxnet import gluon
 
 from . import _dist
 from . import rules as _rules
-from .errors import KVStoreConfigError, ParamsTypeError, UnknownParameterError
+from . import settings as _settings
+from . import states as _states
+from .explain import Explanation
+from .errors import KVStoreConfigError, MultiplierError, ParamsTypeError, UnknownParameterError
 
 __all__ = ["LrTrainer"]
 
+#: Attributes stored on each Parameter: the multipliers an LrTrainer last applied, and the user's own before that.
+_APPLIED, _OWN = "_gluon_lr_applied", "_gluon_lr_own"
+#: Optimizers that break at lr 0 (lr_mult 0), and how; freeze such parameters with grad_req='null' instead.
+_ZERO_LR_BREAKS = {"ftrl": "sets the weights to 0 (it divides by lr)",
+                   "ftml": "makes the weights NaN (it divides by lr)",
+                   "sgld": "fails in its noise sampler (scale sqrt(lr) must be > 0)"}
 #: MXNet's aggregated ``multi_*`` update operators segfault with more than 60 tensors in one call.
 _MAX_AGGREGATE = 60
+
+
+def _own_multipliers(param: gluon.Parameter) -> tuple:
+    """The Parameter's own (lr_mult, wd_mult): what the user set, not what an earlier LrTrainer applied to it."""
+    current = (param.lr_mult, param.wd_mult)
+    own = getattr(param, _OWN) if getattr(param, _APPLIED, None) == current else current
+    return (_rules.check_multiplier(own[0], f"Parameter {param.name!r}.lr_mult"),
+            _rules.check_multiplier(own[1], f"Parameter {param.name!r}.wd_mult"))
 
 
 class LrTrainer(gluon.Trainer):
@@ -43,7 +64,8 @@ class LrTrainer(gluon.Trainer):
         ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type.
         DuplicateParameterError: two different Parameters share a name.
         RuleMatchError: a rule selects nothing, or selects by a kind that needs the Block.
-        MultiplierError: a Parameter carries an invalid lr_mult/wd_mult.
+        MultiplierError: a Parameter carries an invalid lr_mult/wd_mult, or lr_mult is 0 under FTRL, FTML or SGLD
+            (they break at lr 0: freeze with grad_req='null' instead).
         KVStoreConfigError: ``update_on_kvstore=True`` with ``kvstore=None``.
 
     Example:
@@ -71,8 +93,7 @@ class LrTrainer(gluon.Trainer):
                                      "(or 'local'), or leave update_on_kvstore=None to update on the workers.")
         param_list, kinds = _rules.collect_params(params)
         matched = _rules.match_rules(rules, kinds)
-        base = {p.name: (_rules.check_multiplier(p.lr_mult, f"Parameter {p.name!r}.lr_mult"),
-                         _rules.check_multiplier(p.wd_mult, f"Parameter {p.name!r}.wd_mult")) for p in param_list}
+        base = {p.name: _own_multipliers(p) for p in param_list}
         super().__init__(param_list, optimizer, optimizer_params, kvstore, compression_params, update_on_kvstore)
         self._names = [p.name for p in self._params]
         self._kinds = kinds
@@ -81,6 +102,7 @@ class LrTrainer(gluon.Trainer):
         self._matched = matched
         self._explicit = {"lr_mult": {}, "wd_mult": {}}
         self._table = self._resolve(self._explicit)
+        self._check_table(self._table)
         self._apply_table()
 
     # ----------------------------------------------------------------------------------------------- the table
@@ -111,7 +133,7 @@ class LrTrainer(gluon.Trainer):
         Raises:
             ParamsTypeError: ``lr_mult`` is not a mapping with string keys.
             UnknownParameterError: a name is not one of the trainer's parameters (the nearest names are listed).
-            MultiplierError: a value is negative, NaN, infinite or not a number.
+            MultiplierError: a value is negative, NaN, infinite or not a number; or 0 under FTRL, FTML, SGLD.
             On any error the table is left exactly as it was.
 
         Example:
@@ -145,6 +167,7 @@ class LrTrainer(gluon.Trainer):
             explicit[field].clear()
         explicit[field].update({name: (value, source or f"set_{field}") for name, value in checked.items()})
         table = self._resolve(explicit)
+        self._check_table(table)
         self._explicit, self._table = explicit, table
         self._apply_table()
 
@@ -165,6 +188,14 @@ class LrTrainer(gluon.Trainer):
         """The resolved table for the given explicit values (see ``gluon_lr.rules.resolve``)."""
         return _rules.resolve(self._names, self._base, self._rules, self._matched, explicit)
 
+    def _check_table(self, table) -> None:
+        """Refuse lr_mult 0 under optimizers that break at lr 0 (FTRL, FTML, SGLD)."""
+        name = type(self._optimizer).__name__.lower()
+        zeros = [param for param, entry in table.items() if entry.lr_mult == 0 and name in _ZERO_LR_BREAKS]
+        if zeros:
+            raise MultiplierError(f"lr_mult 0 for {zeros[:5]} under optimizer {name!r}, which {_ZERO_LR_BREAKS[name]}; "
+                                  f"freeze these parameters with grad_req='null' instead, or use a small lr_mult.")
+
     def _apply_table(self) -> None:
         """Push the resolved table everywhere MXNet reads it, as one dictionary each.
 
@@ -177,7 +208,10 @@ class LrTrainer(gluon.Trainer):
         lr = {i: self._table[name].lr_mult for i, name in enumerate(self._names)}
         wd = {i: self._table[name].wd_mult for i, name in enumerate(self._names)}
         for i, param in enumerate(self._params):
+            if getattr(param, _APPLIED, None) != (param.lr_mult, param.wd_mult):
+                setattr(param, _OWN, (param.lr_mult, param.wd_mult))
             param.lr_mult, param.wd_mult = lr[i], wd[i]
+            setattr(param, _APPLIED, (lr[i], wd[i]))
         for optimizer in self._optimizers():
             optimizer.set_lr_mult(dict(lr))
             optimizer.set_wd_mult(dict(wd))
@@ -241,3 +275,111 @@ class LrTrainer(gluon.Trainer):
     def _apply_updates(self, ignore_stale_grad=False):
         """The stock Gluon update loop (one updater call per context)."""
         super()._update(ignore_stale_grad)
+
+    # ------------------------------------------------------------------------------ explain, settings, states
+    def explain(self) -> Explanation:
+        """Why each parameter has its lr_mult and wd_mult: one row per parameter, in index order.
+
+        Returns:
+            An ``Explanation``: ``print()`` it for a table; ``.to_dict()`` gives name -> {shape, kinds, lr_mult,
+            lr_source, wd_mult, wd_source, shadowed}.
+
+        Example:
+            >>> print(trainer.explain())
+        """
+        return Explanation.from_table(self._params, self._table, self._kinds)
+
+    def _param_records(self) -> list:
+        """Per parameter, in index order, what the settings file holds (name, shape, dtype, multipliers, freezing)."""
+        return [{"name": name, "shape": [int(d) for d in (param.shape or ())], "dtype": np.dtype(param.dtype).name,
+                 "lr_mult": self._table[name].lr_mult, "wd_mult": self._table[name].wd_mult,
+                 "frozen": param.grad_req == "null", "masked_elements": 0}
+                for name, param in zip(self._names, self._params)]
+
+    def export_settings(self, path) -> dict:
+        """Write the settings file that ``migrate`` reads (format in the README), atomically.
+
+        Args:
+            path: Destination JSON file (replaced atomically; never a file this trainer reads).
+
+        Returns:
+            The document written.
+
+        Raises:
+            SettingsFileError: the folder is not writable, or the lr scheduler has no representation in the format.
+
+        Example:
+            >>> trainer.export_settings("out/settings.json")
+            >>> gluon_lr.load_settings("out/settings.json")["optimizer"]["name"]
+            'sgd'
+        """
+        document = _settings.settings_document(self._optimizer, self._param_records(), self._optimizer.num_update)
+        _settings.write_json_atomic(path, document)
+        return document
+
+    def save_states(self, fname) -> None:
+        """Save the optimizer states (momentum, ...) AND the multiplier table by parameter name, atomically.
+
+        Args:
+            fname: Destination file; read it back with ``LrTrainer.load_states``.
+
+        Raises:
+            StatesFileError: the folder is not writable.
+
+        Example:
+            >>> trainer.save_states("trainer.states")
+
+        Note:
+            Stock ``gluon.Trainer.save_states`` drops every lr_mult/wd_mult; this file keeps them.
+        """
+        folder = os.path.dirname(os.path.abspath(fname))
+        with tempfile.TemporaryDirectory(dir=folder if os.path.isdir(folder) else None) as tmp:
+            raw_path = os.path.join(tmp, "mx.states")
+            super().save_states(raw_path)
+            with open(raw_path, "rb") as source:
+                raw = source.read()
+        header = [{"name": r["name"], "shape": r["shape"], "lr_mult": r["lr_mult"], "wd_mult": r["wd_mult"]}
+                  for r in self._param_records()]
+        _states.write_states(fname, header, raw)
+
+    def load_states(self, fname) -> list:
+        """Load a file written by ``save_states``: optimizer states by name, and the multiplier table.
+
+        A multiplier in the file that differs from this trainer's resolution becomes an explicit value with source
+        ``load_states`` (``set_lr_mult(..., replace=True)`` clears it). The optimizer object is replaced (MXNet's
+        behaviour), so the table is re-applied to the new one.
+
+        Args:
+            fname: A file written by ``LrTrainer.save_states``.
+
+        Returns:
+            The names in the file that this trainer does not have (their states and multipliers are dropped);
+            a warning lists them too.
+
+        Raises:
+            StatesFileError: the file is missing, corrupt, foreign (e.g. a stock Trainer states file), or a state's
+                shape does not fit the parameter of the same name. The trainer is unchanged then.
+
+        Example:
+            >>> missing = trainer.load_states("trainer.states")
+        """
+        header, raw = _states.read_states(fname)
+        old_names = [p["name"] for p in header]
+        raw = _states.remap_states(fname, raw, old_names, self._params)
+        restored = {field: {p["name"]: p[field] for p in header if p["name"] in self._table
+                            and p[field] != getattr(self._table[p["name"]], field)}
+                    for field in ("lr_mult", "wd_mult")}
+        with tempfile.TemporaryDirectory() as tmp:
+            raw_path = os.path.join(tmp, "mx.states")
+            with open(raw_path, "wb") as out:
+                out.write(raw)
+            super().load_states(raw_path)
+        self._cap_aggregation()
+        for field, values in restored.items():
+            self._set_explicit(field, values, replace=False, source="load_states")
+        self._apply_table()
+        missing = [name for name in old_names if name not in self._table]
+        if missing:
+            warnings.warn(f"load_states({str(fname)!r}): {len(missing)} parameter(s) in the file are not in this "
+                          f"trainer and were skipped: {missing[:10]}")
+        return missing
