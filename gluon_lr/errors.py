@@ -47,3 +47,7 @@ class SettingsFileError(LrTrainerError, ValueError):
 
 class StatesFileError(LrTrainerError, ValueError):
     """A trainer states file is missing, corrupt, foreign, or does not fit this trainer."""
+
+
+class MaskError(LrTrainerError, ValueError):
+    """An element mask is not an array of 0/1 of the parameter's shape, or cannot apply (parameter frozen whole)."""

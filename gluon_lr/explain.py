@@ -1,10 +1,11 @@
 """The explanation table: one row per parameter with its resolved multipliers and where each came from."""
 import dataclasses
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 __all__ = ["Explanation", "Row"]
 
-_COLUMNS = ("name", "shape", "kinds", "lr_mult", "lr_source", "wd_mult", "wd_source", "shadowed")
+_COLUMNS = ("name", "shape", "kinds", "lr_mult", "lr_source", "wd_mult", "wd_source", "shadowed", "frozen", "masked",
+            "depth")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,6 +20,9 @@ class Row:
     wd_mult: float
     wd_source: str
     shadowed: tuple
+    frozen: bool = False        # [freeze] frozen whole by LrTrainer.freeze
+    masked: int = 0             # [freeze] number of elements frozen by an element mask
+    depth: Optional[int] = None  # [freeze] layer-decay depth (gluon_lr.layer_decay), None when no decay rule
 
 
 class Explanation:
@@ -41,13 +45,14 @@ class Explanation:
         self.rows = tuple(rows)
 
     @classmethod
-    def from_table(cls, params: Sequence, table: Mapping, kinds: Mapping) -> "Explanation":
+    def from_table(cls, params: Sequence, table: Mapping, kinds: Mapping, freeze: Mapping = None) -> "Explanation":
         """Build the explanation from Parameters, the resolved table and each parameter's ParamKinds.
 
         Args:
             params: The trainer's Parameters, in index order.
             table: name -> ``gluon_lr.rules.Entry``.
             kinds: name -> ``gluon_lr.rules.ParamKinds``.
+            freeze: Optional name -> {frozen, masked, depth} (freezing and layer-decay columns).
 
         Returns:
             The Explanation.
@@ -59,11 +64,12 @@ class Explanation:
         for param in params:
             entry = table[param.name]
             rows.append(Row(param.name, tuple(param.shape or ()), tuple(sorted(kinds[param.name].kinds)),
-                            entry.lr_mult, entry.lr_source, entry.wd_mult, entry.wd_source, entry.shadowed))
+                            entry.lr_mult, entry.lr_source, entry.wd_mult, entry.wd_source, entry.shadowed,
+                            **(freeze or {}).get(param.name, {})))
         return cls(rows)
 
     def to_dict(self) -> dict:
-        """The data: name -> {shape, kinds, lr_mult, lr_source, wd_mult, wd_source, shadowed}, in index order.
+        """The data: name -> {shape, kinds, lr_mult, lr_source, wd_mult, wd_source, shadowed, frozen, masked, depth}.
 
         Returns:
             A JSON-serialisable dict (tuples become lists).
@@ -77,10 +83,12 @@ class Explanation:
 
     def _cells(self) -> list:
         """Every row as a list of strings, header first."""
-        cells = [["name", "shape", "lr_mult", "lr from", "wd_mult", "wd from", "shadowed"]]
+        cells = [["name", "shape", "lr_mult", "lr from", "wd_mult", "wd from", "shadowed", "frozen", "masked", "depth"]]
         for row in self.rows:
             cells.append([row.name, "x".join(map(str, row.shape)) or "-", f"{row.lr_mult:g}", row.lr_source,
-                          f"{row.wd_mult:g}", row.wd_source, "; ".join(row.shadowed) or "-"])
+                          f"{row.wd_mult:g}", row.wd_source, "; ".join(row.shadowed) or "-",
+                          "yes" if row.frozen else "-", str(row.masked) if row.masked else "-",
+                          "-" if row.depth is None else str(row.depth)])
         return cells
 
     def __str__(self) -> str:

@@ -82,8 +82,8 @@ def read_states(path) -> tuple:
     try:
         size = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "big")
         header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + size].decode())
-        params = [{"name": str(p["name"]), "shape": list(p["shape"]), "lr_mult": float(p["lr_mult"]),
-                   "wd_mult": float(p["wd_mult"])} for p in header["params"]]
+        params = [dict(p, name=str(p["name"]), shape=list(p["shape"]), lr_mult=float(p["lr_mult"]),
+                       wd_mult=float(p["wd_mult"])) for p in header["params"]]  # other keys (freeze) pass through
     except (ValueError, KeyError, TypeError) as exc:
         raise StatesFileError(f"States file {str(path)!r} has a corrupt header ({type(exc).__name__}: {exc}); the "
                               f"file is damaged or truncated: save the states again.") from None

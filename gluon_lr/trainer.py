@@ -10,11 +10,12 @@ import numpy as np
 from mxnet import gluon
 
 from . import _dist
+from . import freeze as _freeze
 from . import rules as _rules
 from . import settings as _settings
 from . import states as _states
 from .explain import Explanation
-from .errors import KVStoreConfigError, MultiplierError, ParamsTypeError, UnknownParameterError
+from .errors import KVStoreConfigError, MaskError, MultiplierError, ParamsTypeError, UnknownParameterError
 
 __all__ = ["LrTrainer"]
 
@@ -104,6 +105,7 @@ class LrTrainer(gluon.Trainer):
         self._table = self._resolve(self._explicit)
         self._check_table(self._table)
         self._apply_table()
+        self._freezer = _freeze.Freezer(self._params, kinds)  # [freeze] freezing state, see gluon_lr/freeze.py
 
     # ----------------------------------------------------------------------------------------------- the table
     @property
@@ -254,6 +256,8 @@ class LrTrainer(gluon.Trainer):
             self._kvstore_params = config
         self._cap_aggregation()
         self._apply_table()
+        if self._update_on_kvstore:  # [freeze] element masks must be applied where the kvstore updates
+            self._freezer.wrap_kvstore(self._kvstore, self._names)
         _dist.attach(self)  # dist kvstore with update_on_kvstore: install optimizer + table on the servers
 
     def _allreduce_grads(self):
@@ -270,7 +274,9 @@ class LrTrainer(gluon.Trainer):
         already updated in ``_allreduce_grads`` (push/pull on the kvstore) and ``_apply_updates`` only checks for
         stale gradients.
         """
+        saved = self._freezer.before_update(self._params, self._updaters, bool(self._update_on_kvstore))  # [freeze]
         self._apply_updates(ignore_stale_grad)
+        self._freezer.after_update(saved)  # [freeze] restore masked elements and held norm statistics
 
     def _apply_updates(self, ignore_stale_grad=False):
         """The stock Gluon update loop (one updater call per context)."""
@@ -287,13 +293,25 @@ class LrTrainer(gluon.Trainer):
         Example:
             >>> print(trainer.explain())
         """
-        return Explanation.from_table(self._params, self._table, self._kinds)
+        return Explanation.from_table(self._params, self._table, self._kinds, self._freeze_columns())  # [freeze]
+
+    def _freeze_columns(self) -> dict:
+        """[freeze] name -> {frozen, masked, depth} for explain(): depth is that of the last layer_decay rule."""
+        masked = self._freezer.masked_elements
+        columns = {name: {"frozen": name in self._freezer.frozen, "masked": masked.get(name, 0), "depth": None}
+                   for name in self._names}
+        for rule, hits in zip(self._rules, self._matched):
+            if getattr(rule, "depth", None) is not None:
+                for name in hits:
+                    columns[name]["depth"] = rule.depth
+        return columns
 
     def _param_records(self) -> list:
         """Per parameter, in index order, what the settings file holds (name, shape, dtype, multipliers, freezing)."""
         return [{"name": name, "shape": [int(d) for d in (param.shape or ())], "dtype": np.dtype(param.dtype).name,
                  "lr_mult": self._table[name].lr_mult, "wd_mult": self._table[name].wd_mult,
-                 "frozen": param.grad_req == "null", "masked_elements": 0}
+                 "frozen": param.grad_req == "null",
+                 "masked_elements": self._freezer.masked_elements.get(name, 0)}
                 for name, param in zip(self._names, self._params)]
 
     def export_settings(self, path) -> dict:
@@ -338,8 +356,9 @@ class LrTrainer(gluon.Trainer):
             super().save_states(raw_path)
             with open(raw_path, "rb") as source:
                 raw = source.read()
-        header = [{"name": r["name"], "shape": r["shape"], "lr_mult": r["lr_mult"], "wd_mult": r["wd_mult"]}
-                  for r in self._param_records()]
+        freeze = self._freezer.records()  # [freeze] frozen, mask, hold_norm_stats by name
+        header = [{"name": r["name"], "shape": r["shape"], "lr_mult": r["lr_mult"], "wd_mult": r["wd_mult"],
+                   **freeze[r["name"]]} for r in self._param_records()]
         _states.write_states(fname, header, raw)
 
     def load_states(self, fname) -> list:
@@ -369,7 +388,8 @@ class LrTrainer(gluon.Trainer):
         restored = {field: {p["name"]: p[field] for p in header if p["name"] in self._table
                             and p[field] != getattr(self._table[p["name"]], field)}
                     for field in ("lr_mult", "wd_mult")}
-        with tempfile.TemporaryDirectory() as tmp:
+        folder = os.path.dirname(os.path.abspath(fname))  # next to fname: dist kvstore servers read it from there
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
             raw_path = os.path.join(tmp, "mx.states")
             with open(raw_path, "wb") as out:
                 out.write(raw)
@@ -378,8 +398,88 @@ class LrTrainer(gluon.Trainer):
         for field, values in restored.items():
             self._set_explicit(field, values, replace=False, source="load_states")
         self._apply_table()
+        self._freezer.load_records(header)  # [freeze] frozen set and masks, by name
         missing = [name for name in old_names if name not in self._table]
         if missing:
             warnings.warn(f"load_states({str(fname)!r}): {len(missing)} parameter(s) in the file are not in this "
                           f"trainer and were skipped: {missing[:10]}")
         return missing
+
+    # ------------------------------------------------------------------------- [freeze] freezing (gluon_lr/freeze.py)
+    def freeze(self, select, mask=None, hold_norm_stats: bool = True) -> list:
+        """Freeze parameters (or, with ``mask``, elements of one parameter) so that nothing about them changes.
+
+        A frozen parameter gets ``grad_req='null'``: no gradient is computed for it, its value, every optimizer
+        state array and its update count stay bit-identical, weight decay does not touch it. The running
+        statistics of a norm layer whose trainable parameters are all frozen are held fixed as well (restored at
+        every step, also under ``autograd.record(train_mode=True)``) unless ``hold_norm_stats=False``.
+
+        Args:
+            select: What to freeze: an exact name, a Rule selector (glob, ``'re:<regex>'``, ``'bias'``, ``'norm'``,
+                ...), a Rule, a Parameter, a Block, or a list of those.
+            mask: Optional array of 0/1 with the shape of the ONE selected parameter: elements where it is 1 are
+                frozen (they and their optimizer state stay bit-identical), the others update as usual. Call again
+                with a new mask to change it (every step if you like).
+            hold_norm_stats: Hold the running statistics of norm layers whose parameters this call leaves all
+                frozen (default True); False lets them run.
+
+        Returns:
+            The names frozen (or masked) by this call, in index order.
+
+        Raises:
+            ParamsTypeError: ``select`` is of another type.
+            UnknownParameterError: a Parameter or Block is not this trainer's.
+            RuleMatchError: a selector matches nothing.
+            MaskError: ``mask`` does not fit: not 0/1, wrong shape, several parameters selected, the parameter is
+                frozen whole, or a dist kvstore updates on its servers.
+
+        Example:
+            >>> trainer.freeze(net.features)                       # the whole backbone
+            >>> trainer.freeze("dense0_weight", mask=m)           # only the elements where m == 1
+
+        Note:
+            ``lr_mult=0`` does NOT freeze: MXNet's momentum and Adam moments keep moving such a weight.
+        """
+        names = self._freezer.select(select)
+        if mask is None:
+            self._freezer.freeze(names, hold_norm_stats)
+            return names
+        if len(names) != 1:
+            raise MaskError(f"freeze(mask=...) needs exactly one parameter, {select!r:.60} selects {len(names)} "
+                            f"({names[:3]}...); call freeze(name, mask=m) once per parameter.")
+        kvstore = self._kvstore_params["kvstore"]
+        kv_type = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")
+        if "dist" in str(kv_type) and self._kvstore_params["update_on_kvstore"] is not False:
+            raise MaskError(f"element masks cannot apply on dist kvstore servers (kvstore {kv_type!r} updates "
+                            f"there); build the trainer with update_on_kvstore=False to mask elements.")
+        self._freezer.set_mask(names[0], mask)
+        return names
+
+    def unfreeze(self, select) -> list:
+        """Undo ``freeze`` (whole or masked) for the selected parameters; they resume from their kept state.
+
+        Args:
+            select: As for ``freeze``.
+
+        Returns:
+            The selected names, in index order.
+
+        Raises:
+            ParamsTypeError, UnknownParameterError, RuleMatchError: as for ``freeze``.
+
+        Example:
+            >>> trainer.unfreeze(net.features[-1])   # ULMFiT-style: thaw the last stage
+        """
+        names = self._freezer.select(select)
+        self._freezer.unfreeze(names)
+        return names
+
+    @property
+    def frozen(self) -> frozenset:
+        """Names of the parameters frozen whole by ``freeze``."""
+        return self._freezer.frozen
+
+    @property
+    def masked_elements(self) -> Mapping[str, int]:
+        """Read-only mapping name -> number of frozen elements, for parameters with an element mask."""
+        return types.MappingProxyType(self._freezer.masked_elements)

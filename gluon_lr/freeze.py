@@ -1,0 +1,351 @@
+"""Freezing that really freezes: whole parameters, element masks, and the running statistics of frozen norm layers.
+
+How each guarantee is kept (MXNet 1.9.1):
+
+- Whole parameters: ``grad_req='null'``. Gluon then computes no gradient for them (backward gets cheaper, also in a
+  hybridized net: the cached graph's backward is rebuilt for the new requests), pushes nothing to the kvstore, and
+  never calls the updater for them, so the weight, every optimizer state array, weight decay and the per-parameter
+  update count (``optimizer._index_update_count``, Adam's bias correction) all stand still. Unfreezing restores the
+  previous ``grad_req``; the next update then uses the state and count the parameter had when it was frozen, exactly
+  as if the frozen steps had not happened for it.
+- Element masks: before each update the weight and every optimizer state array of a masked parameter are copied;
+  after it, the masked elements are written back (``where(mask, saved, new)``), bit for bit, on every context. With
+  ``update_on_kvstore=True`` the update runs inside the kvstore's updater on the kvstore's own copy of the weight, so
+  there the copy and restore run inside that updater (``_MaskingUpdater``) and the pull spreads the result.
+- Norm statistics: a norm layer whose trainable parameters are all frozen has its running mean/var copied when the
+  hold starts and written back at every ``step``/``update`` (the forward pass in train mode keeps updating them in
+  place, also inside hybridized parents, whose cached graphs ignore later changes of a child's ``momentum`` or
+  ``use_global_stats``). So they are fixed after every step; between a train-mode forward and the next step they
+  hold that batch's values.
+
+What is global and so not "as if the frozen steps had not happened": ``optimizer.num_update`` (the largest count of
+any parameter) drives ``lr_scheduler``; the schedule follows the training's global step. Nadam's momentum schedule
+(``optimizer.m_schedule``) is one number advanced once per parameter update of ANY parameter, so freezing some
+parameters changes how fast it advances for the others. Element masks keep the per-parameter count running (the
+tensor is updated), so Adam's bias correction of released elements uses the tensor's count.
+"""
+import base64
+import dataclasses
+from typing import Iterable, Mapping
+
+import numpy as np
+from mxnet import gluon, nd
+
+from . import rules as _rules
+from .errors import MaskError, ParamsTypeError, RuleMatchError, UnknownParameterError
+
+__all__ = ["Freezer"]
+
+_STAT_SUFFIXES = ("running_mean", "running_var", "moving_mean", "moving_var")
+
+
+@dataclasses.dataclass
+class _NormLayer:
+    """A norm layer found among the trainer's parameters: its trainable and its statistics parameter names."""
+
+    trainable: tuple
+    stats: tuple
+
+
+def _norm_layers(params: list, kinds: Mapping) -> dict:
+    """Norm layers with running statistics, keyed by the prefix Gluon gave their parameters (``prefix + attr``)."""
+    groups = {}
+    for param in params:
+        if "norm" not in kinds[param.name].kinds:
+            continue
+        for suffix in _rules._NORM_SUFFIXES:
+            if param.name.endswith(suffix):
+                groups.setdefault(param.name[:-len(suffix)], []).append(param)
+                break
+    layers = {}
+    for prefix, members in groups.items():
+        stats = tuple(p.name for p in members if p.name.endswith(_STAT_SUFFIXES))
+        trainable = tuple(p.name for p in members if p.grad_req != "null" and p.name not in stats)
+        if stats and trainable:
+            layers[prefix] = _NormLayer(trainable, stats)
+    return layers
+
+
+def _flat_state(state) -> list:
+    """Every NDArray in an optimizer state (None, an NDArray, or nested tuples/lists of them)."""
+    if state is None:
+        return []
+    if isinstance(state, nd.NDArray):
+        return [state]
+    if isinstance(state, (tuple, list)):
+        return [arr for item in state for arr in _flat_state(item)]
+    return []
+
+
+def _ready_state(updater, index, weight) -> list:
+    """Create or context-sync the updater's state for ``index`` as ``Updater.__call__`` would; return its arrays."""
+    if index not in updater.states:
+        updater.states[index] = updater.optimizer.create_state_multi_precision(index, weight)
+        updater.states_synced[index] = True
+    elif not updater.states_synced.get(index, True):
+        updater.states[index] = updater.sync_state_context(updater.states[index], weight.context)
+        updater.states_synced[index] = True
+    return _flat_state(updater.states[index])
+
+
+def _snapshot(arrays: Iterable, mask_of) -> list:
+    """(array, copy, mask) for each array; ``mask_of(array)`` gives the mask NDArray in its context and dtype."""
+    return [(arr, arr.copy(), mask_of(arr)) for arr in arrays]
+
+
+def _restore(saved: list) -> None:
+    """Write the masked elements of each saved copy back into its array, in place."""
+    for arr, copy, mask in saved:
+        arr[:] = nd.where(mask, copy, arr)
+
+
+class _Mask:
+    """One parameter's element mask (1 = frozen element), cached per (context, dtype)."""
+
+    def __init__(self, values: np.ndarray):
+        self.values = values
+        self.count = int(values.sum())
+        self._cache = {}
+
+    def like(self, arr: nd.NDArray) -> nd.NDArray:
+        """The mask as an NDArray in ``arr``'s context and dtype."""
+        key = (str(arr.context), str(np.dtype(arr.dtype)))
+        if key not in self._cache:
+            self._cache[key] = nd.array(self.values, ctx=arr.context, dtype=arr.dtype)
+        return self._cache[key]
+
+
+class _MaskingUpdater:
+    """Wraps a kvstore's Updater: masked elements of the weight and state stay as they were around each update.
+
+    Every other attribute (``states``, ``optimizer``, ``get_states``, ``set_states``) is the wrapped Updater's.
+    """
+
+    def __init__(self, inner, freezer: "Freezer", names: list):
+        self._inner = inner
+        self._freezer = freezer
+        self._names = names
+
+    def __getattr__(self, name):
+        """Delegate everything else to the wrapped Updater."""
+        return getattr(self._inner, name)
+
+    def __call__(self, index, grad, weight):
+        """Update as the wrapped Updater does, restoring masked elements afterwards."""
+        indices = list(index) if isinstance(index, (list, tuple)) else [index]
+        weights = list(weight) if isinstance(weight, (list, tuple)) else [weight]
+        saved = []
+        for idx, arr in zip(indices, weights):
+            mask = self._freezer._masks.get(self._names[int(idx)])
+            if mask is not None:
+                saved += _snapshot([arr] + _ready_state(self._inner, idx, arr), lambda a, m=mask: m.like(a))
+        self._inner(index, grad, weight)
+        _restore(saved)
+
+
+class Freezer:
+    """The freeze state of one LrTrainer: frozen names, element masks, held norm statistics.
+
+    LrTrainer owns one and delegates ``freeze``/``unfreeze`` to it; see the module docstring for the mechanics.
+
+    Args:
+        params: The trainer's Parameters, in its index order.
+        kinds: name -> ``rules.ParamKinds`` (from ``rules.collect_params``).
+
+    Example:
+        >>> freezer = Freezer(trainer._params, trainer._kinds)
+        >>> freezer.freeze(["dense0_weight"])
+    """
+
+    def __init__(self, params: list, kinds: Mapping):
+        self._params = {p.name: p for p in params}
+        self._kinds = kinds
+        self._names = [p.name for p in params]
+        self._grad_req = {}          # frozen name -> grad_req to restore on unfreeze
+        self._masks = {}             # name -> _Mask
+        self._layers = _norm_layers(params, kinds)
+        self._no_hold = set()        # norm-layer prefixes whose statistics the user lets run
+        self._held = {}              # norm-layer prefix -> [(array, copy)] of its statistics
+
+    # --------------------------------------------------------------------------------------------- selection
+    def select(self, select) -> list:
+        """Names of the trainer's parameters that ``select`` picks, in index order.
+
+        Args:
+            select: An exact parameter name, a Rule selector (glob, ``'re:<regex>'``, layer kind), a ``Rule``, a
+                Parameter, a Block (its parameters), or a list/tuple of those (their union).
+
+        Returns:
+            The selected names, in the trainer's index order.
+
+        Raises:
+            ParamsTypeError: ``select`` is of another type.
+            UnknownParameterError: a Parameter or Block's parameter is not one of the trainer's.
+            RuleMatchError: a selector matches no parameter (the nearest names are listed).
+        """
+        picked = set(self._picked(select))
+        return [name for name in self._names if name in picked]
+
+    def _picked(self, select) -> list:
+        """Names picked by one selector (unordered, may repeat)."""
+        if isinstance(select, (list, tuple)):
+            return [name for item in select for name in self._picked(item)]
+        if isinstance(select, _rules.Rule):
+            select = select.select
+        if isinstance(select, str):
+            return self._by_selector(select)
+        if isinstance(select, gluon.Parameter):
+            return [self._own(select)]
+        if isinstance(select, gluon.Block):
+            return [self._own(p) for p in select.collect_params().values()]
+        raise ParamsTypeError(f"freeze/unfreeze select must be a parameter name, a Rule selector, a Rule, a "
+                              f"Parameter, a Block or a list of them, got {type(select).__name__} {select!r:.60}; "
+                              f"pass e.g. 'features_*' or net.features.")
+
+    def _own(self, param) -> str:
+        """The name of ``param`` if it is this trainer's Parameter object."""
+        if self._params.get(param.name) is not param:
+            raise UnknownParameterError(f"Parameter {param.name!r} is not one of this trainer's "
+                                        f"{len(self._names)} parameters; freeze parameters the trainer was built "
+                                        f"with (e.g. the Block passed as params).")
+        return param.name
+
+    def _by_selector(self, select: str) -> list:
+        """Names an exact name or a Rule selector picks."""
+        if select in self._params:
+            return [select]
+        rule = _rules.Rule(select, lr_mult=1.0)
+        hits = [n for n in self._names if rule.selects(n, self._kinds[n].kinds)]
+        if not hits:
+            raise RuleMatchError(f"freeze/unfreeze selector {select!r} selects no parameter among "
+                                 f"{len(self._names)}; the nearest names are {_rules._nearest(select, self._names)}."
+                                 f" Globs match the whole name; regexes need 're:'.")
+        return hits
+
+    # ---------------------------------------------------------------------------------------- freeze / unfreeze
+    @property
+    def frozen(self) -> frozenset:
+        """Names of the wholly frozen parameters."""
+        return frozenset(self._grad_req)
+
+    @property
+    def masked_elements(self) -> dict:
+        """name -> number of frozen elements, for parameters with an element mask."""
+        return {name: mask.count for name, mask in self._masks.items()}
+
+    def held_stats(self) -> frozenset:
+        """Names of the norm statistics held fixed now."""
+        return frozenset(name for prefix in self._held for name in self._layers[prefix].stats)
+
+    def freeze(self, names: list, hold_norm_stats: bool = True) -> None:
+        """Freeze whole parameters (``grad_req='null'``), dropping their masks; then update the held norm layers."""
+        for name in names:
+            param = self._params[name]
+            self._masks.pop(name, None)
+            if name not in self._grad_req and param.grad_req != "null":
+                self._grad_req[name] = param.grad_req
+                param.grad_req = "null"
+        touched = {prefix for prefix, layer in self._layers.items() if set(layer.trainable) & set(names)}
+        self._no_hold = self._no_hold - touched if hold_norm_stats else self._no_hold | touched
+        self._update_held()
+
+    def unfreeze(self, names: list) -> None:
+        """Give whole parameters back their previous ``grad_req`` and drop their masks."""
+        for name in names:
+            self._masks.pop(name, None)
+            if name in self._grad_req:
+                self._params[name].grad_req = self._grad_req.pop(name)
+        self._update_held()
+
+    def set_mask(self, name: str, mask) -> None:
+        """Freeze the elements of ``name`` where ``mask`` is 1 (replacing an earlier mask)."""
+        self._masks[name] = _Mask(self._checked_mask(name, mask))
+
+    def _checked_mask(self, name: str, mask) -> np.ndarray:
+        """The mask as a numpy array of 0/1 after checking its type, shape and values."""
+        param = self._params[name]
+        if name in self._grad_req:
+            raise MaskError(f"Parameter {name!r} is frozen whole, so an element mask would change nothing; call "
+                            f"trainer.unfreeze({name!r}) first, then freeze({name!r}, mask=...).")
+        if not isinstance(mask, (np.ndarray, nd.NDArray, list, tuple)):
+            raise MaskError(f"mask for {name!r} must be a numpy array or NDArray of 0/1, got "
+                            f"{type(mask).__name__}; pass e.g. np.zeros({param.shape}).")
+        values = mask.asnumpy() if isinstance(mask, nd.NDArray) else np.asarray(mask)
+        if values.shape != tuple(param.shape):
+            raise MaskError(f"mask for {name!r} must have the parameter's shape {tuple(param.shape)}, got "
+                            f"{values.shape}; build it with the parameter's shape (1 = frozen element).")
+        if not np.isin(values, (0, 1)).all():
+            raise MaskError(f"mask for {name!r} must hold only 0 and 1 (1 = frozen element), got values such as "
+                            f"{np.unique(values[~np.isin(values, (0, 1))])[:3]}; threshold or cast it first.")
+        return values.astype(np.float32)
+
+    def _update_held(self) -> None:
+        """Hold the statistics of norm layers whose trainable parameters are all frozen; release the others."""
+        want = {prefix for prefix, layer in self._layers.items()
+                if prefix not in self._no_hold and all(name in self._grad_req for name in layer.trainable)}
+        for prefix in set(self._held) - want:
+            del self._held[prefix]
+        for prefix in want - set(self._held):
+            arrays = [arr for name in self._layers[prefix].stats
+                      for arr in self._params[name]._check_and_get(self._params[name]._data, list)]
+            self._held[prefix] = [(arr, arr.copy()) for arr in arrays]
+
+    # ------------------------------------------------------------------------------------------ around updates
+    def before_update(self, params: list, updaters: list, on_kvstore: bool) -> list:
+        """Copy the weights and optimizer states of masked parameters (per context) before the update loop."""
+        if not self._masks or on_kvstore:
+            return []
+        saved = []
+        for index, param in enumerate(params):
+            mask = self._masks.get(param.name)
+            if mask is None or param.grad_req == "null":
+                continue
+            for updater, weight in zip(updaters, param.list_data()):
+                saved += _snapshot([weight] + _ready_state(updater, index, weight), mask.like)
+        return saved
+
+    def after_update(self, saved: list) -> None:
+        """Restore masked elements and held norm statistics after the update."""
+        _restore(saved)
+        for pairs in self._held.values():
+            for arr, copy in pairs:
+                copy.copyto(arr)
+
+    def wrap_kvstore(self, kvstore, names: list) -> None:
+        """Route a local kvstore's updates through ``_MaskingUpdater`` (update_on_kvstore=True)."""
+        updater = getattr(kvstore, "_updater", None) if kvstore is not None else None
+        if updater is not None and not isinstance(updater, _MaskingUpdater):
+            kvstore._set_updater(_MaskingUpdater(updater, self, names))
+
+    # ------------------------------------------------------------------------------------------- save / load
+    def records(self) -> dict:
+        """name -> {frozen, mask, hold_norm_stats} for a states file (JSON-ready; masks as packed bits, base64)."""
+        no_hold = {name for prefix in self._no_hold for name in self._layers[prefix].trainable}
+        return {name: {"frozen": name in self._grad_req, "mask": _encode(self._masks[name].values)
+                       if name in self._masks else None, "hold_norm_stats": name not in no_hold}
+                for name in self._names}
+
+    def load_records(self, records: list) -> None:
+        """Re-apply the freeze state of a states file's parameter records (by name; other names are skipped)."""
+        saved = {r["name"]: r for r in records if r["name"] in self._params}
+        if not any("frozen" in r for r in saved.values()):
+            return  # a file written without freeze information leaves the freeze state as it is
+        self.unfreeze([n for n in self._names if n in self._grad_req or n in self._masks])
+        self.freeze([n for n, r in saved.items() if r.get("frozen")])
+        self._no_hold = {prefix for prefix, layer in self._layers.items()
+                         if any(not saved.get(n, {}).get("hold_norm_stats", True) for n in layer.trainable)}
+        self._update_held()
+        for name, record in saved.items():
+            if record.get("mask"):
+                self.set_mask(name, _decode(record["mask"], self._params[name].shape))
+
+
+def _encode(values: np.ndarray) -> str:
+    """A 0/1 mask as base64 of its packed bits."""
+    return base64.b64encode(np.packbits(values.astype(np.uint8).ravel()).tobytes()).decode("ascii")
+
+
+def _decode(text: str, shape: tuple) -> np.ndarray:
+    """The inverse of ``_encode`` for a parameter of ``shape``."""
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(text), dtype=np.uint8))
+    return bits[:int(np.prod(shape))].reshape(shape)
