@@ -30,6 +30,7 @@ import uuid
 import weakref
 from pathlib import Path
 
+import numpy as np
 from mxnet.kvstore.kvstore import KVStore, _get_kvstore_server_command_type
 
 from .errors import LrTrainerError, StatesFileError
@@ -75,17 +76,37 @@ def attach(trainer) -> None:
 
 
 def sync(trainer) -> None:
-    """Send learning rate, weight decay and multiplier tables to the servers if they changed since last sent.
+    """Before a push on a dist kvstore: wait for pending initial pulls, then send learning rate, weight decay and
+    multiplier tables to the servers if they changed since last sent (only when the servers update).
 
-    Call before every push (cheap when nothing changed). Does nothing unless the trainer updates on servers.
+    Call before every push (cheap when nothing changed). Does nothing unless the kvstore is distributed.
     """
     kv = trainer._kvstore
+    if kv is None or "dist" not in kv.type:
+        return
+    _wait_for_initial_pulls(trainer)
     if not isinstance(kv, _ServerStatesKVStore):
         return
     settings = _settings(trainer)
     if settings != kv._gluon_lr_sent:
         _send(kv, _Command("update", settings))
         kv._gluon_lr_sent = settings
+
+
+def _wait_for_initial_pulls(trainer) -> None:
+    """Wait until every initialised weight has arrived from the kvstore before this step's gradients are pushed.
+
+    Gluon initialises the kvstore lazily in the first ``step``, after that step's backward: it pushes each initial
+    weight and pulls it back, asynchronously. Nothing orders that pull before the push of the gradient of the same
+    key; under dist_sync with ``update_on_kvstore=False`` the server then stores the summed gradient, and a pull
+    that arrives late returns it AS THE WEIGHT (measured: workers then disagree by ~1 after step 1, at random).
+    Afterwards each step's forward has already waited for the weights, so this costs nothing.
+    """
+    pending = set(map(id, trainer._params_to_init))
+    for param in trainer._params:
+        if id(param) not in pending and param._data is not None:
+            for data in param._data:
+                data.wait_to_read()
 
 
 def _settings(trainer) -> dict:
@@ -145,6 +166,9 @@ class _ServerStatesKVStore(KVStore):
         try:
             _send(self, _Command("save", directory, token))
             states, optimizer = _merge_parts(sorted(glob.glob(os.path.join(directory, f".{token}.*.part"))), fname)
+            if trainer is not None:  # servers hold every array flat; give states their parameters' shapes
+                states = {i: _shaped(s, trainer._params[i].shape) if i < len(trainer._params) else s
+                          for i, s in states.items()}
         finally:
             for part in glob.glob(os.path.join(directory, f".{token}.*")):
                 os.remove(part)
@@ -192,6 +216,14 @@ def _arrays(state) -> list:
     if isinstance(state, (tuple, list)):
         return [a for s in state for a in _arrays(s)]
     return [] if state is None or not hasattr(state, "size") else [state]
+
+
+def _shaped(state, shape: tuple):
+    """`state` with every array of the parameter's size reshaped to the parameter's `shape`."""
+    if isinstance(state, (tuple, list)):
+        return type(state)(_shaped(s, shape) for s in state)
+    size = int(np.prod(shape))
+    return state.reshape(shape) if hasattr(state, "reshape") and getattr(state, "size", -1) == size else state
 
 
 def _merge_parts(parts: list, fname) -> tuple:

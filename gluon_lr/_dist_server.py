@@ -79,6 +79,13 @@ def save_part(directory: str, token: str) -> None:
     os.replace(part, part + ".part")
 
 
+def flat(state):
+    """`state` with every array made 1-D: a server holds each key's weight as a flat array."""
+    if isinstance(state, (tuple, list)):
+        return type(state)(flat(s) for s in state)
+    return state.reshape((-1,)) if hasattr(state, "reshape") and hasattr(state, "size") else state
+
+
 def load(path: str):
     """Adopt the states (and the optimizer, when the file has one) of a states file; return the live optimizer."""
     with open(path, "rb") as fin:
@@ -87,5 +94,5 @@ def load(path: str):
         states, optimizer = loaded
     else:
         states, optimizer = loaded, _LIVE["optimizer"]
-    adopt(optimizer, states)
+    adopt(optimizer, {index: flat(state) for index, state in states.items()})
     return optimizer

@@ -1,8 +1,12 @@
 """Launch a local MXNet parameter-server cluster (scheduler, servers, workers) on 127.0.0.1 for tests.
 
 Each role is a separate process started with the DMLC_* environment, as MXNet's ``tools/launch.py`` does for
-``--launcher local``. Every process gets its own process group; whatever happens (a role dies, the deadline
-passes, the test is interrupted), every group is killed before :func:`run_cluster` returns or raises.
+``--launcher local``, bound to 127.0.0.1 on a port picked free for each cluster. Every process gets its own process
+group; whatever happens (a role dies, the deadline passes, the test is interrupted), every group is killed before
+:func:`run_cluster` returns or raises.
+
+A worker that fails must exit at once (``os._exit(1)`` after printing its traceback): a Python exception alone leaves
+the process hanging in the kvstore's finalizer, and the failure would only show at the deadline.
 """
 import os
 import signal
@@ -98,7 +102,7 @@ def _wait(roles: list, workers: list, deadline: float) -> None:
 
 
 def run_cluster(worker_args: list, log_dir: Path, num_servers: int = 1, num_workers: int = 2,
-                timeout: float = 60.0, env: dict = None) -> list:
+                timeout: float = 60.0, env: dict = None, started: list = None) -> list:
     """Run one scheduler, `num_servers` servers and `num_workers` workers; return the workers' stdout.
 
     Args:
@@ -108,6 +112,8 @@ def run_cluster(worker_args: list, log_dir: Path, num_servers: int = 1, num_work
         num_workers: number of worker processes.
         timeout: hard deadline in seconds for the whole cluster.
         env: extra environment variables for every role (e.g. ``MXNET_KVSTORE_BIGARRAY_BOUND``).
+        started: if given, every ``subprocess.Popen`` started is appended to it (a fixture can check that none is
+            left alive, and kill any that is).
 
     Returns:
         The stdout text of each worker, in start order.
@@ -118,12 +124,19 @@ def run_cluster(worker_args: list, log_dir: Path, num_servers: int = 1, num_work
     log_dir.mkdir(parents=True, exist_ok=True)
     base = _base_env(free_port(), num_servers, num_workers, env or {})
     server_argv = [sys.executable, "-c", _SERVER_CODE]
-    roles = [_start("scheduler", "scheduler", server_argv, base, log_dir)]
+    started = [] if started is None else started
+    roles = []
+
+    def start(name, role, argv):
+        roles.append(_start(name, role, argv, base, log_dir))
+        started.append(roles[-1].proc)
+        return roles[-1]
+
     try:
-        roles += [_start(f"server{i}", "server", server_argv, base, log_dir) for i in range(num_servers)]
-        workers = [_start(f"worker{i}", "worker", [sys.executable] + list(worker_args), base, log_dir)
-                   for i in range(num_workers)]
-        roles += workers
+        start("scheduler", "scheduler", server_argv)
+        for i in range(num_servers):
+            start(f"server{i}", "server", server_argv)
+        workers = [start(f"worker{i}", "worker", [sys.executable] + list(worker_args)) for i in range(num_workers)]
         deadline = time.monotonic() + timeout
         _wait(roles, workers, deadline)
         for role in roles:  # scheduler and servers exit once every worker has finalized

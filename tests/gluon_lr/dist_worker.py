@@ -61,15 +61,14 @@ def one_step(net, trainer, x, y, global_batch: int) -> None:
 
 def before_step(step: int, net, trainer) -> None:
     """The recipe's mid-training changes, made by every process just before `step`."""
-    params = net.collect_params()
     if step == 3:
         trainer.set_learning_rate(0.05)
     if step == 4:
-        params["net_d0_weight"].grad_req = "null"  # freeze: no gradient, no push, no update
+        trainer.freeze("net_d0_*")  # grad_req='null': no gradient, no push, no update
     if step == 5:
         trainer.set_lr_mult({"net_d1_weight": 0.5})
     if step == 6:
-        params["net_d0_weight"].grad_req = "write"  # unfreeze
+        trainer.unfreeze("net_d0_*")
 
 
 def snapshot(net, step: int, into: dict) -> None:
@@ -91,25 +90,45 @@ def run_recipe(net, trainer, data, global_batch: int, first: int = 1, last: int 
 
 
 # ---------------------------------------------------------------------------------------------- scenarios
-def scenario_stock(out: Path, kvstore: str) -> dict:
-    """Stock gluon.Trainer, plain SGD, weight lr_mult 0 / bias lr_mult 2 set on the Parameters; 2 steps."""
+def scenario_linear(out: Path, kvstore: str, kind: str) -> tuple:
+    """A linear model with loss ``sum(net(x))`` and plain SGD: its gradients do not depend on the weights, so the
+    result does not depend on the order in which (async) servers apply the pushes, and is checkable by hand.
+
+    ``kind='stock'``: gluon.Trainer with ``lr_mult`` 0.5 / 2.0 set on the Parameters, steps 1-2.
+    ``kind='lrtrainer'``: LrTrainer with the same multipliers; before step 3 (after a barrier: every push of steps
+    1-2 applied) the learning rate becomes 0.01 and the bias's lr_mult 0.0; steps 1-4.
+    """
+    from gluon_lr import LrTrainer
     kv = mx.kv.create(kvstore)
     net = gluon.nn.Dense(2, in_units=3, prefix="lin_")
     net.initialize(mx.init.One())
-    net.weight.lr_mult, net.bias.lr_mult = 0.0, 2.0
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore=kv)
-    record = {}
-    for step in (1, 2):
+    net.weight.lr_mult, net.bias.lr_mult = 0.5, 2.0
+    trainer_class = gluon.Trainer if kind == "stock" else LrTrainer
+    trainer = trainer_class(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore=kv)
+    for step in (1, 2) if kind == "stock" else (1, 2, 3, 4):
+        if step == 3:
+            _all_pushes_applied(kv)
+            trainer.set_learning_rate(0.01)
+            trainer.set_lr_mult({"lin_bias": 0.0})
         x = mx.nd.ones((BATCH, 3)) * (kv.rank + step)
         with autograd.record():
             loss = net(x).sum()
         loss.backward()
         trainer.step(2 * BATCH)
-        snapshot(net, step, record)
+    _all_pushes_applied(kv)  # the other worker's last push too (dist_async)
+    for index, param in enumerate(trainer._params):
+        kv.pull(index, out=param.data())
+    record = {}
+    snapshot(net, 0, record)
     return kv.rank, record
 
 
-def scenario_recipe(out: Path, kvstore: str, optimizer: str, update_on_kvstore: str) -> dict:
+def _all_pushes_applied(kv) -> None:
+    mx.nd.waitall()
+    kv._barrier()
+
+
+def scenario_recipe(out: Path, kvstore: str, optimizer: str, update_on_kvstore: str) -> tuple:
     """The full recipe with LrTrainer on a dist kvstore; rank 0 saves params and states after step 5."""
     kv = mx.kv.create(kvstore)
     net = build_net()
@@ -123,7 +142,7 @@ def scenario_recipe(out: Path, kvstore: str, optimizer: str, update_on_kvstore: 
     return kv.rank, run_recipe(net, trainer, lambda step: batch(step, kv.rank), 2 * BATCH, hook=save)
 
 
-def scenario_resume(out: Path, kvstore: str, optimizer: str, update_on_kvstore: str) -> dict:
+def scenario_resume(out: Path, kvstore: str, optimizer: str, update_on_kvstore: str) -> tuple:
     """A fresh job: load step-5 params and states saved by `scenario_recipe`, run steps 6..7."""
     kv = mx.kv.create(kvstore)
     net = build_net(seed=123)  # different init: everything must come from the files
@@ -134,37 +153,7 @@ def scenario_resume(out: Path, kvstore: str, optimizer: str, update_on_kvstore: 
     return kv.rank, run_recipe(net, trainer, lambda step: batch(step, kv.rank), 2 * BATCH, first=6)
 
 
-def scenario_async(out: Path, kvstore: str) -> dict:
-    """LrTrainer on a linear model whose gradients do not depend on the weights (plain SGD), so that the result
-    of dist_async does not depend on the order in which the servers apply the pushes; a barrier separates the
-    phases of a learning-rate and multiplier change."""
-    from gluon_lr import LrTrainer
-    kv = mx.kv.create(kvstore)
-    net = gluon.nn.Dense(2, in_units=3, prefix="lin_")
-    net.initialize(mx.init.One())
-    trainer = LrTrainer(net, "sgd", {"learning_rate": 0.1}, kvstore=kv)
-    trainer.set_lr_mult({"lin_weight": 0.5, "lin_bias": 2.0})
-    record = {}
-    for step in (1, 2, 3, 4):
-        if step == 3:
-            mx.nd.waitall()
-            kv._barrier()  # every push of steps 1-2 has been applied on the servers
-            trainer.set_learning_rate(0.01)
-            trainer.set_lr_mult({"lin_bias": 0.0})
-        x = mx.nd.ones((BATCH, 3)) * (kv.rank + step)
-        with autograd.record():
-            loss = net(x).sum()
-        loss.backward()
-        trainer.step(2 * BATCH)
-    mx.nd.waitall()
-    kv._barrier()  # the other worker's last push has been applied too
-    trainer._kvstore.pull(0, out=net.weight.data())
-    trainer._kvstore.pull(1, out=net.bias.data())
-    snapshot(net, 4, record)
-    return kv.rank, record
-
-
-def scenario_crash(out: Path) -> dict:
+def scenario_crash(out: Path) -> tuple:
     """Worker 1 dies with an error after joining the cluster."""
     kv = mx.kv.create("dist_sync")
     if kv.rank == 1:
@@ -173,7 +162,7 @@ def scenario_crash(out: Path) -> dict:
     return kv.rank, {}
 
 
-def scenario_hang(out: Path) -> dict:
+def scenario_hang(out: Path) -> tuple:
     """Every worker hangs (the harness must kill everything at its deadline)."""
     import time
     kv = mx.kv.create("dist_sync")

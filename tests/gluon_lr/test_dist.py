@@ -1,0 +1,143 @@
+"""LrTrainer on MXNet's parameter-server kvstore: a real local cluster (scheduler, servers, two workers) per test.
+
+Each cluster runs ``tests/gluon_lr/dist_worker.py`` on 127.0.0.1 (a free port each); the fixture kills every process
+group it started, whatever happens, and fails a test that left a process behind.
+"""
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.gluon_lr import dist_worker as W
+from tests.gluon_lr.dist_harness import ClusterError, run_cluster
+
+pytestmark = pytest.mark.slow
+
+#: dist_sync sums the two workers' gradients on the server (float32); the single-process run takes the gradient of
+#: the concatenated batch. They differ by rounding only; measured largest difference over 7 steps: ~1e-7.
+ATOL_VS_SINGLE_PROCESS = 1e-6
+#: How far a run that ignores the multipliers lands from the right answer (it must be far, or the test proves nothing).
+MIN_DIFF_WITHOUT_MULTIPLIERS = 1e-3
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Run a cluster: ``cluster(*worker_args, **kw)`` -> {rank: record}; every process is gone at teardown."""
+    started = []
+
+    def run(*worker_args, out: Path = tmp_path, **kwargs):
+        out.mkdir(parents=True, exist_ok=True)
+        args = ["-m", "tests.gluon_lr.dist_worker", worker_args[0], str(out)] + [str(a) for a in worker_args[1:]]
+        run_cluster(args, out / "logs", started=started, **kwargs)
+        return {rank: dict(np.load(out / f"rank{rank}.npz")) for rank in (0, 1)}
+
+    try:
+        yield run
+    finally:
+        alive = [p for p in started if p.poll() is None]
+        for proc in alive:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        assert not alive, f"{len(alive)} cluster process(es) were left running: {[p.args for p in alive]}"
+
+
+def _largest_difference(got: dict, want: dict, keys) -> tuple:
+    """(largest |got - want|, key) over `keys`."""
+    return max((float(np.abs(got[k] - want[k]).max()), k) for k in keys)
+
+
+def _reference(optimizer: str, multipliers: bool = True) -> dict:
+    """The recipe in one process on both workers' batches concatenated (optionally with every multiplier 1)."""
+    net = W.build_net()
+    trainer = W.make_trainer(net, optimizer, "device", None)
+    if not multipliers:
+        trainer.set_lr_mult({name: 1.0 for name in trainer.lr_mult}, replace=True)
+        trainer.set_wd_mult({name: 1.0 for name in trainer.wd_mult}, replace=True)
+    return W.run_recipe(net, trainer, W.reference_batch, 2 * W.BATCH)
+
+
+class TestHarness:
+    """The local cluster harness fails fast and clearly, and leaves no process behind."""
+
+    def test_dead_worker_is_named_with_its_stderr(self, cluster):
+        """A worker that raises: ClusterError names 'worker1' and shows its traceback; nothing keeps running."""
+        begin = time.monotonic()
+        with pytest.raises(ClusterError, match=r"(?s)role 'worker1' died with exit code 1.*fails on purpose"):
+            cluster("crash", timeout=60)
+        assert time.monotonic() - begin < 30, "a dead worker must be reported at once, not at the deadline"
+
+    def test_deadline_kills_everything(self, cluster):
+        """Workers that hang: ClusterError at the deadline, every process killed (checked by the fixture)."""
+        begin = time.monotonic()
+        with pytest.raises(ClusterError, match="ran past its deadline"):
+            cluster("hang", timeout=8)
+        assert time.monotonic() - begin < 8 + 15
+
+
+class TestMultipliersOnServers:
+    """Multipliers reach the servers: stock Gluon drops them (the pitfall), LrTrainer keeps them."""
+
+    def test_stock_trainer_ignores_lr_mult_on_dist_sync(self, cluster):
+        """Stock gluon.Trainer: lr_mult 0.5/2.0 set on the Parameters are ignored by the servers (MXNet 1.9.1).
+
+        Per step s the summed, rescaled gradient is (2s+1)/2 for each weight element and 1 for each bias element;
+        lr 0.1. Ignored multipliers: w = 1 - 0.1*(1.5+2.5) = 0.6, b = -0.2 (honoured: 0.8 and -0.4).
+        """
+        records = cluster("linear", "dist_sync", "stock")
+        for rank, record in records.items():
+            np.testing.assert_allclose(record["step0/lin_weight"], np.full((2, 3), 0.6), atol=1e-6,
+                                       err_msg=f"rank {rank}: did MXNet start honouring Parameter.lr_mult?")
+            np.testing.assert_allclose(record["step0/lin_bias"], np.full(2, -0.2), atol=1e-6)
+
+    def test_lrtrainer_dist_async_multipliers_and_change(self, cluster):
+        """dist_async with LrTrainer: multipliers hold, and a change made after a barrier holds for every later push.
+
+        Steps 1-2 at lr 0.1 (weight x0.5, bias x2), steps 3-4 at lr 0.01 (bias x0):
+        w = 1 - 0.05*(1.5+2.5) - 0.005*(3.5+4.5) = 0.76; b = -0.2*(1+1) = -0.4.
+        """
+        records = cluster("linear", "dist_async", "lrtrainer")
+        for rank, record in records.items():
+            np.testing.assert_allclose(record["step0/lin_weight"], np.full((2, 3), 0.76), atol=1e-6,
+                                       err_msg=f"rank {rank}")
+            np.testing.assert_allclose(record["step0/lin_bias"], np.full(2, -0.4), atol=1e-6, err_msg=f"rank {rank}")
+
+
+RECIPES = [  # (optimizer, update_on_kvstore, servers)
+    ("sgd", True, 2),
+    ("adam", True, 1),
+    ("sgd", False, 1),
+]
+
+
+class TestRecipeOnDistSync:
+    """dist_sync: rules, set_lr_mult, a learning-rate change, a freeze/unfreeze, as in one process."""
+
+    @pytest.mark.parametrize("optimizer,update_on_kvstore,servers", RECIPES)
+    def test_equals_single_process(self, cluster, tmp_path, optimizer, update_on_kvstore, servers):
+        """Every weight after every step equals the one-process run on the concatenated batches (ATOL stated)."""
+        records = cluster("recipe", "dist_sync", optimizer, update_on_kvstore, num_servers=servers)
+        keys = sorted(records[0])
+        same, key = _largest_difference(records[0], records[1], keys)
+        assert same == 0.0, f"workers disagree on {key} by {same}"
+        want = _reference(optimizer)
+        diff, key = _largest_difference(records[0], want, keys)
+        assert diff <= ATOL_VS_SINGLE_PROCESS, f"{key}: dist vs one process differ by {diff}"
+        wrong, _ = _largest_difference(_reference(optimizer, multipliers=False), want, keys)
+        assert wrong > MIN_DIFF_WITHOUT_MULTIPLIERS, "the recipe's multipliers must matter for this test to prove"
+        for name in ("net_d0_weight", "net_d0_bias"):  # frozen before steps 4 and 5, unfrozen before step 6
+            kept = records[0][f"step5/{name}"] - records[0][f"step3/{name}"]
+            assert not kept.any(), f"frozen {name} moved by {np.abs(kept).max()}"
+            assert np.abs(records[0][f"step6/{name}"] - records[0][f"step5/{name}"]).max() > 1e-6
+
+    def test_states_saved_from_two_servers_resume_on_one(self, cluster, tmp_path):
+        """Step-5 states saved from 2 servers, loaded by a FRESH 1-server job: steps 6-7 match the first job."""
+        first = cluster("recipe", "dist_sync", "sgd", True, num_servers=2)
+        resumed = cluster("resume", "dist_sync", "sgd", True, num_servers=1)
+        keys = [k for k in first[0] if k.startswith(("step6/", "step7/"))]
+        diff, key = _largest_difference(resumed[0], first[0], keys)
+        assert diff == 0.0, f"{key}: resumed run differs by {diff}"
