@@ -141,3 +141,124 @@ class TestRecipeOnDistSync:
         keys = [k for k in first[0] if k.startswith(("step6/", "step7/"))]
         diff, key = _largest_difference(resumed[0], first[0], keys)
         assert diff == 0.0, f"{key}: resumed run differs by {diff}"
+
+
+# ------------------------------------------------------------------------------ in one process (no cluster)
+def _as_server(command):
+    """What a kvstore server does with a worker's command: unpickle it (protocol 0, as MXNet sends it)."""
+    import pickle
+    return pickle.loads(pickle.dumps(command, 0))
+
+
+def _settings(lr, lr_mult, wd_mult=None):
+    return {"lr": lr, "wd": 0.01, "lr_mult": lr_mult, "wd_mult": wd_mult or {0: 1.0, 1: 0.0}}
+
+
+class TestServerCommands:
+    """The commands a server runs keep the optimizer's states across the new Updater that each one brings."""
+
+    @pytest.mark.parametrize("name", ["sgd", "adam", "rmsprop", "lamb"])
+    def test_update_keeps_states_exactly(self, name):
+        """install, 2 steps, update (lr 0.1 -> 0.02, lr_mult of key 1 1.0 -> 0.5), 2 steps with a NEW Updater:
+        bit-identical to one Updater whose optimizer was changed in place; a re-sent optimizer is not."""
+        import mxnet as mx
+        from gluon_lr import _dist
+        kwargs = {"learning_rate": 0.1, "wd": 0.01, "rescale_grad": 0.25}
+        kwargs.update({"momentum": 0.9} if name == "sgd" else {})
+        rng = np.random.RandomState(0)
+        grads = [[mx.nd.array(rng.randn(6)) for _ in range(2)] for _ in range(4)]
+
+        def train(updater_at):
+            """4 steps on keys 0 and 1; ``updater_at(step)`` gives the Updater (and makes the step-3 change)."""
+            weights = [mx.nd.array(np.linspace(-1, 1, 6)) for _ in range(2)]
+            for step in range(4):
+                updater = updater_at(step)
+                for key in (0, 1):
+                    updater(key, grads[step][key], weights[key])
+            return [w.asnumpy() for w in weights]
+
+        def optimizer(lr, lr_mult):
+            made = mx.optimizer.create(name, **kwargs)
+            made.lr, made.lr_mult, made.wd_mult = lr, lr_mult, {0: 1.0, 1: 0.0}
+            return made
+
+        live = {}
+
+        def on_server(step):  # install; at step 3 an update command, after which the server builds a NEW Updater
+            if step == 0:
+                live["opt"] = _as_server(_dist._Command("install", mx.optimizer.create(name, **kwargs),
+                                                        _settings(0.1, {0: 1.0, 1: 1.0})))
+                live["updater"] = mx.optimizer.Updater(live["opt"])
+            if step == 2:
+                again = _as_server(_dist._Command("update", _settings(0.02, {0: 1.0, 1: 0.5})))
+                assert again is live["opt"], "the server must keep its live optimizer object"
+                live["updater"] = mx.optimizer.Updater(again)
+            return live["updater"]
+
+        got = train(on_server)
+        one = mx.optimizer.Updater(optimizer(0.1, {0: 1.0, 1: 1.0}))
+
+        def in_place(step):  # one Updater whose optimizer is changed in place before step 3
+            if step == 2:
+                one.optimizer.lr, one.optimizer.lr_mult = 0.02, {0: 1.0, 1: 0.5}
+            return one
+
+        want = train(in_place)
+        for key in (0, 1):
+            diff = np.abs(got[key] - want[key]).max()
+            assert diff == 0.0, f"{name}: key {key} differs by {diff}"
+        before = mx.optimizer.Updater(optimizer(0.1, {0: 1.0, 1: 1.0}))
+        resent = mx.optimizer.Updater(optimizer(0.02, {0: 1.0, 1: 0.5}))  # re-sending: states start over
+        lost = train(lambda step: before if step < 2 else resent)
+        assert max(np.abs(lost[k] - want[k]).max() for k in (0, 1)) > 1e-6, "the control must lose the states"
+
+
+def _write_pickle(path: Path, obj) -> Path:
+    import pickle
+    path.write_bytes(pickle.dumps(obj))
+    return path
+
+
+def _big_states(tmp: Path) -> Path:
+    import mxnet as mx
+    return _write_pickle(tmp / "big.states", {0: mx.nd.zeros(1_000_000)})
+
+
+LOAD_ERRORS = [  # (description, make the file, DMLC_NUM_SERVER, error class name, message pattern)
+    ("missing file", lambda tmp: tmp / "nope.states", "1", "StatesFileError", r"could not be read.*Trainer\.save_states"),
+    ("corrupt bytes", lambda tmp: (tmp / "bad.states").write_bytes(b"\x80\x04garbage") and tmp / "bad.states", "1",
+     "StatesFileError", r"could not be read"),
+    ("a list, not states", lambda tmp: _write_pickle(tmp / "list.states", [1, 2]), "1", "StatesFileError",
+     r"holds a list, expected the dict of optimizer states"),
+    ("array sliced over servers", _big_states, "2", "DistributedError", r"keys \[0\].*MXNET_KVSTORE_BIGARRAY_BOUND"),
+]
+
+
+class TestServerStatesErrors:
+    """Bad states files and impossible saves raise gluon_lr's own errors on the worker, before any server is told."""
+
+    @pytest.mark.parametrize("description,make,servers,error,pattern", LOAD_ERRORS, ids=[e[0] for e in LOAD_ERRORS])
+    def test_load_errors(self, tmp_path, monkeypatch, description, make, servers, error, pattern):
+        """Each bad file raises the named error (a ValueError) with a message that says what to do."""
+        import gluon_lr
+        from gluon_lr import _dist
+        monkeypatch.setenv("DMLC_NUM_SERVER", servers)
+        path = make(tmp_path)
+        error_class = getattr(gluon_lr, error, None) or getattr(_dist, error)
+        with pytest.raises(error_class, match=pattern) as caught:
+            _dist._ServerStatesKVStore.load_optimizer_states(object(), str(path))
+        assert isinstance(caught.value, ValueError)
+
+    @pytest.mark.parametrize("description,parts,pattern", [
+        ("a server wrote nothing", 0, r"0 of 1 kvstore servers wrote their states.*writable by every server"),
+        ("a key on two servers", 2, r"keys \[0\] are sliced over several servers"),
+    ])
+    def test_merge_errors(self, tmp_path, monkeypatch, description, parts, pattern):
+        """Saving: a missing server part, or one key in two parts, raises DistributedError naming the fix."""
+        import mxnet as mx
+        from gluon_lr import _dist
+        monkeypatch.setenv("DMLC_NUM_SERVER", str(max(parts, 1)))
+        files = [str(_write_pickle(tmp_path / f"p{i}.part", ({0: mx.nd.zeros(3)}, mx.optimizer.SGD())))
+                 for i in range(parts)]
+        with pytest.raises(_dist.DistributedError, match=pattern):
+            _dist._merge_parts(files, str(tmp_path / "out.states"))
