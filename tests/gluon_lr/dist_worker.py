@@ -136,20 +136,30 @@ def scenario_recipe(out: Path, kvstore: str, optimizer: str, update_on_kvstore: 
 
     def save(step):
         if step == 5 and kv.rank == 0:
-            net.save_parameters(str(out / "step5.params"))
-            trainer.save_states(str(out / "step5.states"))
+            save_step5(net, trainer, out)
 
     return kv.rank, run_recipe(net, trainer, lambda step: batch(step, kv.rank), 2 * BATCH, hook=save)
 
 
-def scenario_resume(out: Path, kvstore: str, optimizer: str, update_on_kvstore: str) -> tuple:
-    """A fresh job: load step-5 params and states saved by `scenario_recipe`, run steps 6..7."""
+def resume(net, trainer, folder: Path) -> None:
+    """Load ``folder/step5.params`` and ``folder/step5.states`` (written by `scenario_recipe` or `save_step5`)."""
+    net.load_parameters(str(folder / "step5.params"))
+    trainer.set_lr_mult({"net_d1_weight": 0.5})  # the table as it was at step 5 (load_states restores it too)
+    trainer.load_states(str(folder / "step5.states"))
+
+
+def save_step5(net, trainer, folder: Path) -> None:
+    """Write ``folder/step5.params`` and ``folder/step5.states``."""
+    net.save_parameters(str(folder / "step5.params"))
+    trainer.save_states(str(folder / "step5.states"))
+
+
+def scenario_resume(out: Path, kvstore: str, optimizer: str, update_on_kvstore: str, folder: str) -> tuple:
+    """A fresh job: load the step-5 params and states in `folder`, run steps 6..7."""
     kv = mx.kv.create(kvstore)
     net = build_net(seed=123)  # different init: everything must come from the files
-    net.load_parameters(str(out / "step5.params"))
     trainer = make_trainer(net, optimizer, kv, update_on_kvstore == "True")
-    trainer.set_lr_mult({"net_d1_weight": 0.5})  # the table as it was at step 5
-    trainer.load_states(str(out / "step5.states"))
+    resume(net, trainer, Path(folder))
     return kv.rank, run_recipe(net, trainer, lambda step: batch(step, kv.rank), 2 * BATCH, first=6)
 
 
