@@ -1,4 +1,4 @@
-"""Launch a local MXNet parameter-server cluster (scheduler, servers, workers) on 127.0.0.1 for tests.
+"""Launch local multi-process jobs on 127.0.0.1 for tests: an MXNet parameter-server cluster, or torch DDP ranks.
 
 Each role is a separate process started with the DMLC_* environment, as MXNet's ``tools/launch.py`` does for
 ``--launcher local``, bound to 127.0.0.1 on a port picked free for each cluster. Every process gets its own process
@@ -57,10 +57,10 @@ def _base_env(port: int, num_servers: int, num_workers: int, extra: dict) -> dic
     return env
 
 
-def _start(name: str, role: str, argv: list, env: dict, log_dir: Path) -> _Role:
+def _start(name: str, argv: list, env: dict, log_dir: Path) -> _Role:
     out_path, err_path = log_dir / f"{name}.out", log_dir / f"{name}.err"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(argv, env={**env, "DMLC_ROLE": role}, stdout=out, stderr=err,
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL, cwd=str(_ROOT), start_new_session=True)
     return _Role(name, proc, out_path, err_path)
 
@@ -101,9 +101,47 @@ def _wait(roles: list, workers: list, deadline: float) -> None:
         time.sleep(0.05)
 
 
+def run_processes(specs: list, log_dir: Path, timeout: float = 60.0, started: list = None) -> list:
+    """Start processes, wait for the 'main' ones, then for the rest to exit; kill everything on any failure.
+
+    Args:
+        specs: ``(name, argv, env, main)`` per process, in start order; the call returns when every ``main``
+            process has exited with 0 and every other one (a scheduler, a server) has exited with 0 after them.
+        log_dir: folder for each process's ``{name}.out``/``{name}.err``.
+        timeout: hard deadline in seconds for all of them together.
+        started: if given, every ``subprocess.Popen`` started is appended to it.
+
+    Returns:
+        The stdout text of each main process, in start order.
+
+    Raises:
+        ClusterError: a process died or failed, or the deadline passed; names it and shows its stderr tail.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    started = [] if started is None else started
+    roles, mains = [], []
+    try:
+        for name, argv, env, main in specs:
+            roles.append(_start(name, argv, env, log_dir))
+            started.append(roles[-1].proc)
+            if main:
+                mains.append(roles[-1])
+        deadline = time.monotonic() + timeout
+        _wait(roles, mains, deadline)
+        for role in roles:  # a scheduler and servers exit once every worker has finalized
+            role.proc.wait(timeout=max(1.0, min(15.0, deadline - time.monotonic())))
+            if role.proc.returncode != 0:
+                raise _failure([role], f"role '{role.name}' exited with code {role.proc.returncode}")
+        return [m.out_path.read_text() for m in mains]
+    except subprocess.TimeoutExpired as err:
+        raise _failure(roles, f"a role did not exit after the workers finished: {err}") from None
+    finally:
+        _kill_all(roles)
+
+
 def run_cluster(worker_args: list, log_dir: Path, num_servers: int = 1, num_workers: int = 2,
                 timeout: float = 60.0, env: dict = None, started: list = None) -> list:
-    """Run one scheduler, `num_servers` servers and `num_workers` workers; return the workers' stdout.
+    """Run an MXNet kvstore cluster: one scheduler, `num_servers` servers, `num_workers` workers on 127.0.0.1.
 
     Args:
         worker_args: arguments after ``python`` for every worker (the worker reads its rank from the kvstore).
@@ -116,35 +154,43 @@ def run_cluster(worker_args: list, log_dir: Path, num_servers: int = 1, num_work
             left alive, and kill any that is).
 
     Returns:
-        The stdout text of each worker, in start order.
+        The stdout text of each worker, in start order (process names, not kvstore ranks).
 
     Raises:
         ClusterError: a role died or failed, or the deadline passed; names the role and shows its stderr tail.
     """
-    log_dir.mkdir(parents=True, exist_ok=True)
     base = _base_env(free_port(), num_servers, num_workers, env or {})
-    server_argv = [sys.executable, "-c", _SERVER_CODE]
-    started = [] if started is None else started
-    roles = []
+    server = [sys.executable, "-c", _SERVER_CODE]
+    specs = [("scheduler", server, {**base, "DMLC_ROLE": "scheduler"}, False)]
+    specs += [(f"server{i}", server, {**base, "DMLC_ROLE": "server"}, False) for i in range(num_servers)]
+    specs += [(f"worker{i}", [sys.executable] + list(worker_args), {**base, "DMLC_ROLE": "worker"}, True)
+              for i in range(num_workers)]
+    return run_processes(specs, log_dir, timeout, started)
 
-    def start(name, role, argv):
-        roles.append(_start(name, role, argv, base, log_dir))
-        started.append(roles[-1].proc)
-        return roles[-1]
 
-    try:
-        start("scheduler", "scheduler", server_argv)
-        for i in range(num_servers):
-            start(f"server{i}", "server", server_argv)
-        workers = [start(f"worker{i}", "worker", [sys.executable] + list(worker_args)) for i in range(num_workers)]
-        deadline = time.monotonic() + timeout
-        _wait(roles, workers, deadline)
-        for role in roles:  # scheduler and servers exit once every worker has finalized
-            role.proc.wait(timeout=max(1.0, min(15.0, deadline - time.monotonic())))
-            if role.proc.returncode != 0:
-                raise _failure([role], f"role '{role.name}' exited with code {role.proc.returncode}")
-        return [w.out_path.read_text() for w in workers]
-    except subprocess.TimeoutExpired as err:
-        raise _failure(roles, f"a role did not exit after the workers finished: {err}") from None
-    finally:
-        _kill_all(roles)
+def run_torch_ddp(worker_args: list, log_dir: Path, world_size: int = 2, timeout: float = 60.0,
+                  started: list = None) -> list:
+    """Run `world_size` torch.distributed processes (env:// rendezvous on 127.0.0.1, a free port).
+
+    Each process gets ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``, as ``torchrun``
+    sets them; use ``torch.distributed.init_process_group("gloo")`` on CPU.
+
+    Args:
+        worker_args: arguments after ``python`` for every process.
+        log_dir: folder for each process's stdout/stderr files.
+        world_size: number of processes.
+        timeout: hard deadline in seconds.
+        started: if given, every ``subprocess.Popen`` started is appended to it.
+
+    Returns:
+        The stdout text of each process, by rank.
+
+    Raises:
+        ClusterError: a process died or failed, or the deadline passed; names it and shows its stderr tail.
+    """
+    base = _base_env(free_port(), 0, world_size, {})
+    base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world_size),
+                 "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
+    specs = [(f"rank{r}", [sys.executable] + list(worker_args), {**base, "RANK": str(r), "LOCAL_RANK": str(r)}, True)
+             for r in range(world_size)]
+    return run_processes(specs, log_dir, timeout, started)
