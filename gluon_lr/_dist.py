@@ -87,12 +87,6 @@ def sync(trainer) -> None:
     _wait_for_initial_pulls(trainer)
     if not isinstance(kv, _ServerStatesKVStore):
         return
-    masked = {n: c for n, c in getattr(getattr(trainer, "_freezer", None), "masked_elements", {}).items() if c}
-    if masked:
-        raise DistributedError(f"Element masks {sorted(masked)} cannot be applied on {kv.type} kvstore servers "
-                               f"(the update runs there); expected no masks with update_on_kvstore=True, got "
-                               f"{sum(masked.values())} masked elements. Create the trainer with "
-                               f"update_on_kvstore=False (dist_sync), or freeze whole parameters.")
     settings = _settings(trainer)
     if settings != kv._gluon_lr_sent:
         _send(kv, _Command("update", settings))

@@ -120,7 +120,27 @@ def scenario_linear(out: Path, kvstore: str, kind: str) -> tuple:
         kv.pull(index, out=param.data())
     record = {}
     snapshot(net, 0, record)
+    if kind == "lrtrainer":
+        record["mask_refused"] = np.array(_mask_refused(net, trainer))
     return kv.rank, record
+
+
+def _mask_refused(net, trainer) -> str:
+    """Try to mask elements of a parameter the servers update; return the error's message, or ''."""
+    from gluon_lr import LrTrainerError
+    try:
+        trainer.freeze("lin_weight", mask=np.eye(2, 3))
+        _linear_step(net, trainer, 1)
+    except LrTrainerError as err:
+        return str(err)
+    return ""
+
+
+def _linear_step(net, trainer, scale: float) -> None:
+    with autograd.record():
+        loss = net(mx.nd.ones((BATCH, 3)) * scale).sum()
+    loss.backward()
+    trainer.step(2 * BATCH)
 
 
 def _all_pushes_applied(kv) -> None:

@@ -96,7 +96,8 @@ class TestMultipliersOnServers:
             np.testing.assert_allclose(record["step0/lin_bias"], np.full(2, -0.2), atol=1e-6)
 
     def test_lrtrainer_dist_async_multipliers_and_change(self, cluster):
-        """dist_async with LrTrainer: multipliers hold, and a change made after a barrier holds for every later push.
+        """dist_async with LrTrainer: multipliers hold, a change made after a barrier holds for every later push, and
+        an element mask (which the servers cannot apply) is refused.
 
         Steps 1-2 at lr 0.1 (weight x0.5, bias x2), steps 3-4 at lr 0.01 (bias x0):
         w = 1 - 0.05*(1.5+2.5) - 0.005*(3.5+4.5) = 0.76; b = -0.2*(1+1) = -0.4.
@@ -106,6 +107,7 @@ class TestMultipliersOnServers:
             np.testing.assert_allclose(record["step0/lin_weight"], np.full((2, 3), 0.76), atol=1e-6,
                                        err_msg=f"rank {rank}")
             np.testing.assert_allclose(record["step0/lin_bias"], np.full(2, -0.4), atol=1e-6, err_msg=f"rank {rank}")
+            assert "update_on_kvstore=False" in str(record["mask_refused"]), f"rank {rank}: a mask must be refused"
 
 
 RECIPES = [  # (optimizer, update_on_kvstore, servers)
