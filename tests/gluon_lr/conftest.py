@@ -1,7 +1,6 @@
 """Tiny seeded models and a one-step training helper shared by the gluon_lr tests."""
 import mxnet as mx
 import numpy as np
-import pytest
 from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
@@ -83,9 +82,3 @@ def assert_close(actual: dict, expected: dict, atol: float, what: str = ""):
     """Every array in ``expected`` matches ``actual`` within ``atol``; failure names the worst parameter."""
     worst = max(((float(np.abs(actual[k] - expected[k]).max()), k) for k in expected), default=(0.0, None))
     assert worst[0] <= atol, f"{what}: {worst[1]!r} differs by {worst[0]:.3g} > atol {atol}"
-
-
-@pytest.fixture
-def mlp():
-    """A seeded MLP on one CPU context."""
-    return build_mlp()

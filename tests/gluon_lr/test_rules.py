@@ -1,7 +1,5 @@
 """Rules: selection by glob, regex and layer kind; merging of params; the resolution order."""
-import mxnet as mx
 import pytest
-from mxnet import gluon
 
 from gluon_lr import LrTrainer, Rule
 from gluon_lr.rules import collect_params, match_rules

@@ -245,3 +245,22 @@ class TestAggregation:
         monkeypatch.setenv("MXNET_OPTIMIZER_AGGREGATION_SIZE", "100")
         trainer = LrTrainer(build_mlp(), "sgd", {"learning_rate": LR, "momentum": 0.9})
         assert trainer.optimizer.aggregate_num == 60
+
+
+class TestConstructorForms:
+    def test_optimizer_instance(self):
+        """An Optimizer object gets the table too (set_lr_mult through the trainer reaches it)."""
+        net = _line_net()
+        optimizer = mx.optimizer.SGD(learning_rate=LR)
+        trainer = LrTrainer(net, optimizer)
+        trainer.set_lr_mult({"line_weight": 0.5})
+        assert trainer.optimizer is optimizer and optimizer.lr_mult == {0: 0.5}
+        np.testing.assert_allclose(_sum_step(net, trainer), [0.95, 0.9], rtol=0, atol=1e-7)
+
+    def test_deferred_initialization(self):
+        """Parameters whose shapes are inferred at the first forward pass train with their multipliers."""
+        net = gluon.nn.Dense(1, use_bias=False, prefix="lazy_")
+        net.initialize(mx.init.One())
+        trainer = LrTrainer(net, "sgd", {"learning_rate": LR}, rules=[Rule("lazy_*", lr_mult=0.5)])
+        np.testing.assert_allclose(_sum_step(net, trainer), [0.95, 0.9], rtol=0, atol=1e-7)
+        assert trainer.explain().to_dict()["lazy_weight"]["shape"] == [1, 2]
