@@ -11,3 +11,14 @@ __all__ = [
     "LrTrainerError", "MultiplierError", "PatternError", "RuleMatchError", "UnknownParameterError",
     "DuplicateParameterError", "KVStoreConfigError", "ParamsTypeError", "SettingsFileError", "StatesFileError",
 ]
+
+# [freeze] freezing errors, layer-wise decay, gradual unfreezing
+from .errors import MaskError, ScheduleError  # noqa: E402
+
+__all__ += ["MaskError", "ScheduleError"]
+from .decay import DecayRule, discriminative, even_mults, layer_decay, layer_groups  # noqa: E402
+
+__all__ += ["DecayRule", "discriminative", "even_mults", "layer_decay", "layer_groups"]
+from .unfreeze import GradualUnfreezing  # noqa: E402
+
+__all__ += ["GradualUnfreezing"]

@@ -51,3 +51,7 @@ class StatesFileError(LrTrainerError, ValueError):
 
 class MaskError(LrTrainerError, ValueError):
     """An element mask is not an array of 0/1 of the parameter's shape, or cannot apply (parameter frozen whole)."""
+
+
+class ScheduleError(LrTrainerError, ValueError):
+    """A gradual-unfreezing schedule got groups or an epoch it cannot use."""

@@ -19,7 +19,10 @@ How each guarantee is kept (MXNet 1.9.1):
   hold that batch's values.
 
 What is global and so not "as if the frozen steps had not happened": ``optimizer.num_update`` (the largest count of
-any parameter) drives ``lr_scheduler``; the schedule follows the training's global step. Nadam's momentum schedule
+any parameter) drives ``lr_scheduler``; the schedule follows the training's global step, for unfrozen parameters too
+(MXNet alone would give a parameter that lags behind and is updated first the previous step's rate for the rest of
+training, whenever updates are not aggregated: ``align_num_update`` fixes that before each update round; on dist
+kvstore servers, which hold their own optimizer, that fix cannot apply). Nadam's momentum schedule
 (``optimizer.m_schedule``) is one number advanced once per parameter update of ANY parameter, so freezing some
 parameters changes how fast it advances for the others. Element masks keep the per-parameter count running (the
 tensor is updated), so Adam's bias correction of released elements uses the tensor's count.
@@ -30,6 +33,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 from mxnet import gluon, nd
+from mxnet import initializer as mx_init
 
 from . import rules as _rules
 from .errors import MaskError, ParamsTypeError, RuleMatchError, UnknownParameterError
@@ -113,6 +117,35 @@ class _Mask:
         if key not in self._cache:
             self._cache[key] = nd.array(self.values, ctx=arr.context, dtype=arr.dtype)
         return self._cache[key]
+
+
+class _HeldStat:
+    """The values one norm statistic had when its layer was frozen, written back after every update.
+
+    A parameter still waiting for deferred initialisation gets its initial values from its own initializer (as
+    ``Parameter._finish_deferred_init`` does) on the first restore, since the first forward already moved them.
+    """
+
+    def __init__(self, param, copies, deferred):
+        self._param, self._copies, self._deferred = param, copies, deferred
+
+    def restore(self) -> None:
+        """Write the held values back into every context's array."""
+        arrays = self._param.list_data()
+        if self._copies is None:
+            init, _, default_init, _ = self._deferred
+            self._copies = [nd.zeros(a.shape, ctx=a.context, dtype=a.dtype) for a in arrays]
+            for copy in self._copies:
+                mx_init.create(default_init)(mx_init.InitDesc(self._param.name, {"__init__": init}), copy)
+        for arr, copy in zip(arrays, self._copies):
+            copy.copyto(arr)
+
+
+def _held_copy(param) -> _HeldStat:
+    """Hold ``param``'s current values (or, if its initialisation is deferred, its initial values)."""
+    if param._deferred_init:
+        return _HeldStat(param, None, param._deferred_init)
+    return _HeldStat(param, [arr.copy() for arr in param.list_data()], None)
 
 
 class _MaskingUpdater:
@@ -264,6 +297,9 @@ class Freezer:
     def _checked_mask(self, name: str, mask) -> np.ndarray:
         """The mask as a numpy array of 0/1 after checking its type, shape and values."""
         param = self._params[name]
+        if param._deferred_init or not param.shape or 0 in param.shape:
+            raise MaskError(f"Parameter {name!r} has no shape yet (deferred initialisation, shape {param.shape}); "
+                            f"pass one batch through the network first, then freeze({name!r}, mask=...).")
         if name in self._grad_req:
             raise MaskError(f"Parameter {name!r} is frozen whole, so an element mask would change nothing; call "
                             f"trainer.unfreeze({name!r}) first, then freeze({name!r}, mask=...).")
@@ -286,9 +322,7 @@ class Freezer:
         for prefix in set(self._held) - want:
             del self._held[prefix]
         for prefix in want - set(self._held):
-            arrays = [arr for name in self._layers[prefix].stats
-                      for arr in self._params[name]._check_and_get(self._params[name]._data, list)]
-            self._held[prefix] = [(arr, arr.copy()) for arr in arrays]
+            self._held[prefix] = [_held_copy(self._params[name]) for name in self._layers[prefix].stats]
 
     # ------------------------------------------------------------------------------------------ around updates
     def before_update(self, params: list, updaters: list, on_kvstore: bool) -> list:
@@ -304,12 +338,25 @@ class Freezer:
                 saved += _snapshot([weight] + _ready_state(updater, index, weight), mask.like)
         return saved
 
+    @staticmethod
+    def align_num_update(optimizers: list) -> None:
+        """Set each optimizer's global step to 1 + the largest per-parameter count before an update round.
+
+        MXNet raises ``num_update`` (the step ``lr_scheduler`` reads) to each parameter's count as it updates it. A
+        parameter that was frozen lags behind, and when it is updated before the others (no aggregation) it would
+        read the schedule one step late for the rest of training. Idempotent; equal to stock when counts agree.
+        """
+        for optimizer in optimizers:
+            counts = [c for table in optimizer._all_index_update_counts.values() for c in table.values()]
+            if counts:
+                optimizer.num_update = max(optimizer.num_update, 1 + max(counts))
+
     def after_update(self, saved: list) -> None:
         """Restore masked elements and held norm statistics after the update."""
         _restore(saved)
-        for pairs in self._held.values():
-            for arr, copy in pairs:
-                copy.copyto(arr)
+        for held in self._held.values():
+            for stat in held:
+                stat.restore()
 
     def wrap_kvstore(self, kvstore, names: list) -> None:
         """Route a local kvstore's updates through ``_MaskingUpdater`` (update_on_kvstore=True)."""

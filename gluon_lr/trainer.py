@@ -274,9 +274,17 @@ class LrTrainer(gluon.Trainer):
         already updated in ``_allreduce_grads`` (push/pull on the kvstore) and ``_apply_updates`` only checks for
         stale gradients.
         """
+        if not self._update_on_kvstore:  # [freeze] unfrozen parameters read the current lr step
+            self._freezer.align_num_update(self._optimizers())
         saved = self._freezer.before_update(self._params, self._updaters, bool(self._update_on_kvstore))  # [freeze]
         self._apply_updates(ignore_stale_grad)
         self._freezer.after_update(saved)  # [freeze] restore masked elements and held norm statistics
+
+    def _allreduce_grads(self):
+        """[freeze] With update_on_kvstore=True the kvstore updates in here: align the global step first."""
+        if self._update_on_kvstore:
+            self._freezer.align_num_update(self._optimizers())
+        super()._allreduce_grads()
 
     def _apply_updates(self, ignore_stale_grad=False):
         """The stock Gluon update loop (one updater call per context)."""

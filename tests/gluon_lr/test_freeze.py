@@ -1,0 +1,426 @@
+"""Freezing whole parameters: value, optimizer state and update count bit-identical; exact resume; norm statistics.
+
+Optimizer state and update counts live in MXNet's Updater objects (``trainer._updaters[k].states`` or the kvstore's
+updater) and ``optimizer._all_index_update_counts``: there is no public accessor, so these tests read them there.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd, gluon, nd
+from mxnet.gluon import nn
+
+from gluon_lr import LrTrainer, MaskError, ParamsTypeError, RuleMatchError, UnknownParameterError
+
+OPTIMIZERS = {
+    "sgd": ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}),
+    "nag": ("nag", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}),
+    "adam": ("adam", {"learning_rate": 0.01, "wd": 0.01}),
+    "rmsprop": ("rmsprop", {"learning_rate": 0.01, "wd": 0.01}),
+    "rmsprop_centered": ("rmsprop", {"learning_rate": 0.01, "wd": 0.01, "centered": True, "gamma2": 0.9}),
+    "adagrad": ("adagrad", {"learning_rate": 0.1, "wd": 0.01}),
+    "lamb": ("lamb", {"learning_rate": 0.01, "wd": 0.01}),
+}
+#: Further optimizers checked for point 1 (frozen stays frozen) only. Not adamax: MXNet's Adamax has no epsilon,
+#: so the exactly-zero gradient of a bias in front of BatchNorm gives 0/0 = NaN on the first step.
+EXTRA_OPTIMIZERS = {name: (name, {"learning_rate": 0.01, "wd": 0.01})
+                    for name in ("nadam", "adadelta", "ftrl", "signum")}
+#: (number of contexts, kvstore, update_on_kvstore)
+CONFIGS = {"1ctx": (1, None, None), "2ctx": (2, "device", False), "2ctx_kv": (2, "device", True)}
+
+
+def contexts(n):
+    """``n`` CPU contexts standing in for GPUs."""
+    return [mx.cpu(i) for i in range(n)]
+
+
+def build_net(ctx, seed=0):
+    """Dense(6) -> BatchNorm -> Dense(3) on 4 inputs, hybridized, seeded."""
+    mx.random.seed(seed)
+    net = nn.HybridSequential(prefix="net_")
+    with net.name_scope():
+        net.add(nn.Dense(6, in_units=4), nn.BatchNorm(in_channels=6), nn.Dense(3, in_units=6))
+    net.initialize(mx.init.Uniform(0.5), ctx=ctx)
+    net.hybridize()
+    return net
+
+
+def batches(n, seed=1, rows=4):
+    """``n`` fixed input batches of shape (rows, 4)."""
+    rng = np.random.RandomState(seed)
+    return [rng.uniform(-1, 1, size=(rows, 4)).astype(np.float32) for _ in range(n)]
+
+
+def train_step(net, trainer, data, ctx):
+    """One forward (train mode) / backward / step with the batch split over ``ctx``."""
+    parts = np.array_split(data, len(ctx))
+    with autograd.record(train_mode=True):
+        losses = [(net(nd.array(part, ctx=c)) ** 2).sum() for part, c in zip(parts, ctx)]
+    for loss in losses:
+        loss.backward()
+    trainer.step(len(data))
+
+
+def make_trainer(params, opt, config):
+    """An LrTrainer for one optimizer name and one context configuration."""
+    name, kwargs = {**OPTIMIZERS, **EXTRA_OPTIMIZERS}[opt]
+    _, kvstore, on_kv = CONFIGS[config]
+    return LrTrainer(params, name, dict(kwargs), kvstore=kvstore, update_on_kvstore=on_kv)
+
+
+def state_arrays(trainer, index):
+    """Every optimizer state array of parameter ``index``, on every updater (or the kvstore's)."""
+    from gluon_lr.freeze import _flat_state
+    updaters = [trainer._kvstore._updater] if trainer._update_on_kvstore else trainer._updaters
+    return [arr for updater in updaters for arr in _flat_state(updater.states.get(index))]
+
+
+def update_counts(trainer, index):
+    """The per-device update counts of parameter ``index`` (Adam's bias correction uses them)."""
+    optimizer = trainer._kvstore._updater.optimizer if trainer._update_on_kvstore else trainer._optimizer
+    return {dev: counts.get(index) for dev, counts in optimizer._all_index_update_counts.items()}
+
+
+def snapshot(trainer, names):
+    """Copies (numpy) of the weights on every context and the optimizer state arrays of ``names``."""
+    index = {p.name: i for i, p in enumerate(trainer._params)}
+    shot = {}
+    for name in names:
+        param = trainer._params[index[name]]
+        shot[name] = ([d.asnumpy() for d in param.list_data()], [s.asnumpy() for s in state_arrays(trainer, index[name])],
+                      update_counts(trainer, index[name]))
+    return shot
+
+
+def assert_same(before, after, what):
+    """Bit-exact equality of two snapshots, naming the array and the largest difference on failure."""
+    for name in before:
+        for kind, old, new in (("weight", before[name][0], after[name][0]), ("state", before[name][1], after[name][1])):
+            assert len(old) == len(new), f"{what}: {name} {kind}: {len(old)} arrays before, {len(new)} after"
+            for k, (a, b) in enumerate(zip(old, new)):
+                assert np.array_equal(a, b), (f"{what}: {name} {kind}[{k}] changed, max |diff| "
+                                              f"{np.abs(a - b).max():.3g}")
+        assert before[name][2] == after[name][2], f"{what}: {name} update count {before[name][2]} -> {after[name][2]}"
+
+
+class TestFreeze:
+    """trainer.freeze: a frozen parameter, its state and its count do not change, for every optimizer."""
+
+    @pytest.mark.parametrize("config", list(CONFIGS))
+    @pytest.mark.parametrize("opt", list(OPTIMIZERS) + list(EXTRA_OPTIMIZERS))
+    def test_frozen_parameters_bit_identical(self, opt, config):
+        """Weights (every context), state arrays and update counts of a frozen layer stay bit-identical."""
+        ctx = contexts(CONFIGS[config][0])
+        net, data = build_net(ctx), batches(6)
+        trainer = make_trainer(net, opt, config)
+        for x in data[:2]:
+            train_step(net, trainer, x, ctx)
+        frozen = trainer.freeze(net[0])
+        assert frozen == ["net_dense0_bias", "net_dense0_weight"]
+        before, head = snapshot(trainer, frozen), net[2].weight.data(ctx[-1]).asnumpy()
+        for x in data[2:]:
+            train_step(net, trainer, x, ctx)
+        assert_same(before, snapshot(trainer, frozen), f"{opt}/{config}")
+        moved = np.abs(net[2].weight.data(ctx[-1]).asnumpy() - head).max()
+        assert moved > 1e-5, f"{opt}/{config}: the unfrozen head did not train (max |dW| {moved:.3g})"
+
+    @pytest.mark.parametrize("config", list(CONFIGS))
+    def test_frozen_parameter_has_no_gradient_and_resumes_with_correct_gradient(self, config):
+        """Frozen: no gradient array; unfrozen in the hybridized net: the gradient equals a never-frozen twin's."""
+        ctx = contexts(CONFIGS[config][0])
+        net, twin, x = build_net(ctx), build_net(ctx), batches(1)[0]
+        trainer = make_trainer(net, "sgd", config)
+        trainer.freeze("net_dense0_*")
+        train_step(net, trainer, x, ctx)
+        with pytest.raises(RuntimeError, match="grad_req='null'"):
+            net[0].weight.grad(ctx[0])
+        trainer.unfreeze("net_dense0_*")
+        net_params, twin_params = net.collect_params(), twin.collect_params()
+        for name in net_params:  # the twin takes the same weights, then both compute one gradient
+            for dst, src in zip(twin_params[name].list_data(), net_params[name].list_data()):
+                src.copyto(dst)
+        for model in (net, twin):
+            with autograd.record():
+                loss = (model(nd.array(x, ctx=ctx[0])) ** 2).sum()
+            loss.backward()
+        got, want = net[0].weight.grad(ctx[0]).asnumpy(), twin[0].weight.grad(ctx[0]).asnumpy()
+        assert np.abs(want).max() > 0 and np.array_equal(got, want), f"max |diff| {np.abs(got - want).max():.3g}"
+
+    def test_lr_mult_zero_and_zero_gradient_do_not_freeze_in_mxnet(self):
+        """The pitfall on stock gluon.Trainer: lr_mult=0 under momentum and a zero gradient under Adam still move."""
+        for opt, kwargs, how in (("sgd", {"learning_rate": 0.1, "momentum": 0.9}, "lr_mult"),
+                                 ("adam", {"learning_rate": 0.01}, "zero_grad")):
+            ctx = contexts(1)
+            net, data = build_net(ctx), batches(3)
+            trainer = gluon.Trainer(net.collect_params(), opt, kwargs)
+            for x in data[:2]:
+                train_step(net, trainer, x, ctx)
+            weight = net[0].weight
+            before = weight.data().asnumpy()
+            with autograd.record():
+                loss = (net(nd.array(data[2])) ** 2).sum()
+            loss.backward()
+            if how == "lr_mult":
+                weight.lr_mult = 0.0
+            else:
+                weight.grad()[:] = 0
+            trainer.step(4)
+            moved = np.abs(weight.data().asnumpy() - before).max()
+            assert moved > 1e-4, f"{opt} {how}: expected MXNet to keep moving the weight, max |dW| {moved:.3g}"
+
+
+class TestUnfreezeResume:
+    """Unfreeze resumes exactly: as if the frozen steps had not happened for that parameter."""
+
+    @staticmethod
+    def _branches(ctx, seed):
+        """Two independent Dense layers ``p`` and ``q``: p's gradient does not depend on q."""
+        mx.random.seed(seed)
+        p, q = nn.Dense(3, in_units=4, prefix="p_"), nn.Dense(3, in_units=4, prefix="q_")
+        for layer in (p, q):
+            layer.initialize(mx.init.Uniform(0.5), ctx=ctx)
+        return p, q
+
+    @staticmethod
+    def _step(layers, trainer, x, ctx):
+        """One step on the sum of the layers' losses."""
+        parts = np.array_split(x, len(ctx))
+        with autograd.record():
+            losses = [sum(((layer(nd.array(part, ctx=c)) - 0.3) ** 2).sum() for layer in layers)
+                      for part, c in zip(parts, ctx)]
+        for loss in losses:
+            loss.backward()
+        trainer.step(len(x))
+
+    @pytest.mark.parametrize("config", list(CONFIGS))
+    @pytest.mark.parametrize("opt", list(OPTIMIZERS))
+    def test_resume_equals_reference_that_never_saw_the_frozen_steps(self, opt, config):
+        """p frozen for 3 steps then unfrozen: weights, state and counts equal a run that skipped those batches."""
+        ctx, data = contexts(CONFIGS[config][0]), batches(7, rows=4)
+        p, q = self._branches(ctx, seed=3)
+        trainer = make_trainer([p.collect_params(), q.collect_params()], opt, config)
+        ref, _ = self._branches(ctx, seed=3)
+        ref_trainer = make_trainer(ref.collect_params(), opt, config)
+        for x in data[:2]:
+            self._step([p, q], trainer, x, ctx)
+            self._step([ref], ref_trainer, x, ctx)
+        trainer.freeze(p)
+        for x in data[2:5]:
+            self._step([p, q], trainer, x, ctx)
+        trainer.unfreeze(p)
+        for x in data[5:]:
+            self._step([p, q], trainer, x, ctx)
+            self._step([ref], ref_trainer, x, ctx)
+        got = snapshot(trainer, ["p_weight", "p_bias"])
+        want = snapshot(ref_trainer, ["p_weight", "p_bias"])
+        assert_same(want, got, f"{opt}/{config} resume")
+
+
+    @pytest.mark.parametrize("config", list(CONFIGS))
+    @pytest.mark.parametrize("aggregate", [True, False], ids=["aggregated", "one_by_one"])
+    def test_lr_schedule_follows_the_global_step_after_unfreeze(self, aggregate, config):
+        """FactorScheduler halving every step: after unfreeze p gets the same rate as q (MXNet alone lags p)."""
+        ctx = contexts(CONFIGS[config][0])
+        p, q = (gluon.Parameter(name, shape=(1,), init=mx.init.One()) for name in ("a_p", "b_q"))
+        for param in (p, q):
+            param.initialize(ctx=ctx)
+        optimizer = mx.optimizer.SGD(learning_rate=1.0, lr_scheduler=mx.lr_scheduler.FactorScheduler(1, 0.5))
+        optimizer.aggregate_num = 4 if aggregate else 0
+        _, kvstore, on_kv = CONFIGS[config]
+        trainer = LrTrainer([p, q], optimizer, kvstore=kvstore, update_on_kvstore=on_kv)
+        for step in range(6):
+            if step in (2, 4):
+                (trainer.freeze if step == 2 else trainer.unfreeze)("a_p")
+            before = [param.data(ctx[0]).asscalar() for param in (p, q)]
+            with autograd.record():
+                losses = [p.data(c) + q.data(c) for c in ctx]
+            for loss in losses:
+                loss.backward()
+            trainer.step(len(ctx))  # gradient 1 per parameter: the change is the learning rate
+            lr_p, lr_q = (b - param.data(ctx[0]).asscalar() for b, param in zip(before, (p, q)))
+            assert lr_q == 0.5 ** step, f"step {step}: q's rate {lr_q}"
+            assert lr_p == (0.0 if step in (2, 3) else 0.5 ** step), f"step {step}: p's rate {lr_p}, q's {lr_q}"
+            assert trainer.optimizer.num_update == step + 1, f"step {step}: num_update {trainer.optimizer.num_update}"
+
+
+class TestNormStatistics:
+    """The running statistics of a frozen norm layer stay fixed, also in train mode and in a hybridized parent."""
+
+    @pytest.mark.parametrize("config", ["1ctx", "2ctx", "2ctx_kv"])
+    def test_held_while_frozen_released_after(self, config):
+        """Frozen BatchNorm: running mean/var bit-identical over 3 train-mode steps; unfrozen: they move again."""
+        ctx = contexts(CONFIGS[config][0])
+        outer = nn.HybridSequential(prefix="outer_")  # BN two levels down in a hybridized parent
+        net = build_net(ctx)
+        outer.add(net)
+        outer.hybridize()
+        trainer = make_trainer(outer, "adam", config)
+        data = batches(6)
+        train_step(outer, trainer, data[0], ctx)
+        trainer.freeze(net[1])
+        stats = [net[1].running_mean, net[1].running_var]
+        before = [[d.asnumpy() for d in s.list_data()] for s in stats]
+        for x in data[1:4]:
+            train_step(outer, trainer, x, ctx)
+            for s, old in zip(stats, before):
+                for k, (a, d) in enumerate(zip(old, s.list_data())):
+                    assert np.array_equal(a, d.asnumpy()), f"{s.name}[ctx {k}] moved by {np.abs(a - d.asnumpy()).max()}"
+        trainer.unfreeze(net[1])
+        train_step(outer, trainer, data[4], ctx)
+        moved = np.abs(stats[0].data(ctx[0]).asnumpy() - before[0][0]).max()
+        assert moved > 1e-6, f"after unfreeze the running mean should move again, max |d| {moved:.3g}"
+
+    def test_frozen_before_deferred_initialisation(self):
+        """Frozen before the first forward (shapes unknown): the statistics keep their initial 0 / 1 values."""
+        mx.random.seed(0)
+        net = nn.HybridSequential(prefix="lazy_")
+        with net.name_scope():
+            net.add(nn.Dense(6), nn.BatchNorm(), nn.Dense(3))
+        net.initialize(mx.init.Xavier())
+        net.hybridize()
+        trainer = make_trainer(net, "sgd", "1ctx")
+        trainer.freeze(net[1])
+        for x in batches(2):
+            train_step(net, trainer, x, contexts(1))
+        assert np.array_equal(net[1].running_mean.data().asnumpy(), np.zeros(6, np.float32))
+        assert np.array_equal(net[1].running_var.data().asnumpy(), np.ones(6, np.float32))
+
+    def test_hold_norm_stats_false_lets_them_run(self):
+        """freeze(..., hold_norm_stats=False): gamma/beta frozen, running statistics still follow the batches."""
+        ctx = contexts(1)
+        net, data = build_net(ctx), batches(2)
+        trainer = make_trainer(net, "sgd", "1ctx")
+        trainer.freeze(net[1], hold_norm_stats=False)
+        gamma, mean = net[1].gamma.data().asnumpy(), net[1].running_mean.data().asnumpy()
+        for x in data:
+            train_step(net, trainer, x, ctx)
+        assert np.array_equal(gamma, net[1].gamma.data().asnumpy()), "gamma is frozen and must not move"
+        assert np.abs(net[1].running_mean.data().asnumpy() - mean).max() > 1e-6, "running mean should move"
+
+    def test_partly_frozen_layer_is_not_held(self):
+        """Only gamma frozen: the layer still trains (beta), so its statistics run."""
+        ctx = contexts(1)
+        net, data = build_net(ctx), batches(2)
+        trainer = make_trainer(net, "sgd", "1ctx")
+        trainer.freeze("net_batchnorm0_gamma")
+        mean = net[1].running_mean.data().asnumpy()
+        for x in data:
+            train_step(net, trainer, x, ctx)
+        assert np.abs(net[1].running_mean.data().asnumpy() - mean).max() > 1e-6
+
+
+class TestSaveLoad:
+    """Freezing and masks survive save_states/load_states into a FRESH process (by name)."""
+
+    def test_fresh_process_round_trip(self, tmp_path):
+        """A new process loads the states: same frozen set and mask, frozen weights and held stats do not move."""
+        ctx = contexts(1)
+        net, data = build_net(ctx), batches(3)
+        trainer = make_trainer(net, "adam", "1ctx")
+        train_step(net, trainer, data[0], ctx)
+        trainer.freeze(net[1])
+        trainer.freeze("net_dense0_weight")
+        mask = (np.random.RandomState(5).uniform(size=(3, 6)) > 0.5).astype(np.float32)
+        trainer.freeze("net_dense1_weight", mask=mask)
+        train_step(net, trainer, data[1], ctx)
+        net.save_parameters(str(tmp_path / "net.params"))
+        trainer.save_states(str(tmp_path / "trainer.states"))
+        np.save(tmp_path / "x.npy", data[2])
+        script = textwrap.dedent(f"""
+            import json, sys
+            import numpy as np, mxnet as mx
+            sys.path.insert(0, {os.getcwd()!r})
+            from tests.gluon_lr.test_freeze import build_net, make_trainer, train_step
+            net = build_net([mx.cpu()], seed=11)
+            net.load_parameters({str(tmp_path / 'net.params')!r})
+            trainer = make_trainer(net, "adam", "1ctx")
+            trainer.load_states({str(tmp_path / 'trainer.states')!r})
+            watch = ["net_dense0_weight", "net_batchnorm0_gamma", "net_batchnorm0_running_mean",
+                     "net_batchnorm0_running_var", "net_dense1_weight"]
+            params = net.collect_params()
+            before = {{n: params[n].data().asnumpy() for n in watch}}
+            train_step(net, trainer, np.load({str(tmp_path / 'x.npy')!r}), [mx.cpu()])
+            after = {{n: params[n].data().asnumpy() for n in watch}}
+            mask = np.array({mask.tolist()!r}) == 1
+            print(json.dumps({{"frozen": sorted(trainer.frozen), "masked": dict(trainer.masked_elements),
+                "unchanged": {{n: bool(np.array_equal(before[n], after[n])) for n in watch}},
+                "masked_unchanged": bool(np.array_equal(before[watch[-1]][mask], after[watch[-1]][mask])),
+                "grad_req": params["net_dense0_weight"].grad_req}}))
+            """)
+        env = dict(os.environ, PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1")
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        assert result["frozen"] == ["net_batchnorm0_beta", "net_batchnorm0_gamma", "net_dense0_weight"]
+        assert result["masked"] == {"net_dense1_weight": int(mask.sum())}
+        assert result["grad_req"] == "null"
+        assert result["masked_unchanged"]
+        assert result["unchanged"] == {"net_dense0_weight": True, "net_batchnorm0_gamma": True,
+                                       "net_batchnorm0_running_mean": True, "net_batchnorm0_running_var": True,
+                                       "net_dense1_weight": False}
+
+
+class TestReporting:
+    """Freezing shows in explain() and in the exported settings file."""
+
+    def test_explain_and_settings(self, tmp_path):
+        """explain() rows and settings params carry frozen and the masked element count."""
+        net = build_net(contexts(1))
+        trainer = make_trainer(net, "sgd", "1ctx")
+        trainer.freeze(net[0])
+        trainer.freeze("net_dense1_weight", mask=np.eye(3, 6))
+        rows = trainer.explain().to_dict()
+        assert rows["net_dense0_weight"]["frozen"] and not rows["net_dense1_weight"]["frozen"]
+        assert rows["net_dense1_weight"]["masked"] == 3 and rows["net_dense0_weight"]["masked"] == 0
+        lines = {line.split()[0]: line.split() for line in str(trainer.explain()).splitlines()[2:]}
+        assert lines["net_dense0_weight"][-3:] == ["yes", "-", "-"], lines["net_dense0_weight"]
+        assert lines["net_dense1_weight"][-3:] == ["-", "3", "-"], lines["net_dense1_weight"]
+        params = trainer.export_settings(str(tmp_path / "s.json"))["params"]
+        assert params["net_dense0_weight"]["frozen"] is True and params["net_dense1_bias"]["frozen"] is False
+        assert params["net_dense1_weight"]["masked_elements"] == 3
+
+
+def _foreign_param():
+    """A Parameter of another network."""
+    other = nn.Dense(2, in_units=2, prefix="other_")
+    other.initialize()
+    return other.weight
+
+
+ERRORS = [
+    ("select of a wrong type", lambda t: t.freeze(3.5), ParamsTypeError, r"select must be a parameter name"),
+    ("selector matching nothing", lambda t: t.freeze("nothing_*"), RuleMatchError, r"selects no parameter.*nearest"),
+    ("foreign Parameter", lambda t: t.unfreeze(_foreign_param()), UnknownParameterError, r"'other_weight' is not one"),
+    ("mask of wrong shape", lambda t: t.freeze("net_dense0_weight", mask=np.zeros((2, 2))), MaskError,
+     r"shape \(6, 4\), got \(2, 2\)"),
+    ("mask not 0/1", lambda t: t.freeze("net_dense0_weight", mask=np.full((6, 4), 2.0)), MaskError, r"only 0 and 1"),
+    ("mask not an array", lambda t: t.freeze("net_dense0_weight", mask="all"), MaskError, r"numpy array or NDArray"),
+    ("mask for several parameters", lambda t: t.freeze("net_dense0_*", mask=np.zeros((6, 4))), MaskError,
+     r"exactly one parameter.*selects 2"),
+    ("mask on a wholly frozen parameter", lambda t: (t.freeze("net_dense0_weight"),
+                                                    t.freeze("net_dense0_weight", mask=np.zeros((6, 4)))),
+     MaskError, r"frozen whole.*unfreeze"),
+]
+
+
+class TestErrors:
+    """Bad input to freeze/unfreeze raises the project's own errors, naming the object and the fix."""
+
+    @pytest.mark.parametrize("description,call,error,pattern", ERRORS, ids=[e[0] for e in ERRORS])
+    def test_error(self, description, call, error, pattern):
+        """Each bad input raises its error class with a helpful message."""
+        trainer = make_trainer(build_net(contexts(1)), "sgd", "1ctx")
+        with pytest.raises(error, match=pattern):
+            call(trainer)
+
+    def test_mask_with_dist_kvstore_updating_on_servers(self):
+        """Masks cannot apply where dist kvstore servers update: a clear error before any step."""
+        net = build_net(contexts(1))
+        trainer = LrTrainer(net, "sgd", {"learning_rate": 0.1}, kvstore="dist_sync")
+        with pytest.raises(MaskError, match="dist kvstore servers"):
+            trainer.freeze("net_dense0_weight", mask=np.zeros((6, 4)))
