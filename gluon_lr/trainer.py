@@ -260,11 +260,6 @@ class LrTrainer(gluon.Trainer):
             self._freezer.wrap_kvstore(self._kvstore, self._names)
         _dist.attach(self)  # dist kvstore with update_on_kvstore: install optimizer + table on the servers
 
-    def _allreduce_grads(self):
-        """Push (and pull) as Gluon does; first send changed lr/wd/multipliers to dist kvstore servers, if any."""
-        _dist.sync(self)
-        super()._allreduce_grads()
-
     # ------------------------------------------------------------------------------------------------ updates
     def _update(self, ignore_stale_grad=False):
         """One parameter update: the single place to add a step before or after the stock update loop.
@@ -281,9 +276,11 @@ class LrTrainer(gluon.Trainer):
         self._freezer.after_update(saved)  # [freeze] restore masked elements and held norm statistics
 
     def _allreduce_grads(self):
-        """[freeze] With update_on_kvstore=True the kvstore updates in here: align the global step first."""
+        """Push (and pull) as Gluon does. With update_on_kvstore=True the kvstore updates in here: [freeze] align the
+        global step first; [dist] send changed lr/wd/multipliers to dist kvstore servers (``gluon_lr/_dist.py``)."""
         if self._update_on_kvstore:
             self._freezer.align_num_update(self._optimizers())
+        _dist.sync(self)
         super()._allreduce_grads()
 
     def _apply_updates(self, ignore_stale_grad=False):
