@@ -100,13 +100,17 @@ def _wait_for_initial_pulls(trainer) -> None:
     weight and pulls it back, asynchronously. Nothing orders that pull before the push of the gradient of the same
     key; under dist_sync with ``update_on_kvstore=False`` the server then stores the summed gradient, and a pull
     that arrives late returns it AS THE WEIGHT (measured: workers then disagree by ~1 after step 1, at random).
-    Afterwards each step's forward has already waited for the weights, so this costs nothing.
+    Waits only when parameters were newly initialised (first step, deferred initialisation).
     """
     pending = set(map(id, trainer._params_to_init))
-    for param in trainer._params:
-        if id(param) not in pending and param._data is not None:
-            for data in param._data:
-                data.wait_to_read()
+    ready = [p for p in trainer._params if id(p) not in pending and p._data is not None]
+    kv = trainer._kvstore
+    if len(ready) == getattr(kv, "_gluon_lr_ready", -1):
+        return  # nothing newly initialised since the last wait
+    for param in ready:
+        for data in param._data:
+            data.wait_to_read()
+    kv._gluon_lr_ready = len(ready)
 
 
 def _settings(trainer) -> dict:
@@ -230,7 +234,8 @@ def _merge_parts(parts: list, fname) -> tuple:
     if len(parts) != _expected_servers():
         raise DistributedError(f"Saving '{fname}': {len(parts)} of {_expected_servers()} kvstore servers wrote "
                                f"their states to {os.path.dirname(os.path.abspath(fname))}. The folder must be "
-                               f"writable by every server (a shared filesystem across machines); see the servers' stderr.")
+                               f"writable by every server (a shared filesystem across machines); see the "
+                               f"servers' stderr.")
     states, optimizers = {}, []
     for part in parts:
         with open(part, "rb") as fin:

@@ -66,7 +66,7 @@ class TestHarness:
     """The local cluster harness fails fast and clearly, and leaves no process behind."""
 
     def test_dead_worker_is_named_with_its_stderr(self, cluster):
-        """A worker that raises: ClusterError names that worker process and shows its traceback; nothing keeps running."""
+        """A worker that raises: ClusterError names that worker and shows its traceback; nothing keeps running."""
         begin = time.monotonic()
         with pytest.raises(ClusterError, match=r"(?s)role 'worker[01]' died with exit code 1.*fails on purpose"):
             cluster("crash", timeout=60)
@@ -172,8 +172,50 @@ def _as_server(command):
     return pickle.loads(pickle.dumps(command, 0))
 
 
-def _settings(lr, lr_mult, wd_mult=None):
-    return {"lr": lr, "wd": 0.01, "lr_mult": lr_mult, "wd_mult": wd_mult or {0: 1.0, 1: 0.0}}
+def _settings(lr, lr_mult):
+    return {"lr": lr, "wd": 0.01, "lr_mult": lr_mult, "wd_mult": {0: 1.0, 1: 0.0}}
+
+
+def _optimizer(name: str, lr: float, lr_mult: dict):
+    import mxnet as mx
+    kwargs = {"learning_rate": 0.1, "wd": 0.01, "rescale_grad": 0.25, **({"momentum": 0.9} if name == "sgd" else {})}
+    made = mx.optimizer.create(name, **kwargs)
+    made.lr, made.lr_mult, made.wd_mult = lr, lr_mult, {0: 1.0, 1: 0.0}
+    return made
+
+
+def _train(updater_at) -> list:
+    """4 steps on keys 0 and 1 (flat weights, as a server holds them); ``updater_at(step)`` gives the Updater."""
+    import mxnet as mx
+    rng = np.random.RandomState(0)
+    grads = [[mx.nd.array(rng.randn(6)) for _ in range(2)] for _ in range(4)]
+    weights = [mx.nd.array(np.linspace(-1, 1, 6)) for _ in range(2)]
+    for step in range(4):
+        updater = updater_at(step)
+        for key in (0, 1):
+            updater(key, grads[step][key], weights[key])
+    return [w.asnumpy() for w in weights]
+
+
+def _server_run(name: str) -> list:
+    """As a server: install, 2 steps, an update command (lr 0.1 -> 0.02, key 1's lr_mult 1 -> 0.5), then 2 steps
+    with the NEW Updater that MXNet's server builds after every command."""
+    import mxnet as mx
+    from gluon_lr import _dist
+    live = {}
+
+    def updater_at(step):
+        if step == 0:
+            live["opt"] = _as_server(_dist._Command("install", _optimizer(name, 0.1, {}),
+                                                    _settings(0.1, {0: 1.0, 1: 1.0})))
+            live["updater"] = mx.optimizer.Updater(live["opt"])
+        if step == 2:
+            again = _as_server(_dist._Command("update", _settings(0.02, {0: 1.0, 1: 0.5})))
+            assert again is live["opt"], "the server must keep its live optimizer object"
+            live["updater"] = mx.optimizer.Updater(again)
+        return live["updater"]
+
+    return _train(updater_at)
 
 
 class TestServerCommands:
@@ -181,57 +223,24 @@ class TestServerCommands:
 
     @pytest.mark.parametrize("name", ["sgd", "adam", "rmsprop", "lamb"])
     def test_update_keeps_states_exactly(self, name):
-        """install, 2 steps, update (lr 0.1 -> 0.02, lr_mult of key 1 1.0 -> 0.5), 2 steps with a NEW Updater:
-        bit-identical to one Updater whose optimizer was changed in place; a re-sent optimizer is not."""
+        """Server run bit-identical to ONE Updater whose optimizer is changed in place; re-sending the optimizer
+        (a fresh Updater and optimizer, what ``kvstore.set_optimizer`` does) is not."""
         import mxnet as mx
-        from gluon_lr import _dist
-        kwargs = {"learning_rate": 0.1, "wd": 0.01, "rescale_grad": 0.25}
-        kwargs.update({"momentum": 0.9} if name == "sgd" else {})
-        rng = np.random.RandomState(0)
-        grads = [[mx.nd.array(rng.randn(6)) for _ in range(2)] for _ in range(4)]
+        got = _server_run(name)
+        one = mx.optimizer.Updater(_optimizer(name, 0.1, {0: 1.0, 1: 1.0}))
 
-        def train(updater_at):
-            """4 steps on keys 0 and 1; ``updater_at(step)`` gives the Updater (and makes the step-3 change)."""
-            weights = [mx.nd.array(np.linspace(-1, 1, 6)) for _ in range(2)]
-            for step in range(4):
-                updater = updater_at(step)
-                for key in (0, 1):
-                    updater(key, grads[step][key], weights[key])
-            return [w.asnumpy() for w in weights]
-
-        def optimizer(lr, lr_mult):
-            made = mx.optimizer.create(name, **kwargs)
-            made.lr, made.lr_mult, made.wd_mult = lr, lr_mult, {0: 1.0, 1: 0.0}
-            return made
-
-        live = {}
-
-        def on_server(step):  # install; at step 3 an update command, after which the server builds a NEW Updater
-            if step == 0:
-                live["opt"] = _as_server(_dist._Command("install", mx.optimizer.create(name, **kwargs),
-                                                        _settings(0.1, {0: 1.0, 1: 1.0})))
-                live["updater"] = mx.optimizer.Updater(live["opt"])
-            if step == 2:
-                again = _as_server(_dist._Command("update", _settings(0.02, {0: 1.0, 1: 0.5})))
-                assert again is live["opt"], "the server must keep its live optimizer object"
-                live["updater"] = mx.optimizer.Updater(again)
-            return live["updater"]
-
-        got = train(on_server)
-        one = mx.optimizer.Updater(optimizer(0.1, {0: 1.0, 1: 1.0}))
-
-        def in_place(step):  # one Updater whose optimizer is changed in place before step 3
+        def in_place(step):
             if step == 2:
                 one.optimizer.lr, one.optimizer.lr_mult = 0.02, {0: 1.0, 1: 0.5}
             return one
 
-        want = train(in_place)
+        want = _train(in_place)
         for key in (0, 1):
             diff = np.abs(got[key] - want[key]).max()
             assert diff == 0.0, f"{name}: key {key} differs by {diff}"
-        before = mx.optimizer.Updater(optimizer(0.1, {0: 1.0, 1: 1.0}))
-        resent = mx.optimizer.Updater(optimizer(0.02, {0: 1.0, 1: 0.5}))  # re-sending: states start over
-        lost = train(lambda step: before if step < 2 else resent)
+        before = mx.optimizer.Updater(_optimizer(name, 0.1, {0: 1.0, 1: 1.0}))
+        resent = mx.optimizer.Updater(_optimizer(name, 0.02, {0: 1.0, 1: 0.5}))
+        lost = _train(lambda step: before if step < 2 else resent)
         assert max(np.abs(lost[k] - want[k]).max() for k in (0, 1)) > 1e-6, "the control must lose the states"
 
 
@@ -247,7 +256,8 @@ def _big_states(tmp: Path) -> Path:
 
 
 LOAD_ERRORS = [  # (description, make the file, DMLC_NUM_SERVER, error class name, message pattern)
-    ("missing file", lambda tmp: tmp / "nope.states", "1", "StatesFileError", r"could not be read.*Trainer\.save_states"),
+    ("missing file", lambda tmp: tmp / "nope.states", "1", "StatesFileError",
+     r"could not be read.*Trainer\.save_states"),
     ("corrupt bytes", lambda tmp: (tmp / "bad.states").write_bytes(b"\x80\x04garbage") and tmp / "bad.states", "1",
      "StatesFileError", r"could not be read"),
     ("a list, not states", lambda tmp: _write_pickle(tmp / "list.states", [1, 2]), "1", "StatesFileError",
