@@ -90,22 +90,48 @@ def run_recipe(net, trainer, data, global_batch: int, first: int = 1, last: int 
 
 
 # ---------------------------------------------------------------------------------------------- scenarios
-def scenario_linear(out: Path, kvstore: str, kind: str) -> tuple:
+def scenario_stock(out: Path, kvstore: str) -> tuple:
+    """Stock gluon.Trainer, plain SGD lr 0.1, two linear layers summed, loss ``sum(a(x) + b(x))``, steps 1-2.
+
+    Layer a: ``lr_mult`` 0.5 / 2.0 set on its Parameters (Gluon's way). Layer b: the same multipliers set
+    index-keyed on the optimizer before the first step (``optimizer.set_lr_mult({index: mult})``).
+    """
+    kv = mx.kv.create(kvstore)
+    layers = [gluon.nn.Dense(2, in_units=3, prefix=f"{p}_") for p in "ab"]
+    params = gluon.ParameterDict()
+    for layer in layers:
+        layer.initialize(mx.init.One())
+        params.update(layer.collect_params())
+    layers[0].weight.lr_mult, layers[0].bias.lr_mult = 0.5, 2.0
+    trainer = gluon.Trainer(params, "sgd", {"learning_rate": 0.1}, kvstore=kv)
+    index = trainer._param2idx  # Gluon orders the parameters by name
+    trainer._optimizer.set_lr_mult({index["b_weight"]: 0.5, index["b_bias"]: 2.0})
+    record = {}
+    for step in (1, 2):
+        x = mx.nd.ones((BATCH, 3)) * (kv.rank + step)
+        with autograd.record():
+            loss = (layers[0](x) + layers[1](x)).sum()
+        loss.backward()
+        trainer.step(2 * BATCH)
+    for layer in layers:
+        snapshot(layer, 0, record)
+    return kv.rank, record
+
+
+def scenario_linear(out: Path, kvstore: str) -> tuple:
     """A linear model with loss ``sum(net(x))`` and plain SGD: its gradients do not depend on the weights, so the
     result does not depend on the order in which (async) servers apply the pushes, and is checkable by hand.
 
-    ``kind='stock'``: gluon.Trainer with ``lr_mult`` 0.5 / 2.0 set on the Parameters, steps 1-2.
-    ``kind='lrtrainer'``: LrTrainer with the same multipliers; before step 3 (after a barrier: every push of steps
-    1-2 applied) the learning rate becomes 0.01 and the bias's lr_mult 0.0; steps 1-4.
+    LrTrainer with ``lr_mult`` 0.5 / 2.0 set on the Parameters; before step 3 (after a barrier: every push of steps
+    1-2 applied) the learning rate becomes 0.01 and the bias's lr_mult 0.0; steps 1-4. Then an element mask is tried.
     """
     from gluon_lr import LrTrainer
     kv = mx.kv.create(kvstore)
     net = gluon.nn.Dense(2, in_units=3, prefix="lin_")
     net.initialize(mx.init.One())
     net.weight.lr_mult, net.bias.lr_mult = 0.5, 2.0
-    trainer_class = gluon.Trainer if kind == "stock" else LrTrainer
-    trainer = trainer_class(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore=kv)
-    for step in (1, 2) if kind == "stock" else (1, 2, 3, 4):
+    trainer = LrTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore=kv)
+    for step in (1, 2, 3, 4):
         if step == 3:
             _all_pushes_applied(kv)
             trainer.set_learning_rate(0.01)
@@ -120,8 +146,7 @@ def scenario_linear(out: Path, kvstore: str, kind: str) -> tuple:
         kv.pull(index, out=param.data())
     record = {}
     snapshot(net, 0, record)
-    if kind == "lrtrainer":
-        record["mask_refused"] = np.array(_mask_refused(net, trainer))
+    record["mask_refused"] = np.array(_mask_refused(net, trainer))
     return kv.rank, record
 
 
