@@ -91,10 +91,11 @@ def run_recipe(net, trainer, data, global_batch: int, first: int = 1, last: int 
 
 # ---------------------------------------------------------------------------------------------- scenarios
 def scenario_stock(out: Path, kvstore: str) -> tuple:
-    """Stock gluon.Trainer, plain SGD lr 0.1, two linear layers summed, loss ``sum(a(x) + b(x))``, steps 1-2.
+    """Stock gluon.Trainer, plain SGD lr 0.1, two linear layers summed, loss ``sum(a(x) + b(x))``, steps 1-3.
 
     Layer a: ``lr_mult`` 0.5 / 2.0 set on its Parameters (Gluon's way). Layer b: the same multipliers set
-    index-keyed on the optimizer before the first step (``optimizer.set_lr_mult({index: mult})``).
+    index-keyed on the optimizer before the first step (``optimizer.set_lr_mult({index: mult})``). Before step 3
+    the worker sets the learning rate to 0.
     """
     kv = mx.kv.create(kvstore)
     layers = [gluon.nn.Dense(2, in_units=3, prefix=f"{p}_") for p in "ab"]
@@ -107,14 +108,16 @@ def scenario_stock(out: Path, kvstore: str) -> tuple:
     index = trainer._param2idx  # Gluon orders the parameters by name
     trainer._optimizer.set_lr_mult({index["b_weight"]: 0.5, index["b_bias"]: 2.0})
     record = {}
-    for step in (1, 2):
+    for step in (1, 2, 3):
+        if step == 3:
+            trainer.set_learning_rate(0.0)  # a later change: it stays on the worker
         x = mx.nd.ones((BATCH, 3)) * (kv.rank + step)
         with autograd.record():
             loss = (layers[0](x) + layers[1](x)).sum()
         loss.backward()
         trainer.step(2 * BATCH)
-    for layer in layers:
-        snapshot(layer, 0, record)
+        for layer in layers:
+            snapshot(layer, step, record)
     return kv.rank, record
 
 

@@ -84,18 +84,21 @@ class TestMultipliersOnServers:
     """Multipliers reach the servers: stock Gluon drops them (the pitfall), LrTrainer keeps them."""
 
     def test_stock_trainer_ignores_lr_mult_on_dist_sync(self, cluster):
-        """Stock gluon.Trainer (MXNet 1.9.1): Parameter.lr_mult 0.5/2.0 are ignored by the servers; the same values
-        set index-keyed on the optimizer before the first step hold.
+        """Stock gluon.Trainer (MXNet 1.9.1) on the servers: Parameter.lr_mult 0.5/2.0 are ignored, the same values
+        set index-keyed on the optimizer before the first step hold, and a later set_learning_rate(0) never arrives.
 
         Per step s the summed, rescaled gradient is (2s+1)/2 for each weight element and 1 for each bias element;
-        lr 0.1. Ignored: w = 1 - 0.1*(1.5+2.5) = 0.6, b = -0.2. Honoured: w = 0.8, b = -0.4.
+        lr 0.1. After step 2, ignored: w = 1 - 0.1*(1.5+2.5) = 0.6, b = -0.2; honoured: w = 0.8, b = -0.4. Step 3
+        (lr 0 on the worker, still 0.1 on the servers): w -= 0.1*mult*3.5, b -= 0.1*mult.
         """
         records = cluster("stock", "dist_sync")
+        want = {"step2/a_weight": 0.6, "step2/a_bias": -0.2, "step2/b_weight": 0.8, "step2/b_bias": -0.4,
+                "step3/a_weight": 0.25, "step3/a_bias": -0.3, "step3/b_weight": 0.625, "step3/b_bias": -0.6}
         for rank, record in records.items():
-            for name, want in [("a_weight", 0.6), ("a_bias", -0.2), ("b_weight", 0.8), ("b_bias", -0.4)]:
-                got = record[f"step0/{name}"]
-                assert np.abs(got - want).max() <= 1e-6, f"rank {rank}: {name} is {got.ravel()[0]}, expected {want}" \
-                    f" ({'did MXNet start honouring Parameter.lr_mult?' if name[0] == 'a' else ''})"
+            for key, value in want.items():
+                got = record[key]
+                assert np.abs(got - value).max() <= 1e-6, \
+                    f"rank {rank}: {key} is {got.ravel()[0]}, expected {value}: did MXNet's behaviour change?"
 
     def test_lrtrainer_dist_async_multipliers_and_change(self, cluster):
         """dist_async with LrTrainer: multipliers hold, a change made after a barrier holds for every later push, and
