@@ -18,14 +18,15 @@ OPTIMIZERS = {
 }
 
 
-def build_net(seed: int = 7) -> gluon.nn.Sequential:
-    """A seeded two-layer MLP with parameters net_d0_weight, net_d0_bias, net_d1_weight, net_d1_bias."""
+def build_net(seed: int = 7, contexts: int = 1) -> gluon.nn.Sequential:
+    """A seeded two-layer MLP (net_d0_weight, net_d0_bias, net_d1_weight, net_d1_bias) on `contexts` CPU contexts
+    (``[mx.cpu(0), mx.cpu(1)]`` stands in for ``[mx.gpu(0), mx.gpu(1)]``: the same code path)."""
     mx.random.seed(seed)
     net = gluon.nn.Sequential(prefix="net_")
     with net.name_scope():
         net.add(gluon.nn.Dense(4, in_units=3, activation="tanh", prefix="d0_"))
         net.add(gluon.nn.Dense(2, in_units=4, prefix="d1_"))
-    net.initialize(mx.init.Uniform(0.5))
+    net.initialize(mx.init.Uniform(0.5), ctx=[mx.cpu(i) for i in range(contexts)])
     return net
 
 
@@ -52,10 +53,12 @@ def make_trainer(net, optimizer: str, kvstore, update_on_kvstore):
 
 
 def one_step(net, trainer, x, y, global_batch: int) -> None:
-    """Forward, backward and ``trainer.step(global_batch)``."""
+    """Forward, backward (the batch split over the net's contexts) and ``trainer.step(global_batch)``."""
+    contexts = net.collect_params()["net_d0_weight"].list_ctx()
+    xs, ys = gluon.utils.split_and_load(x, contexts), gluon.utils.split_and_load(y, contexts)
     with autograd.record():
-        loss = gluon.loss.L2Loss()(net(x), y).sum()
-    loss.backward()
+        losses = [gluon.loss.L2Loss()(net(xi), yi).sum() for xi, yi in zip(xs, ys)]
+    autograd.backward(losses)
     trainer.step(global_batch)
 
 
@@ -176,10 +179,10 @@ def _all_pushes_applied(kv) -> None:
     kv._barrier()
 
 
-def scenario_recipe(out: Path, kvstore: str, optimizer: str, update_on_kvstore: str) -> tuple:
+def scenario_recipe(out: Path, kvstore: str, optimizer: str, update_on_kvstore: str, contexts: str = "1") -> tuple:
     """The full recipe with LrTrainer on a dist kvstore; rank 0 saves params and states after step 5."""
     kv = mx.kv.create(kvstore)
-    net = build_net()
+    net = build_net(contexts=int(contexts))
     trainer = make_trainer(net, optimizer, kv, update_on_kvstore == "True")
 
     def save(step):

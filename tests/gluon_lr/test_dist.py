@@ -115,20 +115,21 @@ class TestMultipliersOnServers:
             assert "update_on_kvstore=False" in str(record["mask_refused"]), f"rank {rank}: a mask must be refused"
 
 
-RECIPES = [  # (optimizer, update_on_kvstore, servers)
-    ("sgd", True, 2),
-    ("adam", True, 1),
-    ("sgd", False, 1),
+RECIPES = [  # (optimizer, update_on_kvstore, servers, contexts per worker)
+    ("sgd", True, 2, 1),
+    ("adam", True, 1, 1),
+    ("sgd", False, 1, 1),
+    ("adam", True, 1, 2),
 ]
 
 
 class TestRecipeOnDistSync:
     """dist_sync: rules, set_lr_mult, a learning-rate change, a freeze/unfreeze, as in one process."""
 
-    @pytest.mark.parametrize("optimizer,update_on_kvstore,servers", RECIPES)
-    def test_equals_single_process(self, cluster, tmp_path, optimizer, update_on_kvstore, servers):
+    @pytest.mark.parametrize("optimizer,update_on_kvstore,servers,contexts", RECIPES)
+    def test_equals_single_process(self, cluster, tmp_path, optimizer, update_on_kvstore, servers, contexts):
         """Every weight after every step equals the one-process run on the concatenated batches (ATOL stated)."""
-        records = cluster("recipe", "dist_sync", optimizer, update_on_kvstore, num_servers=servers)
+        records = cluster("recipe", "dist_sync", optimizer, update_on_kvstore, contexts, num_servers=servers)
         keys = sorted(records[0])
         same, key = _largest_difference(records[0], records[1], keys)
         assert same == 0.0, f"workers disagree on {key} by {same}"
