@@ -223,6 +223,26 @@ def scenario_crash(out: Path) -> tuple:
     return kv.rank, {}
 
 
+class _ExitOnServer:
+    """Unpickled on a server, this ends the server process with exit code 3."""
+
+    def __reduce__(self):
+        import os
+        return os._exit, (3,)
+
+
+def scenario_server_dies(out: Path) -> tuple:
+    """Worker 0 makes the server exit (code 3); then every worker waits at a barrier forever."""
+    import pickle
+    from mxnet.kvstore.kvstore import _get_kvstore_server_command_type
+    kv = mx.kv.create("dist_sync")
+    if kv.rank == 0:
+        body = pickle.dumps(_ExitOnServer(), 0).decode("ascii")
+        kv._send_command_to_servers(_get_kvstore_server_command_type("kController"), body)
+    kv._barrier()
+    return kv.rank, {}
+
+
 def scenario_hang(out: Path) -> tuple:
     """Every worker hangs (the harness must kill everything at its deadline)."""
     import time
