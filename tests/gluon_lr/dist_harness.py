@@ -1,9 +1,9 @@
 """Launch local multi-process jobs on 127.0.0.1 for tests: an MXNet parameter-server cluster, or torch DDP ranks.
 
 Each role is a separate process started with the DMLC_* environment, as MXNet's ``tools/launch.py`` does for
-``--launcher local``, bound to 127.0.0.1 on a port picked free for each cluster. Every process gets its own process
-group; whatever happens (a role dies, the deadline passes, the test is interrupted), every group is killed before
-:func:`run_cluster` returns or raises.
+``--launcher local``, talking over 127.0.0.1 only, with a root port picked free for each cluster. Every process has its
+own process group; whatever happens (a role dies, the deadline passes, the test is interrupted), every group is killed
+before :func:`run_processes` returns or raises.
 
 A worker that fails must exit at once (``os._exit(1)`` after printing its traceback): a Python exception alone leaves
 the process hanging in the kvstore's finalizer, and the failure would only show at the deadline.

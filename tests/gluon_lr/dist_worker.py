@@ -98,7 +98,7 @@ def scenario_stock(out: Path, kvstore: str) -> tuple:
 
     Layer a: ``lr_mult`` 0.5 / 2.0 set on its Parameters (Gluon's way). Layer b: the same multipliers set
     index-keyed on the optimizer before the first step (``optimizer.set_lr_mult({index: mult})``). Before step 3
-    the worker sets the learning rate to 0.
+    the worker sets the learning rate to 0. Then ``save_states`` is tried.
     """
     kv = mx.kv.create(kvstore)
     layers = [gluon.nn.Dense(2, in_units=3, prefix=f"{p}_") for p in "ab"]
@@ -121,6 +121,11 @@ def scenario_stock(out: Path, kvstore: str) -> tuple:
         trainer.step(2 * BATCH)
         for layer in layers:
             snapshot(layer, step, record)
+    try:
+        trainer.save_states(str(out / f"stock{kv.rank}.states"))
+        record["save_error"] = np.array("")
+    except AssertionError as err:
+        record["save_error"] = np.array(str(err))
     return kv.rank, record
 
 
