@@ -25,7 +25,7 @@ _APPLIED, _OWN = "_gluon_lr_applied", "_gluon_lr_own"
 _ZERO_LR_BREAKS = {"ftrl": "sets the weights to 0 (it divides by lr)",
                    "ftml": "makes the weights NaN (it divides by lr)",
                    "sgld": "fails in its noise sampler (scale sqrt(lr) must be > 0)"}
-#: MXNet's aggregated ``multi_*`` update operators segfault with more than 60 tensors in one call.
+#: MXNet's aggregated ``multi_*`` update operators abort the process with more than 60 tensors in one call.
 _MAX_AGGREGATE = 60
 
 
@@ -205,7 +205,8 @@ class LrTrainer(gluon.Trainer):
         - every optimizer object this trainer holds (its own, its updaters', a local kvstore's), index-keyed via
           ``set_lr_mult``/``set_wd_mult`` with the FULL table, since those calls rebuild the dict from scratch.
           The index-keyed table is what a dist kvstore server sees: it receives the optimizer pickled without
-          ``param_dict`` when the kvstore is initialised.
+          ``param_dict`` when the kvstore is initialised (the first step). Pushing LATER changes to dist servers is
+          not done here (re-sending the optimizer would reset the servers' states).
         """
         lr = {i: self._table[name].lr_mult for i, name in enumerate(self._names)}
         wd = {i: self._table[name].wd_mult for i, name in enumerate(self._names)}
@@ -235,7 +236,7 @@ class LrTrainer(gluon.Trainer):
         self._cap_aggregation()
 
     def _cap_aggregation(self) -> None:
-        """Cap ``aggregate_num`` of every optimizer at 60: MXNet's ``multi_*`` updates segfault above that."""
+        """Cap ``aggregate_num`` of every optimizer at 60: MXNet's ``multi_*`` updates abort above that."""
         for optimizer in self._optimizers():
             optimizer.aggregate_num = min(optimizer.aggregate_num, _MAX_AGGREGATE)
 

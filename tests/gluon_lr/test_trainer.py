@@ -7,7 +7,8 @@ import pytest
 from mxnet import autograd, gluon
 
 from gluon_lr import LrTrainer, Rule
-from tests.gluon_lr.conftest import CPU2, assert_close, build_mlp, build_scale, train_step, weights
+from tests.gluon_lr.conftest import (CPU2, assert_close, build_mlp, build_scale, effective_lrs, train_step,
+                                     weights)
 
 LR = 0.1
 
@@ -113,11 +114,11 @@ OPTIMIZERS = [
     ("sgd", {"momentum": 0.9}), ("nag", {"momentum": 0.9}), ("adam", {}), ("rmsprop", {}),
     ("rmsprop", {"centered": True}), ("adagrad", {}), ("adadelta", {}), ("adamax", {}), ("nadam", {}),
     ("ftrl", {}), ("signum", {"momentum": 0.9}), ("lamb", {}), ("lars", {"momentum": 0.9}), ("ftml", {}),
-    ("dcasgd", {}), ("sgld", {}),
+    ("dcasgd", {}), ("sgld", {}), ("ccsgd", {"momentum": 0.9}), ("lbsgd", {"momentum": 0.9}),
 ]
 # Not here: DCASGD with momentum != 0 (MXNet 1.9.1's DCASGD.update tests an NDArray's truth value and fails, stock
-# Trainer too); test, ccsgd (an alias of sgd), lbsgd, groupadagrad (sparse-only). FTRL, FTML and SGLD refuse
-# lr_mult 0 (see test_errors).
+# Trainer too); 'test' (a dummy that ignores lr); groupadagrad (2-D weights only: its own test below). FTRL, FTML
+# and SGLD refuse lr_mult 0 (see test_errors).
 ZERO_BREAKS = ("ftrl", "ftml", "sgld")
 IGNORES_LR = {"adadelta"}
 M, W, WD = 0.5, 0.25, 0.01
@@ -161,6 +162,23 @@ class TestOptimizers:
         assert np.abs(after["mlp_dense1_weight"] - before["mlp_dense1_weight"]).max() > 1e-5
 
 
+def test_groupadagrad_on_2d_weights():
+    """GroupAdaGrad (2-D weights only, no wd) with lr_mult 0.5 equals stock GroupAdaGrad at half the lr."""
+    def run(trainer_cls, lr, **kwargs):
+        mx.random.seed(5)
+        net = gluon.nn.HybridSequential(prefix="g_")
+        with net.name_scope():
+            net.add(gluon.nn.Dense(3, in_units=3, use_bias=False), gluon.nn.Dense(2, in_units=3, use_bias=False))
+        net.initialize(mx.init.Uniform(0.5))
+        trainer = trainer_cls(net.collect_params(), "groupadagrad", {"learning_rate": lr}, **kwargs)
+        for step in range(2):
+            train_step(net, trainer, [mx.cpu()], seed=step)
+        return weights(net)
+    got = run(LrTrainer, LR, rules=[Rule("*", lr_mult=0.5)])
+    assert_close(got, run(gluon.Trainer, LR * 0.5), atol=1e-6, what="groupadagrad")
+    assert max(np.abs(got[k] - v).max() for k, v in run(gluon.Trainer, LR).items()) > 1e-4
+
+
 KVSTORES = [(kv, uok, n) for n in (1, 2) for kv in (None, "local", "device")
             for uok in ((None, False) if kv is None else (None, True, False))]
 
@@ -183,14 +201,12 @@ class TestKVStoreAndContexts:
 
     def test_index_table_holds_without_param_dict(self):
         """The optimizer as a dist server gets it (pickled, no param_dict) still applies the table."""
-        trainer = LrTrainer(build_mlp(), "sgd", {"learning_rate": LR}, rules=[Rule("mlp_dense0_*", lr_mult=0.1,
-                                                                                   wd_mult=0.0)])
-        server = pickle.loads(pickle.dumps(trainer.optimizer))
-        assert server.param_dict == {}
+        trainer = LrTrainer(build_mlp(), "sgd", {"learning_rate": LR}, rules=[Rule("mlp_dense0_*", lr_mult=0.1)])
         indices = list(range(len(trainer.lr_mult)))
-        np.testing.assert_allclose(server._get_lrs(indices), [LR * m for m in trainer.lr_mult.values()], atol=1e-12)
-        np.testing.assert_allclose(server._get_wds(indices), [0.0 * m for m in trainer.wd_mult.values()], atol=0)
-        assert sorted(set(server._get_lrs(indices))) == pytest.approx([LR * 0.1, LR])
+        expected = [LR * m for m in trainer.lr_mult.values()]
+        np.testing.assert_allclose(effective_lrs(trainer.optimizer, indices, server=True), expected, rtol=1e-6)
+        assert sorted(set(expected)) == pytest.approx([LR * 0.1, LR])
+        assert pickle.loads(pickle.dumps(trainer.optimizer)).param_dict == {}
 
 
 class TestMultiPrecision:
