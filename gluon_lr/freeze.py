@@ -92,15 +92,38 @@ def _ready_state(updater, index, weight) -> list:
     return _flat_state(updater.states[index])
 
 
-def _snapshot(arrays: Iterable, mask_of) -> list:
-    """(array, copy, mask) for each array; ``mask_of(array)`` gives the mask NDArray in its context and dtype."""
-    return [(arr, arr.copy(), mask_of(arr)) for arr in arrays]
+def _snapshot(getters: Iterable, mask: "_Mask") -> list:
+    """(getter, copy, mask) for each array; a getter returns the array again at restore time.
+
+    Arrays are looked up again when restoring because an update path may replace them (e.g. with views into flat
+    buffers) during the update.
+    """
+    saved = []
+    for get in getters:
+        arr = get()
+        saved.append((get, arr.copy(), mask.like(arr)))
+    return saved
 
 
 def _restore(saved: list) -> None:
-    """Write the masked elements of each saved copy back into its array, in place."""
-    for arr, copy, mask in saved:
+    """Write the masked elements of each saved copy back into its (current) array, in place."""
+    for get, copy, mask in saved:
+        arr = get()
         arr[:] = nd.where(mask, copy, arr)
+
+
+def _getters(updater, index, param_or_weight, ctx_pos=None) -> list:
+    """Getters of the weight (of a Parameter on context ``ctx_pos``, or a fixed array) and of each state array."""
+    def get_weight():
+        if ctx_pos is None:
+            return param_or_weight  # the kvstore's own copy of the weight stays the same array
+        return param_or_weight.list_data()[ctx_pos]
+
+    def get_state(j):
+        return lambda: _flat_state(updater.states[index])[j]
+
+    count = len(_ready_state(updater, index, get_weight()))
+    return [get_weight] + [get_state(j) for j in range(count)]
 
 
 class _Mask:
@@ -171,7 +194,7 @@ class _MaskingUpdater:
         for idx, arr in zip(indices, weights):
             mask = self._freezer._masks.get(self._names[int(idx)])
             if mask is not None:
-                saved += _snapshot([arr] + _ready_state(self._inner, idx, arr), lambda a, m=mask: m.like(a))
+                saved += _snapshot(_getters(self._inner, idx, arr), mask)
         self._inner(index, grad, weight)
         _restore(saved)
 
@@ -266,10 +289,6 @@ class Freezer:
         """name -> number of frozen elements, for parameters with an element mask."""
         return {name: mask.count for name, mask in self._masks.items()}
 
-    def held_stats(self) -> frozenset:
-        """Names of the norm statistics held fixed now."""
-        return frozenset(name for prefix in self._held for name in self._layers[prefix].stats)
-
     def freeze(self, names: list, hold_norm_stats: bool = True) -> None:
         """Freeze whole parameters (``grad_req='null'``), dropping their masks; then update the held norm layers."""
         for name in names:
@@ -334,8 +353,8 @@ class Freezer:
             mask = self._masks.get(param.name)
             if mask is None or param.grad_req == "null":
                 continue
-            for updater, weight in zip(updaters, param.list_data()):
-                saved += _snapshot([weight] + _ready_state(updater, index, weight), mask.like)
+            for pos, updater in enumerate(updaters):
+                saved += _snapshot(_getters(updater, index, param, pos), mask)
         return saved
 
     @staticmethod

@@ -67,20 +67,25 @@ class Rule:
         select: The selector described above.
         lr_mult: Learning-rate multiplier for the selected parameters, or None to leave it.
         wd_mult: Weight-decay multiplier for the selected parameters, or None to leave it.
+        freeze: True freezes the selected parameters when the trainer is built (``LrTrainer.freeze``), False
+            leaves them trainable against an earlier freezing rule, None leaves it.
 
     Raises:
         PatternError: ``select`` is empty, not a string, or an invalid regex.
+        ParamsTypeError: ``freeze`` is not True, False or None.
         MultiplierError: a multiplier is negative, NaN, infinite or not a number, or the rule sets nothing.
 
     Example:
         >>> Rule("resnetv10_dense0_*", lr_mult=10.0)
         >>> Rule("norm", wd_mult=0.0)
         >>> Rule(r"re:.*stage[12]_.*", lr_mult=0.1)
+        >>> Rule("resnetv10_stage1_*", freeze=True)
     """
 
     select: str
     lr_mult: Optional[float] = None
     wd_mult: Optional[float] = None
+    freeze: Optional[bool] = None  # [freeze]
 
     def __post_init__(self):
         """Validate the selector and normalise the multipliers to floats."""
@@ -97,13 +102,16 @@ class Rule:
             value = getattr(self, field)
             if value is not None:
                 object.__setattr__(self, field, check_multiplier(value, f"Rule({self.select!r}).{field}"))
+        if self.freeze is not None and not isinstance(self.freeze, bool):
+            raise ParamsTypeError(f"Rule({self.select!r}).freeze must be True, False or None, got {self.freeze!r}; "
+                                  f"pass freeze=True to freeze the selected parameters.")
         if not self._sets_something():
             raise MultiplierError(f"Rule({self.select!r}) sets nothing: expected lr_mult and/or wd_mult, got both "
                                   f"None; give at least one, e.g. Rule({self.select!r}, lr_mult=0.1).")
 
     def _sets_something(self) -> bool:
         """Whether the rule changes anything (extend when fields are added)."""
-        return self.lr_mult is not None or self.wd_mult is not None
+        return self.lr_mult is not None or self.wd_mult is not None or self.freeze is not None
 
     @property
     def kind(self) -> Optional[str]:

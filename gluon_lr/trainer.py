@@ -106,6 +106,9 @@ class LrTrainer(gluon.Trainer):
         self._check_table(self._table)
         self._apply_table()
         self._freezer = _freeze.Freezer(self._params, kinds)  # [freeze] freezing state, see gluon_lr/freeze.py
+        for rule, hits in zip(self._rules, self._matched):  # [freeze] Rule(..., freeze=True/False), in order
+            if rule.freeze is not None:
+                (self._freezer.freeze if rule.freeze else self._freezer.unfreeze)(list(hits))
 
     # ----------------------------------------------------------------------------------------------- the table
     @property
