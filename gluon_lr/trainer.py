@@ -208,8 +208,8 @@ class LrTrainer(gluon.Trainer):
         - every optimizer object this trainer holds (its own, its updaters', a local kvstore's), index-keyed via
           ``set_lr_mult``/``set_wd_mult`` with the FULL table, since those calls rebuild the dict from scratch.
           The index-keyed table is what a dist kvstore server sees: it receives the optimizer pickled without
-          ``param_dict`` when the kvstore is initialised (the first step). Pushing LATER changes to dist servers is
-          not done here (re-sending the optimizer would reset the servers' states).
+          ``param_dict`` when the kvstore is initialised (the first step). LATER changes reach dist servers before
+          the next push, without resetting their states: ``_dist.sync`` in ``_allreduce_grads``.
         """
         lr = {i: self._table[name].lr_mult for i, name in enumerate(self._names)}
         wd = {i: self._table[name].wd_mult for i, name in enumerate(self._names)}
