@@ -9,6 +9,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from . import _dist
 from . import freeze as _freeze
 from . import rules as _rules
 from . import settings as _settings
@@ -205,8 +206,8 @@ class LrTrainer(gluon.Trainer):
         - every optimizer object this trainer holds (its own, its updaters', a local kvstore's), index-keyed via
           ``set_lr_mult``/``set_wd_mult`` with the FULL table, since those calls rebuild the dict from scratch.
           The index-keyed table is what a dist kvstore server sees: it receives the optimizer pickled without
-          ``param_dict`` when the kvstore is initialised (the first step). Pushing LATER changes to dist servers is
-          not done here (re-sending the optimizer would reset the servers' states).
+          ``param_dict`` when the kvstore is initialised (the first step). LATER changes reach dist servers before
+          the next push, without resetting their states: ``_dist.sync`` in ``_allreduce_grads``.
         """
         lr = {i: self._table[name].lr_mult for i, name in enumerate(self._names)}
         wd = {i: self._table[name].wd_mult for i, name in enumerate(self._names)}
@@ -259,6 +260,7 @@ class LrTrainer(gluon.Trainer):
         self._apply_table()
         if self._update_on_kvstore:  # [freeze] element masks must be applied where the kvstore updates
             self._freezer.wrap_kvstore(self._kvstore, self._names)
+        _dist.attach(self)  # dist kvstore with update_on_kvstore: install optimizer + table on the servers
 
     # ------------------------------------------------------------------------------------------------ updates
     def _update(self, ignore_stale_grad=False):
@@ -276,9 +278,11 @@ class LrTrainer(gluon.Trainer):
         self._freezer.after_update(saved)  # [freeze] restore masked elements and held norm statistics
 
     def _allreduce_grads(self):
-        """[freeze] With update_on_kvstore=True the kvstore updates in here: align the global step first."""
+        """Push (and pull) as Gluon does. With update_on_kvstore=True the kvstore updates in here: [freeze] align the
+        global step first; [dist] send changed lr/wd/multipliers to dist kvstore servers (``gluon_lr/_dist.py``)."""
         if self._update_on_kvstore:
             self._freezer.align_num_update(self._optimizers())
+        _dist.sync(self)
         super()._allreduce_grads()
 
     def _apply_updates(self, ignore_stale_grad=False):
@@ -391,7 +395,8 @@ class LrTrainer(gluon.Trainer):
         restored = {field: {p["name"]: p[field] for p in header if p["name"] in self._table
                             and p[field] != getattr(self._table[p["name"]], field)}
                     for field in ("lr_mult", "wd_mult")}
-        with tempfile.TemporaryDirectory() as tmp:
+        folder = os.path.dirname(os.path.abspath(fname))  # next to fname: dist kvstore servers read it from there
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
             raw_path = os.path.join(tmp, "mx.states")
             with open(raw_path, "wb") as out:
                 out.write(raw)
