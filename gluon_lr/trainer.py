@@ -11,6 +11,7 @@ from mxnet import gluon
 
 from . import rules as _rules
 from . import settings as _settings
+from . import _fused
 from . import states as _states
 from .explain import Explanation
 from .errors import KVStoreConfigError, ParamsTypeError, UnknownParameterError
@@ -54,6 +55,11 @@ class LrTrainer(gluon.Trainer):
         compression_params: As for ``gluon.Trainer``.
         update_on_kvstore: As for ``gluon.Trainer``.
         rules: ``gluon_lr.Rule`` objects, applied in order.
+        fused: If True (default), take the fast update path (``gluon_lr._fused``: flat buffers, one kernel per run
+            of equal lr/wd, same results as the stock loop); it falls back to the stock loop where it does not
+            apply (update_on_kvstore, AMP, optimizers other than sgd/nag/adam/rmsprop/adagrad, sparse or
+            float64 parameters). With it, ``param.data()``/``param.grad()`` become views into flat buffers at the
+            first step: take references to them after that, not before.
 
     Raises:
         ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type.
@@ -78,7 +84,7 @@ class LrTrainer(gluon.Trainer):
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="device", compression_params=None,
-                 update_on_kvstore=None, rules=()):
+                 update_on_kvstore=None, rules=(), fused=True):
         if not isinstance(rules, (list, tuple)):
             raise ParamsTypeError(f"rules must be a list of gluon_lr.Rule, got {type(rules).__name__}; "
                                   f"pass e.g. rules=[Rule('*_bias', wd_mult=0.0)].")
@@ -97,6 +103,7 @@ class LrTrainer(gluon.Trainer):
         self._explicit = {"lr_mult": {}, "wd_mult": {}}
         self._table = self._resolve(self._explicit)
         self._apply_table()
+        self._fused = _fused.FusedUpdate(self) if fused else None  # fused (issue 4)
 
     # ----------------------------------------------------------------------------------------------- the table
     @property
@@ -251,8 +258,23 @@ class LrTrainer(gluon.Trainer):
         self._apply_updates(ignore_stale_grad)
 
     def _apply_updates(self, ignore_stale_grad=False):
-        """The stock Gluon update loop (one updater call per context)."""
-        super()._update(ignore_stale_grad)
+        """The fast update path where it applies (``gluon_lr._fused``), else the stock Gluon loop."""
+        # fused (issue 4): the fast path returns False, having done nothing, where it does not apply.
+        if self._fused is None or not self._fused.apply(ignore_stale_grad):
+            super()._update(ignore_stale_grad)
+
+    # fused (issue 4): pack parameters into flat buffers before anything takes references for this update.
+    def _allreduce_grads(self):
+        """Prepare the fast path's flat buffers, then reduce gradients as Gluon does."""
+        if self._fused is not None:
+            self._fused.prepare()
+        super()._allreduce_grads()
+
+    def update(self, batch_size, ignore_stale_grad=False):
+        """As ``gluon.Trainer.update``; prepares the fast path's flat buffers first."""
+        if self._fused is not None:
+            self._fused.prepare()
+        super().update(batch_size, ignore_stale_grad)
 
     # ------------------------------------------------------------------------------ explain, settings, states
     def explain(self) -> Explanation:

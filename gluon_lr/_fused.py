@@ -1,0 +1,495 @@
+"""The fast update path of LrTrainer: flat contiguous buffers, one kernel call per run of equal (lr, wd).
+
+For each context, the parameters that qualify are packed into flat 1-D buffers, one per (dtype, state layout):
+weights, gradients and every optimizer-state slot. Each Parameter's ``data()``/``grad()`` and each
+``updater.states[index]`` then ARE views (slice + reshape) into those buffers, so everything that reads or writes them
+in place (autograd, kvstore push/pull, ``set_data``, freezing's snapshot/restore) keeps working. Inside a buffer the
+parameters are ordered by (lr_mult, wd_mult, index); a step computes every parameter's lr and wd exactly as the
+optimizer does and calls one kernel per run of consecutive parameters with equal values.
+
+Kernels (measured on a 2-core CPU, resnet50_v1 shapes; see ``bench/bench_step.py``):
+
+- sgd (momentum or not), nag, rmsprop (plain and centered): MXNet's per-tensor operator (``sgd_mom_update``, ...)
+  on the flat run. Stock Gluon's 4-tensor ``multi_sgd_mom_update`` is several times slower on CPU.
+- adam, float32 on CPU: the same arithmetic as MXNet's ``adam_update``, in the same order and precision, in numpy
+  on zero-copy views, cache-sized chunks, one thread per core (MXNet's kernel is compute-bound here, about 3x the
+  memory-bandwidth floor). Elsewhere (float16 master weights, GPU): ``adam_update`` on the flat run.
+- adagrad: the stock optimizer's own NDArray expressions, on the flat run.
+- float16 with ``multi_precision=True``: the ``mp_*`` operators for sgd/nag; the stock cast-update-cast recipe for
+  adam/rmsprop/adagrad; float32 master weights live in a flat buffer too.
+
+Falls back to the stock loop (``gluon.Trainer._update``) for the whole step when: the kvstore updates the weights
+(``update_on_kvstore=True``); an AMP loss scaler is attached; numpy-array mode is on; the optimizer is not exactly
+one of ``SGD, NAG, Adam, RMSProp, AdaGrad``; an lr scheduler meets parameters with unequal update counts; or an array
+was replaced since the last ``prepare()`` (e.g. ``load_states`` or ``grad_req`` changed between ``step`` calls that
+did not prepare). Falls back per parameter (the stock Updater updates it, in the same step) for: sparse storage,
+dtypes other than float32 (float16 only with ``multi_precision=True``), uninitialized parameters.
+"""
+import ctypes
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, nd
+from mxnet import optimizer as mxopt
+from mxnet.base import _LIB, check_call
+
+#: Elements per numpy chunk: six float32 arrays of this length stay in a 2 MiB L2 cache.
+_CHUNK = 1 << 15
+#: Stock Gluon's message for a stale gradient (kept word for word, the error type too).
+_STALE = ("Gradient of Parameter `%s` on context %s has not been updated by backward since last `step`. This could "
+          "mean a bug in your model that made it only use a subset of the Parameters (Blocks) for this iteration. "
+          "If you are intentionally only using a subset, call step with ignore_stale_grad=True to suppress this "
+          "warning and skip updating of Parameters with stale gradient")
+_POOL = {}
+
+
+# ----------------------------------------------------------------------------------------------- state structures
+def _leaves(state) -> list:
+    """The NDArrays of an optimizer state (None, an NDArray, or nested tuples/lists of them), depth first."""
+    if isinstance(state, nd.NDArray):
+        return [state]
+    if isinstance(state, (tuple, list)):
+        return [leaf for item in state for leaf in _leaves(item)]
+    return []
+
+
+def _signature(state):
+    """A hashable description of a state's structure and leaf dtypes/storage; None for unsupported states."""
+    if state is None:
+        return "none"
+    if isinstance(state, nd.NDArray):
+        return ("array", np.dtype(state.dtype).name) if state.stype == "default" else None
+    if isinstance(state, (tuple, list)):
+        inner = tuple(_signature(item) for item in state)
+        return None if None in inner else (type(state).__name__, inner)
+    return None
+
+
+def _rebuild(state, leaves: list):
+    """``state`` with its NDArray leaves replaced, in order, by ``leaves`` (consumed from the front)."""
+    if isinstance(state, nd.NDArray):
+        return leaves.pop(0)
+    if isinstance(state, (tuple, list)):
+        return type(state)(_rebuild(item, leaves) for item in state)
+    return state
+
+
+def _numpy_view(array: nd.NDArray) -> np.ndarray:
+    """A writable numpy view of a dense CPU NDArray's memory (no copy); the caller keeps ``array`` alive."""
+    array.wait_to_read()
+    pointer = ctypes.c_void_p()
+    check_call(_LIB.MXNDArrayGetData(array.handle, ctypes.byref(pointer)))
+    ctype = np.ctypeslib.as_ctypes_type(np.dtype(array.dtype))
+    return np.ctypeslib.as_array((ctype * array.size).from_address(pointer.value))
+
+
+def _wait_to_write(arrays) -> None:
+    """Block until MXNet has finished every pending read and write of ``arrays`` (before numpy writes them)."""
+    for array in arrays:
+        check_call(_LIB.MXNDArrayWaitToWrite(array.handle))
+
+
+# ------------------------------------------------------------------------------------------------- flat groups
+class _Member:
+    """One parameter inside a flat group: where it lives and the view objects installed on it."""
+
+    __slots__ = ("index", "param", "offset", "size", "weight", "grad", "state")
+
+    def __init__(self, index, param, offset, size):
+        self.index, self.param, self.offset, self.size = index, param, offset, size
+        self.weight = self.grad = self.state = None
+
+
+class _Group:
+    """Flat buffers on one context for parameters sharing (dtype, state structure)."""
+
+    def __init__(self, ctx, dtype, members, template):
+        self.ctx, self.dtype, self.members, self.template = ctx, dtype, members, template
+        self.total = sum(m.size for m in members)
+        self.weight = nd.zeros((self.total,), ctx=ctx, dtype=dtype)
+        self.grad = nd.zeros((self.total,), ctx=ctx, dtype=dtype)
+        self.slots = [nd.zeros((self.total,), ctx=ctx, dtype=leaf.dtype) for leaf in _leaves(template)]
+        self._numpy = None
+
+    def views(self, flat: nd.NDArray, member: _Member) -> nd.NDArray:
+        """The view of ``member`` in ``flat``, shaped like the parameter."""
+        return flat[member.offset:member.offset + member.size].reshape(member.param.shape)
+
+    def numpy(self) -> list:
+        """Numpy views of [weight, grad, *slots] (CPU only), made once."""
+        if self._numpy is None:
+            self._numpy = [_numpy_view(flat) for flat in [self.weight, self.grad] + self.slots]
+        return self._numpy
+
+
+def _qualifies(param, k: int, optimizer) -> bool:
+    """Whether ``param``'s copy on context ``k`` can live in a flat buffer (else the stock Updater updates it)."""
+    if param.grad_req == "null" or param._data is None or param._grad is None or param._deferred_init:
+        return False
+    data, grad = param._data[k], param._grad[k]
+    if data.stype != "default" or grad.stype != "default":
+        return False
+    dtype = np.dtype(data.dtype)
+    return dtype == np.float32 or (dtype == np.float16 and bool(optimizer.multi_precision))
+
+
+def _pack(ctx, k: int, entries: list, updater) -> _Group:
+    """Build one group: copy weights, gradients and states in, then install the views on params and updater."""
+    entries = sorted(entries, key=lambda e: (e[1].lr_mult, e[1].wd_mult, e[0]))
+    members, offset = [], 0
+    for index, param in entries:
+        members.append(_Member(index, param, offset, param._data[k].size))
+        offset += param._data[k].size
+    group = _Group(ctx, param._data[k].dtype, members, updater.states[entries[0][0]])
+    fresh = [m.param._data[k]._fresh_grad for m in members]
+    for m in members:
+        old_data, old_grad = m.param._data[k], m.param._grad[k]
+        group.weight[m.offset:m.offset + m.size] = old_data.reshape((-1,))
+        group.grad[m.offset:m.offset + m.size] = old_grad.reshape((-1,))
+        m.weight, m.grad = group.views(group.weight, m), group.views(group.grad, m)
+        m.param._data[k], m.param._grad[k] = m.weight, m.grad
+        leaves = _leaves(updater.states[m.index])
+        views = [group.views(slot, m) for slot in group.slots]
+        for view, leaf in zip(views, leaves):
+            leaf.copyto(view)
+        m.state = _rebuild(updater.states[m.index], views)
+        updater.states[m.index] = m.state
+        updater.states_synced[m.index] = True
+    autograd.mark_variables([m.weight for m in members], [m.grad for m in members],
+                            [m.param.grad_req for m in members])
+    for m, flag in zip(members, fresh):
+        m.weight._fresh_grad = flag
+    return group
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """A shared thread pool for the numpy kernels."""
+    if threads not in _POOL:
+        _POOL[threads] = ThreadPoolExecutor(threads, thread_name_prefix="gluon_lr_fused")
+    return _POOL[threads]
+
+
+def _threads() -> int:
+    """Threads for numpy kernels: OMP_NUM_THREADS (what MXNet uses) or the number of cores."""
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "") or os.cpu_count() or 1))
+    except ValueError:
+        return max(1, os.cpu_count() or 1)
+
+
+# ------------------------------------------------------------------------------------------------------ kernels
+def _common(optimizer, clip_if_set=True) -> dict:
+    """rescale_grad and clip_gradient as the stock optimizer passes them (clip only when truthy)."""
+    kwargs = {"rescale_grad": optimizer.rescale_grad}
+    if optimizer.clip_gradient:
+        kwargs["clip_gradient"] = optimizer.clip_gradient
+    return kwargs
+
+
+def _master(kernel):
+    """Wrap a float32 kernel in the stock multi-precision recipe: update the float32 master copy, cast back."""
+    def run(optimizer, weight, grad, slots, lr, wd, mp):
+        if not mp:
+            return kernel(optimizer, weight, grad, slots, lr, wd)
+        master = slots[0]
+        kernel(optimizer, master, grad.astype(np.float32), slots[1:], lr, wd)
+        nd.cast(master, dtype=weight.dtype, out=weight)
+    run.__doc__ = kernel.__doc__
+    return run
+
+
+def _sgd(optimizer, weight, grad, slots, lr, wd, mp):
+    """SGD with or without momentum: ``sgd_mom_update``/``sgd_update`` (``mp_*`` for float16 master weights)."""
+    kwargs = _common(optimizer)
+    if optimizer.momentum > 0:
+        kwargs["momentum"] = optimizer.momentum
+    if mp:
+        if len(slots) == 2:
+            nd.mp_sgd_mom_update(weight, grad, slots[0], slots[1], out=weight, lr=lr, wd=wd, **kwargs)
+        else:
+            nd.mp_sgd_update(weight, grad, slots[0], out=weight, lr=lr, wd=wd, **kwargs)
+    elif slots:
+        nd.sgd_mom_update(weight, grad, slots[0], out=weight, lazy_update=optimizer.lazy_update, lr=lr, wd=wd, **kwargs)
+    else:
+        nd.sgd_update(weight, grad, out=weight, lazy_update=optimizer.lazy_update, lr=lr, wd=wd, **kwargs)
+
+
+def _nag(optimizer, weight, grad, slots, lr, wd, mp):
+    """Nesterov momentum: ``nag_mom_update``/``sgd_update`` (``mp_*`` for float16 master weights)."""
+    kwargs = _common(optimizer)
+    if optimizer.momentum > 0:
+        kwargs["momentum"] = optimizer.momentum
+    if mp:
+        if len(slots) == 2:
+            nd.mp_nag_mom_update(weight, grad, slots[0], slots[1], out=weight, lr=lr, wd=wd, **kwargs)
+        else:
+            nd.mp_sgd_update(weight, grad, slots[0], out=weight, lr=lr, wd=wd, **kwargs)
+    elif slots:
+        nd.nag_mom_update(weight, grad, slots[0], out=weight, lr=lr, wd=wd, **kwargs)
+    else:
+        nd.sgd_update(weight, grad, out=weight, lr=lr, wd=wd, **kwargs)
+
+
+@_master
+def _adam(optimizer, weight, grad, slots, lr, wd):
+    """Adam: ``adam_update`` (lr already bias-corrected)."""
+    nd.adam_update(weight, grad, slots[0], slots[1], out=weight, lazy_update=optimizer.lazy_update, lr=lr, wd=wd,
+                   beta1=optimizer.beta1, beta2=optimizer.beta2, epsilon=optimizer.epsilon, **_common(optimizer))
+
+
+@_master
+def _rmsprop(optimizer, weight, grad, slots, lr, wd):
+    """RMSProp: ``rmsprop_update``, or ``rmspropalex_update`` when centered."""
+    kwargs = dict(_common(optimizer), gamma1=optimizer.gamma1, epsilon=optimizer.epsilon)
+    if optimizer.clip_weights:
+        kwargs["clip_weights"] = optimizer.clip_weights
+    if optimizer.centered:
+        nd.rmspropalex_update(weight, grad, *slots, out=weight, lr=lr, wd=wd, gamma2=optimizer.gamma2, **kwargs)
+    else:
+        nd.rmsprop_update(weight, grad, slots[0], out=weight, lr=lr, wd=wd, **kwargs)
+
+
+@_master
+def _adagrad(optimizer, weight, grad, slots, lr, wd):
+    """AdaGrad: the stock optimizer's own NDArray expressions (there is no dense AdaGrad operator)."""
+    history = slots[0]
+    grad = grad * optimizer.rescale_grad
+    if optimizer.clip_gradient is not None:
+        grad = nd.clip(grad, -optimizer.clip_gradient, optimizer.clip_gradient)
+    history[:] += nd.square(grad)
+    div = grad / nd.sqrt(history + optimizer.float_stable_eps)
+    weight[:] += (div + weight * wd) * -lr
+
+
+def _adam_lr(optimizer, index: int, lr: float) -> float:
+    """Adam's bias-corrected lr, computed exactly as ``mx.optimizer.Adam.update`` does."""
+    t = optimizer._index_update_count[index]
+    coef1 = 1. - optimizer.beta1 ** t
+    coef2 = 1. - optimizer.beta2 ** t
+    return lr * (math.sqrt(coef2) / coef1)
+
+
+#: optimizer class -> (kernel, per-index lr adjustment or None). Exact classes only: a subclass may change update().
+_KERNELS = {mxopt.SGD: (_sgd, None), mxopt.NAG: (_nag, None), mxopt.Adam: (_adam, _adam_lr),
+            mxopt.RMSProp: (_rmsprop, None), mxopt.AdaGrad: (_adagrad, None)}
+
+
+def _adam_chunks(work, consts) -> None:
+    """Adam on numpy chunks, same operations and float32 rounding as MXNet's ``AdamUpdateKernel``."""
+    beta1, beta2, one_b1, one_b2, eps, rescale, clip = consts
+    tmp_a, tmp_b = np.empty(_CHUNK, np.float32), np.empty(_CHUNK, np.float32)
+    for (w, g, m, v, lr, wd), start, stop in work:
+        for s in range(start, stop, _CHUNK):
+            e = min(s + _CHUNK, stop)
+            ws, gs, ms, vs, x, y = w[s:e], g[s:e], m[s:e], v[s:e], tmp_a[:e - s], tmp_b[:e - s]
+            np.multiply(gs, rescale, out=x)
+            np.multiply(ws, wd, out=y)
+            x += y
+            if clip is not None:
+                np.clip(x, -clip, clip, out=x)
+            ms *= beta1
+            np.multiply(x, one_b1, out=y)
+            ms += y
+            vs *= beta2
+            np.multiply(x, one_b2, out=y)
+            y *= x
+            vs += y
+            np.sqrt(vs, out=y)
+            y += eps
+            np.multiply(ms, lr, out=x)
+            x /= y
+            ws -= x
+
+
+def _adam_numpy(optimizer, segments: list) -> None:
+    """Run ``_adam_chunks`` over ``segments`` [(w, g, m, v, lr, wd) numpy views], split evenly across threads."""
+    f32 = np.float32
+    clip = f32(optimizer.clip_gradient) if optimizer.clip_gradient and optimizer.clip_gradient >= 0 else None
+    beta1, beta2 = f32(optimizer.beta1), f32(optimizer.beta2)
+    consts = (beta1, beta2, f32(1) - beta1, f32(1) - beta2, f32(optimizer.epsilon), f32(optimizer.rescale_grad), clip)
+    threads = _threads()
+    total = sum(seg[0].size for seg in segments)
+    share, parts, current, filled = -(-total // threads), [], [], 0
+    for seg in segments:
+        start = 0
+        while start < seg[0].size:
+            stop = min(seg[0].size, start + share - filled)
+            current.append((seg, start, stop))
+            filled += stop - start
+            start = stop
+            if filled >= share:
+                parts.append(current)
+                current, filled = [], 0
+    if current:
+        parts.append(current)
+    if len(parts) == 1:
+        return _adam_chunks(parts[0], consts)
+    for future in [_pool(threads).submit(_adam_chunks, part, consts) for part in parts]:
+        future.result()
+
+
+# ---------------------------------------------------------------------------------------------- the fast path
+class FusedUpdate:
+    """The fast update path of one trainer: ``prepare()`` before the step, ``apply()`` in place of the stock loop.
+
+    ``prepare()`` may replace Parameter arrays and updater states by views (it packs new flat buffers); call it
+    only where nothing holds arrays across the call (LrTrainer calls it at the start of ``allreduce_grads`` and
+    ``update``). ``apply()`` never replaces an array; it returns False, having changed nothing, when the fast path
+    does not apply, and the caller then runs the stock loop.
+    """
+
+    def __init__(self, trainer):
+        self._trainer = trainer
+        self._groups = {}
+
+    def usable(self) -> bool:
+        """Whether this step can take the fast path at all (see the module docstring for the fallbacks)."""
+        trainer = self._trainer
+        if not trainer._kv_initialized or (trainer._kvstore and trainer._update_on_kvstore):
+            return False
+        if getattr(trainer, "_amp_loss_scaler", None) is not None or mx.util.is_np_array():
+            return False
+        return all(type(updater.optimizer) in _KERNELS for updater in trainer._updaters)
+
+    def prepare(self) -> None:
+        """Pack qualifying parameters into flat buffers, or re-sync them after arrays or states were replaced."""
+        if not self.usable():
+            return
+        trainer = self._trainer
+        for k, (ctx, updater) in enumerate(zip(trainer._contexts, trainer._updaters)):
+            wanted = [(i, p) for i, p in enumerate(trainer._params) if _qualifies(p, k, updater.optimizer)]
+            groups = self._groups.get(k)
+            if groups is None or not self._resync(k, groups, updater, wanted):
+                self._groups[k] = self._build(k, ctx, updater, wanted)
+
+    def _resync(self, k: int, groups: list, updater, wanted: list) -> bool:
+        """Re-install views after ``load_states``; False when the groups must be rebuilt."""
+        members = [m for group in groups for m in group.members]
+        if sorted(m.index for m in members) != [i for i, _ in wanted]:
+            return False
+        for group in groups:
+            for m in group.members:
+                if m.param._data[k] is not m.weight or m.param._grad[k] is not m.grad:
+                    return False
+                state = updater.states.get(m.index)
+                if state is m.state:
+                    continue
+                if state is None:
+                    state = updater.optimizer.create_state_multi_precision(m.index, m.weight)
+                if _signature(state) != _signature(group.template):
+                    return False
+                for view, leaf in zip(_leaves(m.state), _leaves(state)):
+                    leaf.copyto(view)
+                updater.states[m.index], updater.states_synced[m.index] = m.state, True
+        return True
+
+    def _build(self, k: int, ctx, updater, wanted: list) -> list:
+        """New flat groups on context ``k`` for ``wanted`` [(index, param)], states created where missing."""
+        buckets = {}
+        for index, param in wanted:
+            data = param._data[k]
+            if index not in updater.states:
+                updater.states[index] = updater.optimizer.create_state_multi_precision(index, data)
+            elif not updater.states_synced.get(index, True):
+                updater.states[index] = updater.sync_state_context(updater.states[index], ctx)
+            updater.states_synced[index] = True
+            state = updater.states[index]
+            signature = _signature(state)
+            if signature is None or any(leaf.size != data.size for leaf in _leaves(state)):
+                continue
+            buckets.setdefault((np.dtype(data.dtype).name, signature), []).append((index, param))
+        return [_pack(ctx, k, entries, updater) for entries in buckets.values()]
+
+    def apply(self, ignore_stale_grad: bool = False) -> bool:
+        """One update of every parameter, as ``gluon.Trainer._update`` would; False (nothing done) if not applicable.
+
+        Raises:
+            UserWarning: a gradient is stale and ``ignore_stale_grad`` is False (stock Gluon's error, same text).
+        """
+        trainer = self._trainer
+        if not self._groups or not self.usable() or not self._intact():
+            return False
+        for param in trainer._params:
+            if param.grad_req != "null" and not ignore_stale_grad:
+                for data in param._check_and_get(param._data, list):
+                    if not data._fresh_grad:
+                        raise UserWarning(_STALE % (param.name, str(data.context)))
+        for k, updater in enumerate(trainer._updaters):
+            self._update_context(k, updater, ignore_stale_grad)
+        return True
+
+    def _intact(self) -> bool:
+        """Whether every installed view is still the array its Parameter and Updater use."""
+        for k, groups in self._groups.items():
+            states = self._trainer._updaters[k].states
+            for group in groups:
+                for m in group.members:
+                    if (m.param._data is None or m.param._grad is None or m.param._data[k] is not m.weight
+                            or m.param._grad[k] is not m.grad or states.get(m.index) is not m.state):
+                        return False
+        return True
+
+    def _update_context(self, k: int, updater, ignore_stale_grad: bool) -> None:
+        """Update every parameter's copy on context ``k``: flat runs first, the rest through the stock Updater."""
+        fused = {m.index for group in self._groups.get(k, ()) for m in group.members}
+        todo = []
+        for i, param in enumerate(self._trainer._params):
+            if param.grad_req == "null":
+                continue
+            data = param._data[k]
+            if not ignore_stale_grad or data._fresh_grad:
+                todo.append(i)
+                data._fresh_grad = False
+        optimizer = updater.optimizer
+        device_counts = optimizer._all_index_update_counts.get(self._trainer._contexts[k].device_id, {})
+        counts = {device_counts.get(i, optimizer.begin_num_update) for i in todo}
+        if optimizer.lr_scheduler is not None and len(counts) > 1:
+            fused = set()
+        rest = [i for i in todo if i not in fused]
+        if rest:
+            params = self._trainer._params
+            updater(rest, [params[i]._grad[k] for i in rest], [params[i]._data[k] for i in rest])
+        now = [i for i in todo if i in fused]
+        if now:
+            self._run_fused(k, optimizer, now)
+
+    def _run_fused(self, k: int, optimizer, indices: list) -> None:
+        """Count, resolve lr/wd exactly as the optimizer does, then one kernel per run of equal (lr, wd)."""
+        optimizer._set_current_context(self._trainer._contexts[k].device_id)
+        optimizer._update_count(indices)
+        kernel, adjust = _KERNELS[type(optimizer)]
+        lrs, wds = optimizer._get_lrs(indices), optimizer._get_wds(indices)
+        if adjust is not None:
+            lrs = [adjust(optimizer, i, lr) for i, lr in zip(indices, lrs)]
+        values = dict(zip(indices, zip(lrs, wds)))
+        segments = []
+        for group in self._groups[k]:
+            mp = group.dtype == np.float16
+            use_numpy = kernel is _adam and not mp and group.ctx.device_type == "cpu"
+            runs = _runs(group, values)
+            if use_numpy and runs:
+                _wait_to_write([group.weight, group.grad] + group.slots)
+                w, g, m, v = group.numpy()
+                segments += [(w[a:b], g[a:b], m[a:b], v[a:b], np.float32(lr), np.float32(wd)) for a, b, lr, wd in runs]
+                continue
+            for a, b, lr, wd in runs:
+                kernel(optimizer, group.weight[a:b], group.grad[a:b], [slot[a:b] for slot in group.slots], lr, wd, mp)
+        if segments:
+            _adam_numpy(optimizer, segments)
+
+
+def _runs(group: _Group, values: dict) -> list:
+    """[(start, stop, lr, wd)]: maximal runs of consecutive members updated now with equal (lr, wd)."""
+    runs = []
+    for m in group.members:
+        value = values.get(m.index)
+        if value is None:
+            continue
+        if runs and runs[-1][1] == m.offset and runs[-1][2:] == value:
+            runs[-1] = (runs[-1][0], m.offset + m.size) + value
+        else:
+            runs.append((m.offset, m.offset + m.size) + value)
+    return runs
