@@ -345,6 +345,13 @@ class FusedUpdate:
         self._trainer = trainer
         self._groups = {}
 
+    def names(self) -> tuple:
+        """Names of the parameters on the fast path now (packed, intact, and the step can take the path)."""
+        if not self._groups or not self.usable() or not self._intact():
+            return ()
+        indices = sorted({m.index for groups in self._groups.values() for group in groups for m in group.members})
+        return tuple(self._trainer._params[i].name for i in indices)
+
     def usable(self) -> bool:
         """Whether this step can take the fast path at all (see the module docstring for the fallbacks)."""
         trainer = self._trainer

@@ -62,7 +62,7 @@ class LrTrainer(gluon.Trainer):
             first step: take references to them after that, not before.
 
     Raises:
-        ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type.
+        ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type, or ``fused`` is not a bool.
         DuplicateParameterError: two different Parameters share a name.
         RuleMatchError: a rule selects nothing, or selects by a kind that needs the Block.
         MultiplierError: a Parameter carries an invalid lr_mult/wd_mult.
@@ -91,6 +91,9 @@ class LrTrainer(gluon.Trainer):
         if kvstore is None and update_on_kvstore:
             raise KVStoreConfigError("update_on_kvstore=True needs a kvstore, got kvstore=None; pass kvstore='device' "
                                      "(or 'local'), or leave update_on_kvstore=None to update on the workers.")
+        if not isinstance(fused, bool):  # fused (issue 4)
+            raise ParamsTypeError(f"LrTrainer(fused=...) must be True or False, got {type(fused).__name__} "
+                                  f"{fused!r:.40}; pass fused=False to always run the stock update loop.")
         param_list, kinds = _rules.collect_params(params)
         matched = _rules.match_rules(rules, kinds)
         base = {p.name: _own_multipliers(p) for p in param_list}
@@ -115,6 +118,16 @@ class LrTrainer(gluon.Trainer):
     def wd_mult(self) -> Mapping[str, float]:
         """Read-only mapping name -> resolved wd_mult, in the optimizer's index order."""
         return types.MappingProxyType({name: entry.wd_mult for name, entry in self._table.items()})
+
+    @property
+    def fused_params(self) -> tuple:
+        """Names of the parameters the fast update path updates (fused (issue 4)); empty where it does not apply.
+
+        Example:
+            >>> trainer.step(batch_size)
+            >>> len(trainer.fused_params) == len(trainer.lr_mult)  # every trainable float32 parameter
+        """
+        return self._fused.names() if self._fused is not None else ()
 
     @property
     def rules(self) -> tuple:

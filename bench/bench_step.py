@@ -1,0 +1,144 @@
+"""Optimizer step time on resnet50_v1 shapes (CPU): stock Trainer, LrTrainer, torch.optim, and the bandwidth floor.
+
+Run: ``OMP_NUM_THREADS=2 PYTHONPATH=$PWD python bench/bench_step.py [--reps 7]``. Everything is measured in one
+process, interleaved rep by rep (a shared machine's load then hits every row alike); the table shows the minimum and
+the median per row, and ratios of minima. The floor is the bytes one step must stream (SGD-momentum: read w, g, m and
+write w, m = 20 bytes per float32 parameter; Adam: read w, g, m, v and write w, m, v = 28 bytes) divided by the best
+copy bandwidth measured here (numpy, MXNet and torch copies; a copy streams 8 bytes per element).
+"""
+import argparse
+import statistics
+import time
+
+import mxnet as mx
+import numpy as np
+import torch
+from mxnet import gluon, nd
+
+from gluon_lr import LrTrainer, Rule
+
+BYTES_PER_PARAM = {"sgd-momentum": 20, "adam": 28}
+OPTIMIZERS = {"sgd-momentum": ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}),
+              "adam": ("adam", {"learning_rate": 1e-3, "wd": 1e-4})}
+RULES = [Rule("*", lr_mult=0.1), Rule("*dense*", lr_mult=1.0), Rule("norm", wd_mult=0.0), Rule("bias", wd_mult=0.0)]
+
+
+def build_net():
+    """resnet50_v1 with random init, and gradients filled with seeded noise."""
+    mx.random.seed(0)
+    net = gluon.model_zoo.vision.resnet50_v1()
+    net.initialize(mx.init.Xavier())
+    net(nd.zeros((1, 3, 64, 64)))
+    for param in net.collect_params().values():
+        if param.grad_req != "null":
+            param.grad()[:] = nd.random.normal(scale=1e-3, shape=param.shape)
+    nd.waitall()
+    return net
+
+
+def mark_fresh(params):
+    """Flag every gradient as written by backward (the benchmark runs no backward)."""
+    for param in params:
+        if param.grad_req != "null":
+            for data in param.list_data():
+                data._fresh_grad = True
+
+
+def timed(fn, sync) -> float:
+    """Seconds for one call of ``fn`` including the wait for its asynchronous work."""
+    start = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def mx_step(trainer, params):
+    """One trainer.step on ready gradients."""
+    def step():
+        mark_fresh(params)
+        trainer.step(1)
+    return step
+
+
+def torch_case(net, kind: str, impl: str):
+    """A torch optimizer over tensors of the same shapes, lrs and wds as the LrTrainer table."""
+    torch.manual_seed(0)
+    groups = {}
+    for name, param in net.collect_params().items():
+        if param.grad_req == "null":
+            continue
+        tensor = torch.randn(param.shape).requires_grad_()
+        tensor.grad = torch.randn(param.shape) * 1e-3
+        groups.setdefault((param.lr_mult, param.wd_mult), []).append(tensor)
+    name, hyper = OPTIMIZERS[kind]
+    flags = {"fused": True} if impl == "fused" else {"foreach": True}
+    param_groups = [{"params": ts, "lr": hyper["learning_rate"] * lr, "weight_decay": hyper["wd"] * wd}
+                    for (lr, wd), ts in groups.items()]
+    if name == "sgd":
+        optimizer = torch.optim.SGD(param_groups, lr=hyper["learning_rate"], momentum=hyper["momentum"], **flags)
+    else:
+        optimizer = torch.optim.Adam(param_groups, lr=hyper["learning_rate"], **flags)
+    return optimizer.step
+
+
+def copy_bandwidth(n: int = 1 << 25) -> dict:
+    """Best copy bandwidth (bytes/s) of numpy, MXNet and torch on n float32 elements (8 bytes per element)."""
+    a_np, b_np = np.random.rand(n).astype(np.float32), np.empty(n, np.float32)
+    a_mx, b_mx = nd.array(a_np), nd.zeros(n)
+    a_t, b_t = torch.from_numpy(a_np.copy()), torch.empty(n)
+    cases = {"numpy": (lambda: np.copyto(b_np, a_np), lambda: None),
+             "mxnet": (lambda: a_mx.copyto(b_mx), nd.waitall),
+             "torch": (lambda: b_t.copy_(a_t), lambda: None)}
+    best = {}
+    for label, (fn, sync) in cases.items():
+        timed(fn, sync)
+        best[label] = 8 * n / min(timed(fn, sync) for _ in range(7))
+    return best
+
+
+def run(reps: int) -> None:
+    """Measure every row for both optimizers and print the tables."""
+    torch.set_num_threads(max(1, int(mx.base.os.environ.get("OMP_NUM_THREADS", "2"))))
+    bandwidth = copy_bandwidth()
+    best_bw = max(bandwidth.values())
+    print("copy bandwidth GB/s: " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in bandwidth.items()))
+    for kind in OPTIMIZERS:
+        net = build_net()
+        params = list(net.collect_params().values())
+        trainable = [p for p in params if p.grad_req != "null"]
+        n = sum(int(np.prod(p.shape)) for p in trainable)
+        name, hyper = OPTIMIZERS[kind]
+        lr_trainer = LrTrainer(net, name, dict(hyper), rules=RULES)
+        stock = gluon.Trainer(net.collect_params(), name, dict(hyper))  # reads the same Parameter.lr_mult/wd_mult
+        plain = LrTrainer(net, name, dict(hyper), rules=RULES, fused=False)
+        rows = {"stock gluon.Trainer": (mx_step(stock, params), nd.waitall),
+                "LrTrainer fused=False": (mx_step(plain, params), nd.waitall),
+                "LrTrainer (fused)": (mx_step(lr_trainer, params), nd.waitall),
+                "torch.optim fused": (torch_case(net, kind, "fused"), lambda: None),
+                "torch.optim foreach": (torch_case(net, kind, "foreach"), lambda: None)}
+        times = {label: [] for label in rows}
+        for label, (fn, sync) in rows.items():
+            timed(fn, sync)
+        for _ in range(reps):
+            for label, (fn, sync) in rows.items():
+                times[label].append(timed(fn, sync))
+        floor = BYTES_PER_PARAM[kind] * n / best_bw
+        print_table(kind, n, len(trainable), times, floor)
+
+
+def print_table(kind: str, n: int, tensors: int, times: dict, floor: float) -> None:
+    """One table: min and median ms per row, min / stock and min / floor."""
+    stock = min(times["stock gluon.Trainer"])
+    print(f"\n{kind}: resnet50_v1, {n / 1e6:.1f}M parameters in {tensors} tensors, float32, CPU")
+    print(f"{'':24s} {'min ms':>8s} {'median ms':>10s} {'x stock':>8s} {'x floor':>8s}")
+    for label, values in times.items():
+        best = min(values)
+        print(f"{label:24s} {best * 1e3:8.1f} {statistics.median(values) * 1e3:10.1f} "
+              f"{best / stock:8.2f} {best / floor:8.2f}")
+    print(f"{'bandwidth floor':24s} {floor * 1e3:8.1f} {'':10s} {floor / stock:8.2f} {1.0:8.2f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=7, help="interleaved repetitions per row")
+    run(parser.parse_args().reps)
