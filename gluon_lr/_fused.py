@@ -288,8 +288,9 @@ def _adam_chunks(work, consts) -> None:
             np.multiply(gs, rescale, out=x)
             np.multiply(ws, wd, out=y)
             x += y
-            if clip is not None:
-                np.clip(x, -clip, clip, out=x)
+            if clip is not None:  # MXNet's clip::Map; np.clip is several times slower
+                np.minimum(x, clip, out=x)
+                np.maximum(x, -clip, out=x)
             ms *= beta1
             np.multiply(x, one_b1, out=y)
             ms += y
@@ -366,17 +367,20 @@ class FusedUpdate:
         if not self.usable():
             return
         trainer = self._trainer
+        signature = [(p.grad_req, id(p._data), id(p._grad)) for p in trainer._params]
+        signature.append(tuple(bool(u.optimizer.multi_precision) for u in trainer._updaters))
+        same, self._signature = signature == getattr(self, "_signature", None), signature
         for k, (ctx, updater) in enumerate(zip(trainer._contexts, trainer._updaters)):
-            wanted = [(i, p) for i, p in enumerate(trainer._params) if _qualifies(p, k, updater.optimizer)]
             groups = self._groups.get(k)
-            if groups is None or not self._resync(k, groups, updater, wanted):
+            if same and groups is not None and self._resync(k, groups, updater):
+                continue
+            wanted = [(i, p) for i, p in enumerate(trainer._params) if _qualifies(p, k, updater.optimizer)]
+            if groups is None or sorted(m.index for g in groups for m in g.members) != [i for i, _ in wanted] \
+                    or not self._resync(k, groups, updater):
                 self._groups[k] = self._build(k, ctx, updater, wanted)
 
-    def _resync(self, k: int, groups: list, updater, wanted: list) -> bool:
+    def _resync(self, k: int, groups: list, updater) -> bool:
         """Re-install views after ``load_states``; False when the groups must be rebuilt."""
-        members = [m for group in groups for m in group.members]
-        if sorted(m.index for m in members) != [i for i, _ in wanted]:
-            return False
         for group in groups:
             for m in group.members:
                 if m.param._data[k] is not m.weight or m.param._grad[k] is not m.grad:
