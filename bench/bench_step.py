@@ -17,6 +17,7 @@ from mxnet import gluon, nd
 
 from gluon_lr import LrTrainer, Rule
 
+WARMUP = 6  # steps before timing: optimizer states are created, LrTrainer picks its kernels (4 timed steps)
 BYTES_PER_PARAM = {"sgd-momentum": 20, "adam": 28}
 OPTIMIZERS = {"sgd-momentum": ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}),
               "adam": ("adam", {"learning_rate": 1e-3, "wd": 1e-4})}
@@ -117,8 +118,9 @@ def run(reps: int) -> None:
                 "torch.optim fused": (torch_case(net, kind, "fused"), lambda: None),
                 "torch.optim foreach": (torch_case(net, kind, "foreach"), lambda: None)}
         times = {label: [] for label in rows}
-        for label, (fn, sync) in rows.items():
-            timed(fn, sync)
+        for _ in range(WARMUP):
+            for label, (fn, sync) in rows.items():
+                timed(fn, sync)
         for _ in range(reps):
             for label, (fn, sync) in rows.items():
                 times[label].append(timed(fn, sync))

@@ -28,6 +28,7 @@ dtypes other than float32 (float16 only with ``multi_precision=True``), uninitia
 import ctypes
 import math
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import mxnet as mx
@@ -112,6 +113,7 @@ class _Group:
         self.weight = nd.zeros((self.total,), ctx=ctx, dtype=dtype)
         self.grad = nd.zeros((self.total,), ctx=ctx, dtype=dtype)
         self.slots = [nd.zeros((self.total,), ctx=ctx, dtype=leaf.dtype) for leaf in _leaves(template)]
+        self.choice = _Choice()
         self._numpy = None
 
     def views(self, flat: nd.NDArray, member: _Member) -> nd.NDArray:
@@ -277,59 +279,112 @@ _KERNELS = {mxopt.SGD: (_sgd, None), mxopt.NAG: (_nag, None), mxopt.Adam: (_adam
             mxopt.RMSProp: (_rmsprop, None), mxopt.AdaGrad: (_adagrad, None)}
 
 
-def _adam_chunks(work, consts) -> None:
-    """Adam on numpy chunks, same operations and float32 rounding as MXNet's ``AdamUpdateKernel``."""
+def _clip_of(optimizer):
+    """clip_gradient as MXNet's kernels see it: a float32 bound, or None when off (unset, 0 or negative)."""
+    clip = optimizer.clip_gradient
+    return np.float32(clip) if clip and clip >= 0 else None
+
+
+def _adam_consts(optimizer) -> tuple:
+    """Adam's float32 constants, as ``AdamUpdateKernel`` receives them."""
+    f32 = np.float32
+    beta1, beta2 = f32(optimizer.beta1), f32(optimizer.beta2)
+    return (beta1, beta2, f32(1) - beta1, f32(1) - beta2, f32(optimizer.epsilon), f32(optimizer.rescale_grad),
+            _clip_of(optimizer))
+
+
+def _adam_chunk(arrays, lr, wd, consts, tmp) -> None:
+    """Adam on one cache-sized chunk: the operations and float32 rounding of MXNet's ``AdamUpdateKernel``."""
     beta1, beta2, one_b1, one_b2, eps, rescale, clip = consts
-    tmp_a, tmp_b = np.empty(_CHUNK, np.float32), np.empty(_CHUNK, np.float32)
-    for (w, g, m, v, lr, wd), start, stop in work:
+    (w, g, m, v), (x, y) = arrays, tmp
+    np.multiply(g, rescale, out=x)
+    np.multiply(w, wd, out=y)
+    x += y
+    if clip is not None:  # MXNet's clip::Map; np.clip is several times slower
+        np.minimum(x, clip, out=x)
+        np.maximum(x, -clip, out=x)
+    m *= beta1
+    np.multiply(x, one_b1, out=y)
+    m += y
+    v *= beta2
+    np.multiply(x, one_b2, out=y)
+    y *= x
+    v += y
+    np.sqrt(v, out=y)
+    y += eps
+    np.multiply(m, lr, out=x)
+    x /= y
+    w -= x
+
+
+def _sgd_mom_consts(optimizer) -> tuple:
+    """SGD-momentum's float32 constants, as ``SGDMomKernel`` receives them."""
+    f32 = np.float32
+    return f32(optimizer.momentum), f32(optimizer.rescale_grad), _clip_of(optimizer)
+
+
+def _sgd_mom_chunk(arrays, lr, wd, consts, tmp) -> None:
+    """SGD-momentum on one chunk: the operations and float32 rounding of MXNet's ``SGDMomKernel``."""
+    momentum, rescale, clip = consts
+    (w, g, m), (x, _) = arrays, tmp
+    m *= momentum
+    np.multiply(w, lr * wd, out=x)
+    m -= x
+    if clip is None:
+        np.multiply(g, lr * rescale, out=x)
+    else:
+        np.multiply(g, rescale, out=x)
+        np.minimum(x, clip, out=x)
+        np.maximum(x, -clip, out=x)
+        x *= lr
+    m -= x
+    w += m
+
+
+def _chunks(chunk_fn, consts, work) -> None:
+    """Run ``chunk_fn`` over ``work`` [(arrays, lr, wd, start, stop)] in chunks of ``_CHUNK`` elements."""
+    tmp = (np.empty(_CHUNK, np.float32), np.empty(_CHUNK, np.float32))
+    for arrays, lr, wd, start, stop in work:
         for s in range(start, stop, _CHUNK):
             e = min(s + _CHUNK, stop)
-            ws, gs, ms, vs, x, y = w[s:e], g[s:e], m[s:e], v[s:e], tmp_a[:e - s], tmp_b[:e - s]
-            np.multiply(gs, rescale, out=x)
-            np.multiply(ws, wd, out=y)
-            x += y
-            if clip is not None:  # MXNet's clip::Map; np.clip is several times slower
-                np.minimum(x, clip, out=x)
-                np.maximum(x, -clip, out=x)
-            ms *= beta1
-            np.multiply(x, one_b1, out=y)
-            ms += y
-            vs *= beta2
-            np.multiply(x, one_b2, out=y)
-            y *= x
-            vs += y
-            np.sqrt(vs, out=y)
-            y += eps
-            np.multiply(ms, lr, out=x)
-            x /= y
-            ws -= x
+            chunk_fn([a[s:e] for a in arrays], lr, wd, consts, (tmp[0][:e - s], tmp[1][:e - s]))
 
 
-def _adam_numpy(optimizer, segments: list) -> None:
-    """Run ``_adam_chunks`` over ``segments`` [(w, g, m, v, lr, wd) numpy views], split evenly across threads."""
-    f32 = np.float32
-    clip = f32(optimizer.clip_gradient) if optimizer.clip_gradient and optimizer.clip_gradient >= 0 else None
-    beta1, beta2 = f32(optimizer.beta1), f32(optimizer.beta2)
-    consts = (beta1, beta2, f32(1) - beta1, f32(1) - beta2, f32(optimizer.epsilon), f32(optimizer.rescale_grad), clip)
-    threads = _threads()
-    total = sum(seg[0].size for seg in segments)
-    share, parts, current, filled = -(-total // threads), [], [], 0
-    for seg in segments:
+def _split(segments: list, parts: int) -> list:
+    """[(arrays, lr, wd)] cut into ``parts`` lists of (arrays, lr, wd, start, stop) of near-equal element counts."""
+    total = sum(arrays[0].size for arrays, _, _ in segments)
+    share, out, current, filled = -(-total // parts), [], [], 0
+    for arrays, lr, wd in segments:
         start = 0
-        while start < seg[0].size:
-            stop = min(seg[0].size, start + share - filled)
-            current.append((seg, start, stop))
-            filled += stop - start
-            start = stop
+        while start < arrays[0].size:
+            stop = min(arrays[0].size, start + share - filled)
+            current.append((arrays, lr, wd, start, stop))
+            filled, start = filled + stop - start, stop
             if filled >= share:
-                parts.append(current)
+                out.append(current)
                 current, filled = [], 0
-    if current:
-        parts.append(current)
+    return out + [current] if current else out
+
+
+def _numpy_update(chunk_fn, consts, segments: list) -> None:
+    """Run ``chunk_fn`` over ``segments`` with one thread per core (numpy releases the GIL in its loops)."""
+    parts = _split(segments, _threads())
     if len(parts) == 1:
-        return _adam_chunks(parts[0], consts)
-    for future in [_pool(threads).submit(_adam_chunks, part, consts) for part in parts]:
+        return _chunks(chunk_fn, consts, parts[0])
+    for future in [_pool(len(parts)).submit(_chunks, chunk_fn, consts, part) for part in parts]:
         future.result()
+
+
+#: numpy implementations: optimizer class -> (constants, chunk kernel, number of state slots it needs).
+_NUMPY = {mxopt.SGD: (_sgd_mom_consts, _sgd_mom_chunk, 1), mxopt.Adam: (_adam_consts, _adam_chunk, 2)}
+
+
+def _numpy_applies(optimizer, group) -> bool:
+    """Whether a numpy implementation exists for this optimizer and group (float32 on CPU, no master copy)."""
+    spec = _NUMPY.get(type(optimizer))
+    if spec is None or group.ctx.device_type != "cpu" or group.dtype != np.float32 or len(group.slots) != spec[2]:
+        return False
+    return type(optimizer) is not mxopt.SGD or optimizer.momentum > 0
 
 
 # ---------------------------------------------------------------------------------------------- the fast path
@@ -476,20 +531,54 @@ class FusedUpdate:
         if adjust is not None:
             lrs = [adjust(optimizer, i, lr) for i, lr in zip(indices, lrs)]
         values = dict(zip(indices, zip(lrs, wds)))
-        segments = []
         for group in self._groups[k]:
-            mp = group.dtype == np.float16
-            use_numpy = kernel is _adam and not mp and group.ctx.device_type == "cpu"
             runs = _runs(group, values)
-            if use_numpy and runs:
-                _wait_to_write([group.weight, group.grad] + group.slots)
-                w, g, m, v = group.numpy()
-                segments += [(w[a:b], g[a:b], m[a:b], v[a:b], np.float32(lr), np.float32(wd)) for a, b, lr, wd in runs]
+            if not runs:
                 continue
-            for a, b, lr, wd in runs:
-                kernel(optimizer, group.weight[a:b], group.grad[a:b], [slot[a:b] for slot in group.slots], lr, wd, mp)
-        if segments:
-            _adam_numpy(optimizer, segments)
+            option, timing = group.choice.next(("numpy", "mxnet") if _numpy_applies(optimizer, group) else ("mxnet",))
+            if timing:
+                _wait_to_write([group.weight, group.grad] + group.slots)
+            start = time.perf_counter()
+            if option == "numpy":
+                _wait_to_write([group.weight, group.grad] + group.slots)
+                consts, chunk_fn, _ = _NUMPY[type(optimizer)]
+                arrays = group.numpy()
+                _numpy_update(chunk_fn, consts(optimizer), [([a[lo:hi] for a in arrays], np.float32(lr), np.float32(wd))
+                                                            for lo, hi, lr, wd in runs])
+            else:
+                for lo, hi, lr, wd in runs:
+                    kernel(optimizer, group.weight[lo:hi], group.grad[lo:hi], [slot[lo:hi] for slot in group.slots],
+                           lr, wd, group.dtype == np.float16)
+            if timing:
+                group.weight.wait_to_read()
+                group.choice.record(option, time.perf_counter() - start)
+
+
+class _Choice:
+    """The faster implementation for one flat group, picked by timing each on the first few steps.
+
+    Every implementation gives the same result (tests check each against the stock trainer); only speed differs,
+    and on a CPU it depends on the load: MXNet's OpenMP kernels lose most when cores are oversubscribed.
+    """
+
+    SAMPLES = 2
+
+    def __init__(self):
+        self.times, self.best = {}, None
+
+    def next(self, options: tuple) -> tuple:
+        """(option to run now, whether to time it)."""
+        if len(options) == 1:
+            return options[0], False
+        if self.best in options:
+            return self.best, False
+        return min(options, key=lambda o: len(self.times.get(o, ()))), True
+
+    def record(self, option: str, seconds: float) -> None:
+        """Add a timing; pick the best once every option has SAMPLES timings."""
+        self.times.setdefault(option, []).append(seconds)
+        if len(self.times) > 1 and all(len(t) >= self.SAMPLES for t in self.times.values()):
+            self.best = min(self.times, key=lambda o: min(self.times[o]))
 
 
 def _runs(group: _Group, values: dict) -> list:
