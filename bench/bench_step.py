@@ -4,11 +4,12 @@ Run: ``OMP_NUM_THREADS=2 PYTHONPATH=$PWD python bench/bench_step.py [--reps 7]``
 process, interleaved rep by rep (a shared machine's load then hits every row alike); the table shows the minimum and
 the median per row, and ratios of minima. The floor is the bytes one step must stream (SGD-momentum: read w, g, m and
 write w, m = 20 bytes per float32 parameter; Adam: read w, g, m, v and write w, m, v = 28 bytes) divided by the best
-copy bandwidth measured here (numpy, MXNet and torch copies; a copy streams 8 bytes per element).
+in-place add bandwidth measured here on arrays of the model's size (numpy, MXNet, torch; 12 bytes per element).
 """
 import argparse
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import mxnet as mx
 import numpy as np
@@ -82,27 +83,28 @@ def torch_case(net, kind: str, impl: str):
     return optimizer.step
 
 
-def copy_bandwidth(n: int = 1 << 25) -> dict:
-    """Best copy bandwidth (bytes/s) of numpy, MXNet and torch on n float32 elements (8 bytes per element)."""
-    a_np, b_np = np.random.rand(n).astype(np.float32), np.empty(n, np.float32)
-    a_mx, b_mx = nd.array(a_np), nd.zeros(n)
-    a_t, b_t = torch.from_numpy(a_np.copy()), torch.empty(n)
-    cases = {"numpy": (lambda: np.copyto(b_np, a_np), lambda: None),
-             "mxnet": (lambda: a_mx.copyto(b_mx), nd.waitall),
-             "torch": (lambda: b_t.copy_(a_t), lambda: None)}
-    best = {}
-    for label, (fn, sync) in cases.items():
-        timed(fn, sync)
-        best[label] = 8 * n / min(timed(fn, sync) for _ in range(7))
-    return best
+def stream_rows(n: int) -> dict:
+    """In-place adds ``a += b`` on n float32 elements (12 bytes per element, no write-allocate, like a step):
+    numpy on 1 and 2 threads, MXNet, torch. Timed with the other rows, so they see the same machine load."""
+    pool = ThreadPoolExecutor(2)
+    a_np, b_np = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+    a_mx, b_mx = nd.array(a_np), nd.array(b_np)
+    a_t, b_t = torch.from_numpy(a_np.copy()), torch.from_numpy(b_np.copy())
+    halves = (slice(0, n // 2), slice(n // 2, n))
+
+    def numpy_two_threads():
+        for part in [pool.submit(np.add, a_np[h], b_np[h], out=a_np[h]) for h in halves]:
+            part.result()
+
+    return {"stream numpy": (lambda: np.add(a_np, b_np, out=a_np), lambda: None),
+            "stream numpy x2": (numpy_two_threads, lambda: None),
+            "stream mxnet": (lambda: a_mx.__iadd__(b_mx), nd.waitall),
+            "stream torch": (lambda: a_t.add_(b_t), lambda: None)}
 
 
 def run(reps: int) -> None:
     """Measure every row for both optimizers and print the tables."""
     torch.set_num_threads(max(1, int(mx.base.os.environ.get("OMP_NUM_THREADS", "2"))))
-    bandwidth = copy_bandwidth()
-    best_bw = max(bandwidth.values())
-    print("copy bandwidth GB/s: " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in bandwidth.items()))
     for kind in OPTIMIZERS:
         net = build_net()
         params = list(net.collect_params().values())
@@ -117,6 +119,7 @@ def run(reps: int) -> None:
                 "LrTrainer (fused)": (mx_step(lr_trainer, params), nd.waitall),
                 "torch.optim fused": (torch_case(net, kind, "fused"), lambda: None),
                 "torch.optim foreach": (torch_case(net, kind, "foreach"), lambda: None)}
+        rows.update(stream_rows(n))
         times = {label: [] for label in rows}
         for _ in range(WARMUP):
             for label, (fn, sync) in rows.items():
@@ -124,13 +127,15 @@ def run(reps: int) -> None:
         for _ in range(reps):
             for label, (fn, sync) in rows.items():
                 times[label].append(timed(fn, sync))
-        floor = BYTES_PER_PARAM[kind] * n / best_bw
-        print_table(kind, n, len(trainable), times, floor)
+        streams = {label: times.pop(label) for label in list(times) if label.startswith("stream")}
+        print_table(kind, n, len(trainable), times, streams, BYTES_PER_PARAM[kind])
 
 
-def print_table(kind: str, n: int, tensors: int, times: dict, floor: float) -> None:
-    """One table: min and median ms per row, min / stock and min / floor."""
+def print_table(kind: str, n: int, tensors: int, times: dict, streams: dict, step_bytes: int) -> None:
+    """One table: min and median ms per row, min / stock and min / floor; then the bandwidths behind the floor."""
     stock = min(times["stock gluon.Trainer"])
+    bandwidth = {label: 12 * n / min(values) for label, values in streams.items()}
+    floor = step_bytes * n / max(bandwidth.values())
     print(f"\n{kind}: resnet50_v1, {n / 1e6:.1f}M parameters in {tensors} tensors, float32, CPU")
     print(f"{'':24s} {'min ms':>8s} {'median ms':>10s} {'x stock':>8s} {'x floor':>8s}")
     for label, values in times.items():
@@ -138,6 +143,8 @@ def print_table(kind: str, n: int, tensors: int, times: dict, floor: float) -> N
         print(f"{label:24s} {best * 1e3:8.1f} {statistics.median(values) * 1e3:10.1f} "
               f"{best / stock:8.2f} {best / floor:8.2f}")
     print(f"{'bandwidth floor':24s} {floor * 1e3:8.1f} {'':10s} {floor / stock:8.2f} {1.0:8.2f}")
+    print(f"floor = {step_bytes} B/param x {n / 1e6:.1f}M / best in-place add bandwidth; GB/s: "
+          + ", ".join(f"{label[7:]} {value / 1e9:.1f}" for label, value in bandwidth.items()))
 
 
 if __name__ == "__main__":
