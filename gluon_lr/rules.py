@@ -217,17 +217,22 @@ def collect_params(params) -> tuple:
     pairs = []
     for i, element in enumerate(elements):
         pairs += _items_of(element, "params" if element is params else f"params[{i}]")
-    merged, kinds = {}, {}
+    merged, kinds, clashes = {}, {}, []
     for param, block_kinds in pairs:
         seen = merged.get(param.name)
         if seen is not None and seen is not param:
-            raise DuplicateParameterError(
-                f"Two different Parameters are named {param.name!r}: {seen!r} (id {id(seen)}) and {param!r} "
-                f"(id {id(param)}); give the Blocks distinct prefixes or pass each Parameter once.")
+            clashes.append((seen, param))
+            continue
         if seen is None or (block_kinds is not None and not kinds[param.name].from_block):
             kinds[param.name] = ParamKinds(block_kinds if block_kinds is not None else _name_kinds(param.name),
                                            block_kinds is not None)
         merged[param.name] = param
+    if clashes:
+        seen, param = clashes[0]
+        raise DuplicateParameterError(
+            f"{len(clashes)} name(s) belong to two different Parameters: {[p.name for p, _ in clashes[:8]]}; e.g. "
+            f"{seen!r} (id {id(seen)}) and {param!r} (id {id(param)}). Give the Blocks distinct prefixes "
+            f"or pass each Parameter once.")
     if not merged:
         raise ParamsTypeError(f"params holds no Parameter (got {type(params).__name__} of length {len(elements)}); "
                               f"pass a Block or ParameterDict with parameters.")

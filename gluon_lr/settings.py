@@ -16,7 +16,7 @@ from mxnet import optimizer as _opt
 from .errors import SettingsFileError
 from .rules import check_multiplier
 
-__all__ = ["FORMAT", "SCHEMA_VERSION", "load_settings", "settings_document", "write_json_atomic"]
+__all__ = ["FORMAT", "SCHEMA_VERSION", "load_settings", "settings_document", "write_json_atomic", "atomic_write"]
 
 FORMAT = "gluon-lr-settings"
 SCHEMA_VERSION = 1
@@ -32,12 +32,46 @@ _SCHEDULERS = {
 _WARMUP = ("warmup_steps", "warmup_begin_lr", "warmup_mode")
 
 
-def write_json_atomic(path, document: dict) -> None:
-    """Write ``document`` as JSON to ``path`` atomically (a temp file in the same folder, then ``os.replace``).
+def atomic_write(path, data: bytes, error=SettingsFileError) -> None:
+    """Write ``data`` to ``path`` atomically: a temp file in the same folder, then ``os.replace``.
+
+    The file gets the usual permissions (0666 minus the umask), not the temp file's 0600.
 
     Args:
         path: Destination file.
-        document: A JSON-serialisable dict.
+        data: The bytes to write.
+        error: The exception class raised when the folder is missing or not writable.
+
+    Raises:
+        SettingsFileError: (or ``error``) the folder does not exist or is not writable.
+
+    Example:
+        >>> atomic_write("notes.txt", b"hello")
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    except OSError as exc:
+        raise error(f"Cannot write {str(path)!r}: folder {folder!r} is not writable ({exc.strerror}); create it "
+                    f"or choose another path.") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json_atomic(path, document: dict) -> None:
+    """Write ``document`` as indented JSON to ``path`` atomically (see ``atomic_write``).
+
+    Args:
+        path: Destination file.
+        document: A JSON-serialisable dict (NaN and infinity are refused).
 
     Raises:
         SettingsFileError: the folder does not exist or is not writable.
@@ -45,20 +79,7 @@ def write_json_atomic(path, document: dict) -> None:
     Example:
         >>> write_json_atomic("settings.json", {"format": FORMAT})
     """
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-    except OSError as exc:
-        raise SettingsFileError(f"Cannot write settings file {str(path)!r}: folder {folder!r} is not writable "
-                                f"({exc.strerror}); create it or choose another path.") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(document, out, indent=1, allow_nan=False)
-            out.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    atomic_write(path, (json.dumps(document, indent=1, allow_nan=False) + "\n").encode("utf-8"))
 
 
 def _hyperparameters(optimizer: _opt.Optimizer) -> dict:

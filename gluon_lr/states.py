@@ -8,13 +8,12 @@ States are matched to parameters BY NAME when loading, so a trainer whose parame
 that lacks some of them, still gets each parameter's own state.
 """
 import json
-import os
 import pickle
-import tempfile
 
 from mxnet import nd
 
 from .errors import StatesFileError
+from .settings import atomic_write
 
 __all__ = ["MAGIC", "write_states", "read_states", "remap_states"]
 
@@ -38,19 +37,7 @@ def write_states(path, header_params: list, mx_states: bytes) -> None:
         >>> write_states("trainer.states", [{"name": "w", "shape": [2], "lr_mult": 0.1, "wd_mult": 1.0}], raw)
     """
     header = json.dumps({"format": _FORMAT, "schema_version": _SCHEMA_VERSION, "params": header_params}).encode()
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".states", dir=folder)
-    except OSError as exc:
-        raise StatesFileError(f"Cannot write states file {str(path)!r}: folder {folder!r} is not writable "
-                              f"({exc.strerror}); create it or choose another path.") from None
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(MAGIC + len(header).to_bytes(8, "big") + header + mx_states)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    atomic_write(path, MAGIC + len(header).to_bytes(8, "big") + header + mx_states, error=StatesFileError)
 
 
 def read_states(path) -> tuple:

@@ -14,13 +14,17 @@ from . import settings as _settings
 from . import _fused
 from . import states as _states
 from .explain import Explanation
-from .errors import KVStoreConfigError, ParamsTypeError, UnknownParameterError
+from .errors import KVStoreConfigError, MultiplierError, ParamsTypeError, UnknownParameterError
 
 __all__ = ["LrTrainer"]
 
 #: Attributes stored on each Parameter: the multipliers an LrTrainer last applied, and the user's own before that.
 _APPLIED, _OWN = "_gluon_lr_applied", "_gluon_lr_own"
-#: MXNet's aggregated ``multi_*`` update operators segfault with more than 60 tensors in one call.
+#: Optimizers that break at lr 0 (lr_mult 0), and how; freeze such parameters with grad_req='null' instead.
+_ZERO_LR_BREAKS = {"ftrl": "sets the weights to 0 (it divides by lr)",
+                   "ftml": "makes the weights NaN (it divides by lr)",
+                   "sgld": "fails in its noise sampler (scale sqrt(lr) must be > 0)"}
+#: MXNet's aggregated ``multi_*`` update operators abort the process with more than 60 tensors in one call.
 _MAX_AGGREGATE = 60
 
 
@@ -65,7 +69,8 @@ class LrTrainer(gluon.Trainer):
         ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type, or ``fused`` is not a bool.
         DuplicateParameterError: two different Parameters share a name.
         RuleMatchError: a rule selects nothing, or selects by a kind that needs the Block.
-        MultiplierError: a Parameter carries an invalid lr_mult/wd_mult.
+        MultiplierError: a Parameter carries an invalid lr_mult/wd_mult, or lr_mult is 0 under FTRL, FTML or SGLD
+            (they break at lr 0: freeze with grad_req='null' instead).
         KVStoreConfigError: ``update_on_kvstore=True`` with ``kvstore=None``.
 
     Example:
@@ -105,6 +110,7 @@ class LrTrainer(gluon.Trainer):
         self._matched = matched
         self._explicit = {"lr_mult": {}, "wd_mult": {}}
         self._table = self._resolve(self._explicit)
+        self._check_table(self._table)
         self._apply_table()
         self._fused = _fused.FusedUpdate(self) if fused else None  # fused (issue 4)
 
@@ -146,7 +152,7 @@ class LrTrainer(gluon.Trainer):
         Raises:
             ParamsTypeError: ``lr_mult`` is not a mapping with string keys.
             UnknownParameterError: a name is not one of the trainer's parameters (the nearest names are listed).
-            MultiplierError: a value is negative, NaN, infinite or not a number.
+            MultiplierError: a value is negative, NaN, infinite or not a number; or 0 under FTRL, FTML, SGLD.
             On any error the table is left exactly as it was.
 
         Example:
@@ -180,6 +186,7 @@ class LrTrainer(gluon.Trainer):
             explicit[field].clear()
         explicit[field].update({name: (value, source or f"set_{field}") for name, value in checked.items()})
         table = self._resolve(explicit)
+        self._check_table(table)
         self._explicit, self._table = explicit, table
         self._apply_table()
 
@@ -200,6 +207,14 @@ class LrTrainer(gluon.Trainer):
         """The resolved table for the given explicit values (see ``gluon_lr.rules.resolve``)."""
         return _rules.resolve(self._names, self._base, self._rules, self._matched, explicit)
 
+    def _check_table(self, table) -> None:
+        """Refuse lr_mult 0 under optimizers that break at lr 0 (FTRL, FTML, SGLD)."""
+        name = type(self._optimizer).__name__.lower()
+        zeros = [param for param, entry in table.items() if entry.lr_mult == 0 and name in _ZERO_LR_BREAKS]
+        if zeros:
+            raise MultiplierError(f"lr_mult 0 for {zeros[:5]} under optimizer {name!r}, which {_ZERO_LR_BREAKS[name]}; "
+                                  f"freeze these parameters with grad_req='null' instead, or use a small lr_mult.")
+
     def _apply_table(self) -> None:
         """Push the resolved table everywhere MXNet reads it, as one dictionary each.
 
@@ -207,7 +222,8 @@ class LrTrainer(gluon.Trainer):
         - every optimizer object this trainer holds (its own, its updaters', a local kvstore's), index-keyed via
           ``set_lr_mult``/``set_wd_mult`` with the FULL table, since those calls rebuild the dict from scratch.
           The index-keyed table is what a dist kvstore server sees: it receives the optimizer pickled without
-          ``param_dict`` when the kvstore is initialised.
+          ``param_dict`` when the kvstore is initialised (the first step). Pushing LATER changes to dist servers is
+          not done here (re-sending the optimizer would reset the servers' states).
         """
         lr = {i: self._table[name].lr_mult for i, name in enumerate(self._names)}
         wd = {i: self._table[name].wd_mult for i, name in enumerate(self._names)}
@@ -237,7 +253,7 @@ class LrTrainer(gluon.Trainer):
         self._cap_aggregation()
 
     def _cap_aggregation(self) -> None:
-        """Cap ``aggregate_num`` of every optimizer at 60: MXNet's ``multi_*`` updates segfault above that."""
+        """Cap ``aggregate_num`` of every optimizer at 60: MXNet's ``multi_*`` updates abort above that."""
         for optimizer in self._optimizers():
             optimizer.aggregate_num = min(optimizer.aggregate_num, _MAX_AGGREGATE)
 
