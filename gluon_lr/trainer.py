@@ -292,18 +292,16 @@ class LrTrainer(gluon.Trainer):
         if self._fused is None or not self._fused.apply(ignore_stale_grad):
             super()._update(ignore_stale_grad)
 
-    # fused (issue 4): pack parameters into flat buffers before anything takes references for this update.
-    def _allreduce_grads(self):
-        """Prepare the fast path's flat buffers, then reduce gradients as Gluon does."""
-        if self._fused is not None:
-            self._fused.prepare()
-        super()._allreduce_grads()
+    def _check_and_rescale_grad(self, scale):
+        """As Gluon; then (fused (issue 4)) pack the fast path's flat buffers for this update.
 
-    def update(self, batch_size, ignore_stale_grad=False):
-        """As ``gluon.Trainer.update``; prepares the fast path's flat buffers first."""
+        Both ``step`` and ``update`` pass here first, before anything takes references to arrays for the update.
+        """
+        super()._check_and_rescale_grad(scale)
         if self._fused is not None:
+            if not self._kv_initialized:  # what step/update do next anyway; the fast path needs the kvstore mode
+                self._init_kvstore()
             self._fused.prepare()
-        super().update(batch_size, ignore_stale_grad)
 
     # ------------------------------------------------------------------------------ explain, settings, states
     def explain(self) -> Explanation:
