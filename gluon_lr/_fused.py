@@ -29,6 +29,7 @@ import ctypes
 import math
 import os
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import mxnet as mx
@@ -97,11 +98,11 @@ def _wait_to_write(arrays) -> None:
 class _Member:
     """One parameter inside a flat group: where it lives and the view objects installed on it."""
 
-    __slots__ = ("index", "param", "offset", "size", "weight", "grad", "state")
+    __slots__ = ("index", "param", "offset", "size", "weight", "grad", "state", "old")
 
     def __init__(self, index, param, offset, size):
         self.index, self.param, self.offset, self.size = index, param, offset, size
-        self.weight = self.grad = self.state = None
+        self.weight = self.grad = self.state = self.old = None
 
 
 class _Group:
@@ -152,6 +153,7 @@ def _pack(ctx, k: int, entries: list, updater) -> _Group:
         group.weight[m.offset:m.offset + m.size] = old_data.reshape((-1,))
         group.grad[m.offset:m.offset + m.size] = old_grad.reshape((-1,))
         m.weight, m.grad = group.views(group.weight, m), group.views(group.grad, m)
+        m.old = (old_data, old_grad, old_grad.asnumpy())
         m.param._data[k], m.param._grad[k] = m.weight, m.grad
         leaves = _leaves(updater.states[m.index])
         views = [group.views(slot, m) for slot in group.slots]
@@ -400,6 +402,8 @@ class FusedUpdate:
     def __init__(self, trainer):
         self._trainer = trainer
         self._groups = {}
+        self._disabled = False
+        self._checks_left = 0
 
     def names(self) -> tuple:
         """Names of the parameters on the fast path now (packed, intact, and the step can take the path)."""
@@ -413,13 +417,24 @@ class FusedUpdate:
         trainer = self._trainer
         if not trainer._kv_initialized or (trainer._kvstore and trainer._update_on_kvstore):
             return False
-        if getattr(trainer, "_amp_loss_scaler", None) is not None or mx.util.is_np_array():
+        return self._kernels_exist()
+
+    def _kernels_exist(self) -> bool:
+        """No AMP loss scaler, no numpy-array mode, and a fast kernel for every updater's optimizer."""
+        trainer = self._trainer
+        if self._disabled or getattr(trainer, "_amp_loss_scaler", None) is not None or mx.util.is_np_array():
             return False
         return all(type(updater.optimizer) in _KERNELS for updater in trainer._updaters)
 
-    def prepare(self) -> None:
-        """Pack qualifying parameters into flat buffers, or re-sync them after arrays or states were replaced."""
-        if not self.usable():
+    def prepare(self, early: bool = False) -> None:
+        """Pack qualifying parameters into flat buffers, or re-sync them after arrays or states were replaced.
+
+        Args:
+            early: Called from the trainer's constructor: the kvstore mode is not known yet (packing is harmless
+                if the kvstore ends up updating), and float16 master copies are left to the first step (they copy
+                the weights as they are then).
+        """
+        if self._disabled or not (self.usable() or (early and self._kernels_exist())):
             return
         trainer = self._trainer
         signature = [(p.grad_req, id(p._data), id(p._grad)) for p in trainer._params]
@@ -429,10 +444,13 @@ class FusedUpdate:
             groups = self._groups.get(k)
             if same and groups is not None and self._resync(k, groups, updater):
                 continue
-            wanted = [(i, p) for i, p in enumerate(trainer._params) if _qualifies(p, k, updater.optimizer)]
+            wanted = [(i, p) for i, p in enumerate(trainer._params) if _qualifies(p, k, updater.optimizer)
+                      and not (early and np.dtype(p.dtype) == np.float16)]
             if groups is None or sorted(m.index for g in groups for m in g.members) != [i for i, _ in wanted] \
                     or not self._resync(k, groups, updater):
                 self._groups[k] = self._build(k, ctx, updater, wanted)
+        if early:
+            self._signature = None  # the first step looks again (float16 parameters were left out)
 
     def _resync(self, k: int, groups: list, updater) -> bool:
         """Re-install views after ``load_states``; False when the groups must be rebuilt."""
@@ -467,6 +485,7 @@ class FusedUpdate:
             if signature is None or any(leaf.size != data.size for leaf in _leaves(state)):
                 continue
             buckets.setdefault((np.dtype(data.dtype).name, signature), []).append((index, param))
+        self._checks_left = 2
         return [_pack(ctx, k, entries, updater) for entries in buckets.values()]
 
     def apply(self, ignore_stale_grad: bool = False) -> bool:
@@ -478,6 +497,9 @@ class FusedUpdate:
         trainer = self._trainer
         if not self._groups or not self.usable() or not self._intact():
             return False
+        if self._checks_left and self._bound_elsewhere():
+            self._unpack()
+            return False
         for param in trainer._params:
             if param.grad_req != "null" and not ignore_stale_grad:
                 for data in param._check_and_get(param._data, list):
@@ -486,6 +508,34 @@ class FusedUpdate:
         for k, updater in enumerate(trainer._updaters):
             self._update_context(k, updater, ignore_stale_grad)
         return True
+
+    def _bound_elsewhere(self) -> bool:
+        """Whether backward wrote into the gradient arrays replaced at packing (a static_alloc graph bound them).
+
+        Checked on the first two updates after packing; the replaced arrays are released afterwards.
+        """
+        self._checks_left -= 1
+        members = [m for groups in self._groups.values() for group in groups for m in group.members]
+        bound = any(m.old is not None and not np.array_equal(m.old[1].asnumpy(), m.old[2]) for m in members)
+        if not self._checks_left and not bound:
+            for m in members:
+                m.old = None
+        return bound
+
+    def _unpack(self) -> None:
+        """Give every Parameter its original arrays back (weights copied in) and leave the fast path for good."""
+        warnings.warn("LrTrainer: a static_alloc graph (hybridize(static_alloc=True)) was built before the fast "
+                      "update path packed the parameters, so backward writes the original gradient arrays; the "
+                      "stock update loop runs from now on. Build the trainer before the first forward (with "
+                      "initialized, not deferred, parameters) to keep the fast path.")
+        for k, groups in self._groups.items():
+            for group in groups:
+                for m in group.members:
+                    old_data, old_grad, _ = m.old
+                    m.weight.copyto(old_data)
+                    m.param._data[k], m.param._grad[k] = old_data, old_grad
+                    old_data._fresh_grad = m.weight._fresh_grad
+        self._groups, self._disabled = {}, True
 
     def _intact(self) -> bool:
         """Whether every installed view is still the array its Parameter and Updater use."""

@@ -113,6 +113,8 @@ class LrTrainer(gluon.Trainer):
         self._check_table(self._table)
         self._apply_table()
         self._fused = _fused.FusedUpdate(self) if fused else None  # fused (issue 4)
+        if self._fused is not None:  # fused (issue 4): pack before a static_alloc graph binds the arrays
+            self._fused.prepare(early=True)
 
     # ----------------------------------------------------------------------------------------------- the table
     @property

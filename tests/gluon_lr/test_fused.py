@@ -29,7 +29,7 @@ FALLBACK = [("adadelta", {}), ("adamax", {"learning_rate": 0.01}), ("nadam", {"l
             ("signum", {"learning_rate": 0.01, "momentum": 0.9}), ("lamb", {"learning_rate": 0.01})]
 
 
-def make_net(ctxs, dtype="float32", norm=True, seed=0):
+def make_net(ctxs, dtype="float32", norm=True, seed=0, static=False):
     """Dense-BatchNorm-Dense with seeded weights, multipliers on the Parameters, hybridized."""
     net = gluon.nn.HybridSequential(prefix="net_")
     with net.name_scope():
@@ -48,7 +48,7 @@ def make_net(ctxs, dtype="float32", norm=True, seed=0):
     params["net_d1_weight"].lr_mult = 2.0
     for name in ("net_d0_bias", "net_d1_bias"):
         params[name].wd_mult = 0.0
-    net.hybridize()
+    net.hybridize(static_alloc=static, static_shape=static)
     return net
 
 
@@ -79,10 +79,10 @@ def elementwise_step(params, trainer, step: int, ctxs):
     trainer.step(8)
 
 
-def train(make_trainer, ctxs=(mx.cpu(0),), dtype="float32", norm=True, at_step=None):
+def train(make_trainer, ctxs=(mx.cpu(0),), dtype="float32", norm=True, at_step=None, static=False):
     """Train a fresh net for STEPS steps; ``at_step(step, trainer, params)`` runs before each step."""
     ctxs = list(ctxs)
-    net = make_net(ctxs, dtype, norm)
+    net = make_net(ctxs, dtype, norm, static=static)
     trainer = make_trainer(net.collect_params())
     for step, (x, y) in enumerate(batches(dtype)):
         if at_step is not None:
@@ -193,6 +193,34 @@ class TestConfigurations:
         fast, trainer = train(lambda p: LrTrainer(p, "sgd", dict(hyper), kvstore="device", update_on_kvstore=True),
                               [mx.cpu(0), mx.cpu(1)])
         assert_close(stock, fast, 0.0)
+        assert trainer.fused_params == ()
+
+    def test_static_alloc_graph(self):
+        """A graph hybridized with static_alloc/static_shape (built before the arrays become views) trains alike."""
+        hyper = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}
+        stock, _ = train(lambda p: gluon.Trainer(p, "sgd", dict(hyper)), static=True)
+        fast, trainer = train(lambda p: LrTrainer(p, "sgd", dict(hyper)), static=True)
+        assert_close(stock, fast, 1e-6)
+        assert len(trainer.fused_params) == 6
+
+    def test_static_alloc_with_deferred_init_falls_back(self):
+        """Deferred init + static_alloc: the graph binds arrays before packing; detected, warned, stock results."""
+        def run(cls):
+            mx.random.seed(3)
+            net = gluon.nn.HybridSequential(prefix="net_")
+            with net.name_scope():
+                net.add(gluon.nn.Dense(16, activation="relu", prefix="d0_"), gluon.nn.Dense(5, prefix="d1_"))
+            net.initialize(mx.init.Uniform(0.3))
+            net.hybridize(static_alloc=True, static_shape=True)
+            trainer = cls(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+            for x, y in batches()[:6]:
+                train_step(net, trainer, x, y, [mx.cpu(0)])
+            return {(n, ""): p.data().asnumpy() for n, p in net.collect_params().items()}, trainer
+
+        stock, _ = run(gluon.Trainer)
+        with pytest.warns(UserWarning, match="static_alloc graph .* was built before the fast update path packed"):
+            fast, trainer = run(LrTrainer)
+        assert_close(stock, fast, 1e-6)
         assert trainer.fused_params == ()
 
     def test_lr_scheduler(self):
