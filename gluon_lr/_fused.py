@@ -3,27 +3,35 @@
 For each context, the parameters that qualify are packed into flat 1-D buffers, one per (dtype, state layout):
 weights, gradients and every optimizer-state slot. Each Parameter's ``data()``/``grad()`` and each
 ``updater.states[index]`` then ARE views (slice + reshape) into those buffers, so everything that reads or writes them
-in place (autograd, kvstore push/pull, ``set_data``, freezing's snapshot/restore) keeps working. Inside a buffer the
-parameters are ordered by (lr_mult, wd_mult, index); a step computes every parameter's lr and wd exactly as the
-optimizer does and calls one kernel per run of consecutive parameters with equal values.
+in place (autograd, kvstore push/pull, ``set_data``, ``load_parameters``, freezing's snapshot/restore) keeps working.
+Inside a buffer the parameters are ordered by (lr_mult, wd_mult, index); a step computes every parameter's lr and wd
+exactly as the optimizer does (update counts, schedule, Adam's bias correction) and calls one kernel per run of
+consecutive parameters with equal values, so multipliers may change at any time.
 
-Kernels (measured on a 2-core CPU, resnet50_v1 shapes; see ``bench/bench_step.py``):
+Packing happens when the trainer is built (if the parameters are initialized), else at the first step, and again
+whenever arrays were replaced (``grad_req`` changed, ``initialize(force_reinit=True)``, ...); ``load_states`` only
+copies the loaded states into the views. A ``hybridize(static_alloc=True)`` graph built BEFORE packing keeps writing
+the old gradient arrays: that is detected on the next update, the original arrays are given back, a warning says so,
+and the stock loop runs from then on.
+
+Kernels, with the same arithmetic as the stock loop (tests check each against the stock trainer):
 
 - sgd (momentum or not), nag, rmsprop (plain and centered): MXNet's per-tensor operator (``sgd_mom_update``, ...)
-  on the flat run. Stock Gluon's 4-tensor ``multi_sgd_mom_update`` is several times slower on CPU.
-- adam, float32 on CPU: the same arithmetic as MXNet's ``adam_update``, in the same order and precision, in numpy
-  on zero-copy views, cache-sized chunks, one thread per core (MXNet's kernel is compute-bound here, about 3x the
-  memory-bandwidth floor). Elsewhere (float16 master weights, GPU): ``adam_update`` on the flat run.
-- adagrad: the stock optimizer's own NDArray expressions, on the flat run.
+  on each flat run. Stock Gluon's 4-tensor ``multi_sgd_mom_update`` is much slower on CPU.
+- sgd-momentum and adam, float32 on CPU: also a numpy implementation on zero-copy views, in cache-sized chunks, one
+  thread per core, with the operations and float32 rounding of MXNet's ``SGDMomKernel``/``AdamUpdateKernel``.
+  MXNet's CPU ``adam_update`` is compute-bound (scalar sqrt and division), and its OpenMP kernels lose most when the
+  cores are oversubscribed; each flat group times both implementations on its first steps and keeps the faster.
+- adagrad: the stock optimizer's own NDArray expressions, on each flat run.
 - float16 with ``multi_precision=True``: the ``mp_*`` operators for sgd/nag; the stock cast-update-cast recipe for
-  adam/rmsprop/adagrad; float32 master weights live in a flat buffer too.
+  adam/rmsprop/adagrad; the float32 master weights live in a flat buffer too.
 
 Falls back to the stock loop (``gluon.Trainer._update``) for the whole step when: the kvstore updates the weights
 (``update_on_kvstore=True``); an AMP loss scaler is attached; numpy-array mode is on; the optimizer is not exactly
-one of ``SGD, NAG, Adam, RMSProp, AdaGrad``; an lr scheduler meets parameters with unequal update counts; or an array
-was replaced since the last ``prepare()`` (e.g. ``load_states`` or ``grad_req`` changed between ``step`` calls that
-did not prepare). Falls back per parameter (the stock Updater updates it, in the same step) for: sparse storage,
-dtypes other than float32 (float16 only with ``multi_precision=True``), uninitialized parameters.
+one of ``SGD, NAG, Adam, RMSProp, AdaGrad`` (a subclass may change ``update``); an lr scheduler meets parameters
+with unequal update counts; an array was replaced since the last ``prepare()``; or after the static_alloc case above.
+Falls back per parameter (the stock Updater updates it, in the same step) for: sparse storage, dtypes other than
+float32 (float16 only with ``multi_precision=True``), uninitialized parameters, ``grad_req='null'`` (not updated).
 """
 import ctypes
 import math
