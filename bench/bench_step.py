@@ -132,18 +132,24 @@ def run(reps: int) -> None:
 
 
 def print_table(kind: str, n: int, tensors: int, times: dict, streams: dict, step_bytes: int) -> None:
-    """One table: min and median ms per row, min / stock and min / floor; then the bandwidths behind the floor."""
-    stock = min(times["stock gluon.Trainer"])
+    """One table per optimizer: min and median ms, ratios of minima, and paired ratios (median over reps of the
+    ratio within one rep: rows of one rep ran back to back, so these resist a shared machine's changing load)."""
+    stock_times = times["stock gluon.Trainer"]
+    per_rep_floor = [step_bytes * n / max(12 * n / streams[label][r] for label in streams)
+                     for r in range(len(stock_times))]
     bandwidth = {label: 12 * n / min(values) for label, values in streams.items()}
-    floor = step_bytes * n / max(bandwidth.values())
+    floor, stock = step_bytes * n / max(bandwidth.values()), min(stock_times)
     print(f"\n{kind}: resnet50_v1, {n / 1e6:.1f}M parameters in {tensors} tensors, float32, CPU")
-    print(f"{'':24s} {'min ms':>8s} {'median ms':>10s} {'x stock':>8s} {'x floor':>8s}")
+    print(f"{'':24s} {'min ms':>8s} {'median ms':>10s} {'x stock':>8s} {'x floor':>8s} {'paired x stock':>15s} "
+          f"{'paired x floor':>15s}")
     for label, values in times.items():
-        best = min(values)
-        print(f"{label:24s} {best * 1e3:8.1f} {statistics.median(values) * 1e3:10.1f} "
-              f"{best / stock:8.2f} {best / floor:8.2f}")
-    print(f"{'bandwidth floor':24s} {floor * 1e3:8.1f} {'':10s} {floor / stock:8.2f} {1.0:8.2f}")
-    print(f"floor = {step_bytes} B/param x {n / 1e6:.1f}M / best in-place add bandwidth; GB/s: "
+        paired_stock = statistics.median(v / s for v, s in zip(values, stock_times))
+        paired_floor = statistics.median(v / f for v, f in zip(values, per_rep_floor))
+        print(f"{label:24s} {min(values) * 1e3:8.1f} {statistics.median(values) * 1e3:10.1f} "
+              f"{min(values) / stock:8.2f} {min(values) / floor:8.2f} {paired_stock:15.2f} {paired_floor:15.2f}")
+    print(f"{'bandwidth floor':24s} {floor * 1e3:8.1f} {statistics.median(per_rep_floor) * 1e3:10.1f} "
+          f"{floor / stock:8.2f} {1.0:8.2f}")
+    print(f"floor = {step_bytes} B/param x {n / 1e6:.1f}M / best in-place add bandwidth; best GB/s: "
           + ", ".join(f"{label[7:]} {value / 1e9:.1f}" for label, value in bandwidth.items()))
 
 
