@@ -1,4 +1,6 @@
 """Tiny seeded models and a one-step training helper shared by the gluon_lr tests."""
+import pickle
+
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
@@ -82,3 +84,23 @@ def assert_close(actual: dict, expected: dict, atol: float, what: str = ""):
     """Every array in ``expected`` matches ``actual`` within ``atol``; failure names the worst parameter."""
     worst = max(((float(np.abs(actual[k] - expected[k]).max()), k) for k in expected), default=(0.0, None))
     assert worst[0] <= atol, f"{what}: {worst[1]!r} differs by {worst[0]:.3g} > atol {atol}"
+
+
+def effective_lrs(optimizer, indices, server=False) -> list:
+    """The learning rate an SGD optimizer applies to each index, measured through its public updater.
+
+    A copy of the optimizer (pickled, as a dist kvstore server receives it: without ``param_dict`` when
+    ``server=True``) updates a zero weight with gradient 1, rescale 1 and wd 0; the first SGD step (momentum or
+    not) is then exactly ``-lr * lr_mult``.
+    """
+    probe = pickle.loads(pickle.dumps(optimizer))
+    if not server:
+        probe.param_dict = optimizer.param_dict
+    probe.rescale_grad, probe.wd = 1.0, 0.0
+    updater = mx.optimizer.get_updater(probe)
+    found = []
+    for index in indices:
+        weight = mx.nd.zeros((1,))
+        updater(index, mx.nd.ones((1,)), weight)
+        found.append(-float(weight.asscalar()))
+    return found

@@ -7,7 +7,8 @@ import pytest
 from mxnet import autograd, gluon
 
 from gluon_lr import LrTrainer, Rule
-from tests.gluon_lr.conftest import CPU2, assert_close, build_mlp, build_scale, train_step, weights
+from tests.gluon_lr.conftest import (CPU2, assert_close, build_mlp, build_scale, effective_lrs, train_step,
+                                     weights)
 
 LR = 0.1
 
@@ -200,14 +201,12 @@ class TestKVStoreAndContexts:
 
     def test_index_table_holds_without_param_dict(self):
         """The optimizer as a dist server gets it (pickled, no param_dict) still applies the table."""
-        trainer = LrTrainer(build_mlp(), "sgd", {"learning_rate": LR}, rules=[Rule("mlp_dense0_*", lr_mult=0.1,
-                                                                                   wd_mult=0.0)])
-        server = pickle.loads(pickle.dumps(trainer.optimizer))
-        assert server.param_dict == {}
+        trainer = LrTrainer(build_mlp(), "sgd", {"learning_rate": LR}, rules=[Rule("mlp_dense0_*", lr_mult=0.1)])
         indices = list(range(len(trainer.lr_mult)))
-        np.testing.assert_allclose(server._get_lrs(indices), [LR * m for m in trainer.lr_mult.values()], atol=1e-12)
-        np.testing.assert_allclose(server._get_wds(indices), [0.0 * m for m in trainer.wd_mult.values()], atol=0)
-        assert sorted(set(server._get_lrs(indices))) == pytest.approx([LR * 0.1, LR])
+        expected = [LR * m for m in trainer.lr_mult.values()]
+        np.testing.assert_allclose(effective_lrs(trainer.optimizer, indices, server=True), expected, rtol=1e-6)
+        assert sorted(set(expected)) == pytest.approx([LR * 0.1, LR])
+        assert pickle.loads(pickle.dumps(trainer.optimizer)).param_dict == {}
 
 
 class TestMultiPrecision:
