@@ -125,7 +125,7 @@ class _Group:
         self.choice = _Choice()
         self._numpy = None
 
-    def views(self, flat: nd.NDArray, member: _Member) -> nd.NDArray:
+    def view(self, flat: nd.NDArray, member: _Member) -> nd.NDArray:
         """The view of ``member`` in ``flat``, shaped like the parameter."""
         return flat[member.offset:member.offset + member.size].reshape(member.param.shape)
 
@@ -160,11 +160,11 @@ def _pack(ctx, k: int, entries: list, updater) -> _Group:
         old_data, old_grad = m.param._data[k], m.param._grad[k]
         group.weight[m.offset:m.offset + m.size] = old_data.reshape((-1,))
         group.grad[m.offset:m.offset + m.size] = old_grad.reshape((-1,))
-        m.weight, m.grad = group.views(group.weight, m), group.views(group.grad, m)
+        m.weight, m.grad = group.view(group.weight, m), group.view(group.grad, m)
         m.old = (old_data, old_grad, old_grad.asnumpy())
         m.param._data[k], m.param._grad[k] = m.weight, m.grad
         leaves = _leaves(updater.states[m.index])
-        views = [group.views(slot, m) for slot in group.slots]
+        views = [group.view(slot, m) for slot in group.slots]
         for view, leaf in zip(views, leaves):
             leaf.copyto(view)
         m.state = _rebuild(updater.states[m.index], views)
@@ -193,7 +193,7 @@ def _threads() -> int:
 
 
 # ------------------------------------------------------------------------------------------------------ kernels
-def _common(optimizer, clip_if_set=True) -> dict:
+def _common(optimizer) -> dict:
     """rescale_grad and clip_gradient as the stock optimizer passes them (clip only when truthy)."""
     kwargs = {"rescale_grad": optimizer.rescale_grad}
     if optimizer.clip_gradient:
