@@ -16,8 +16,8 @@ How each guarantee is kept (MXNet 1.9.1):
   layers, float64 Dense, nor any op with ``MXNET_MKLDNN_ENABLED=0``; freezing the bias alone is fine. So a frozen
   2-D ``*weight`` whose ``*bias`` sibling (same prefix, shape ``(units,)``) is trainable keeps ``grad_req='write'``
   when this MXNet build has MKLDNN: its gradient is computed (the backward pays the weight-gradient GEMM it would
-  have paid unfrozen) but ``_excluded`` hides it from the trainer's push/pull and update loop, so its value, state
-  and update count stay bit-identical all the same. When the bias is frozen too, both go to ``'null'``.
+  have paid unfrozen) but ``Freezer.excluded`` hides it from the trainer's push/pull and update loop, so its value,
+  state and update count stay bit-identical all the same. When the bias is frozen too, both go to ``'null'``.
 - Element masks: before each update the weight and every optimizer state array of a masked parameter are copied;
   after it, the masked elements are written back (``where(mask, saved, new)``), bit for bit, on every context. With
   ``update_on_kvstore=True`` the update runs inside the kvstore's updater on the kvstore's own copy of the weight, so
@@ -325,7 +325,8 @@ class Freezer:
         return {name: mask.count for name, mask in self._masks.items()}
 
     def freeze(self, names: list, hold_norm_stats: bool = True) -> None:
-        """Freeze whole parameters (``grad_req='null'``), dropping their masks; then update the held norm layers."""
+        """Freeze whole parameters (``grad_req='null'``, but see ``_set_frozen_grad_req``) and drop their masks; then
+        update the held norm layers."""
         for name in names:
             self._masks.pop(name, None)
             if name not in self._grad_req and self._params[name].grad_req != "null":
@@ -361,7 +362,7 @@ class Freezer:
             self._params[name].grad_req = "write" if keep else "null"
 
     @contextlib.contextmanager
-    def _excluded(self):
+    def excluded(self):
         """Within the block, frozen parameters that keep a gradient buffer read ``grad_req == 'null'``.
 
         Gluon's Trainer decides by ``param.grad_req`` what to push, pull and update (and which gradients must be

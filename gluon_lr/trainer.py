@@ -274,7 +274,7 @@ class LrTrainer(gluon.Trainer):
         if not self._update_on_kvstore:  # [freeze] unfrozen parameters read the current lr step
             self._freezer.align_num_update(self._optimizers())
         saved = self._freezer.before_update(self._params, self._updaters, bool(self._update_on_kvstore))  # [freeze]
-        with self._freezer._excluded():  # [freeze] frozen Dense weights that keep a gradient are not updated
+        with self._freezer.excluded():  # [freeze] frozen Dense weights that keep a gradient are not updated
             self._apply_updates(ignore_stale_grad)
         self._freezer.after_update(saved)  # [freeze] restore masked elements and held norm statistics
 
@@ -284,7 +284,7 @@ class LrTrainer(gluon.Trainer):
         if self._update_on_kvstore:
             self._freezer.align_num_update(self._optimizers())
         _dist.sync(self)
-        with self._freezer._excluded():  # [freeze] nor pushed/pulled
+        with self._freezer.excluded():  # [freeze] nor pushed/pulled
             super()._allreduce_grads()
 
     def _apply_updates(self, ignore_stale_grad=False):
