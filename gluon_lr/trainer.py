@@ -296,7 +296,8 @@ class LrTrainer(gluon.Trainer):
         if not self._update_on_kvstore:  # [freeze] unfrozen parameters read the current lr step
             self._freezer.align_num_update(self._optimizers())
         saved = self._freezer.before_update(self._params, self._updaters, bool(self._update_on_kvstore))  # [freeze]
-        self._apply_updates(ignore_stale_grad)
+        with self._freezer.excluded():  # [freeze] frozen Dense weights that keep a gradient are not updated
+            self._apply_updates(ignore_stale_grad)
         self._freezer.after_update(saved)  # [freeze] restore masked elements and held norm statistics
 
     def _allreduce_grads(self):
@@ -305,7 +306,8 @@ class LrTrainer(gluon.Trainer):
         if self._update_on_kvstore:
             self._freezer.align_num_update(self._optimizers())
         _dist.sync(self)
-        super()._allreduce_grads()
+        with self._freezer.excluded():  # [freeze] nor pushed/pulled
+            super()._allreduce_grads()
 
     def _apply_updates(self, ignore_stale_grad=False):
         """The fast update path where it applies (``gluon_lr._fused``), else the stock Gluon loop."""
@@ -352,7 +354,7 @@ class LrTrainer(gluon.Trainer):
         """Per parameter, in index order, what the settings file holds (name, shape, dtype, multipliers, freezing)."""
         return [{"name": name, "shape": [int(d) for d in (param.shape or ())], "dtype": np.dtype(param.dtype).name,
                  "lr_mult": self._table[name].lr_mult, "wd_mult": self._table[name].wd_mult,
-                 "frozen": param.grad_req == "null",
+                 "frozen": param.grad_req == "null" or name in self._freezer.frozen,
                  "masked_elements": self._freezer.masked_elements.get(name, 0)}
                 for name, param in zip(self._names, self._params)]
 
@@ -481,6 +483,14 @@ class LrTrainer(gluon.Trainer):
 
         Note:
             ``lr_mult=0`` does NOT freeze: MXNet's momentum and Adam moments keep moving such a weight.
+
+        Note:
+            Freezing a Dense (FullyConnected) weight while its bias stays trainable keeps the weight's gradient
+            buffer (``grad_req='write'``) when MXNet is built with MKLDNN (its CPU FullyConnected backward skips the
+            bias gradient when the weight needs none, leaving the bias gradient stale). The weight is still frozen
+            exactly (value, state, update count; not pushed, not updated), but that layer's backward costs what it
+            did unfrozen: one weight-gradient GEMM and a weight-sized buffer. Freeze the bias too to save it.
+            Convolution, Deconvolution and norm layers are not affected and get ``grad_req='null'``.
         """
         names = self._freezer.select(select)
         if mask is None:
