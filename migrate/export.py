@@ -147,25 +147,30 @@ def _forward_block(block, shapes, dtypes) -> None:
 
 
 @contextlib.contextmanager
-def _raw_tensors():
-    """Make ``onnx.helper.make_tensor`` store float lists as raw bytes: the pure-python protobuf here
-    takes minutes per million floats otherwise (resnet18: 140 s -> a few s)."""
+def _raw_initializers():
+    """Have MXNet's exporter store weights as raw bytes: with the pure-python protobuf installed here, its
+    ``make_tensor(vals=array.flatten().tolist())`` takes minutes per few million floats (resnet18: 140 s)."""
     import onnx.helper
-    original = onnx.helper.make_tensor
+    import onnx.mapping
+    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+    originals = {v: ops["null"] for v, ops in MXNetGraph.registry_.items() if "null" in ops}
 
-    def make_tensor(name, data_type, dims, vals, raw=False):
-        if not raw and data_type in _NP_OF_ONNX and len(vals) > 64:
-            vals, raw = np.asarray(vals, dtype=_NP_OF_ONNX[data_type]).tobytes(), True
-        return original(name, data_type, dims, vals, raw)
+    def convert_null(node, **kwargs):
+        name = node["name"]
+        if kwargs["is_input"] is not False:
+            return originals[max(originals)](node, **kwargs)
+        array = np.ascontiguousarray(kwargs["weights"][name])
+        data_type = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[array.dtype]
+        kwargs["initializer"].append(onnx.helper.make_tensor(name, data_type, array.shape, array.tobytes(), raw=True))
+        return [onnx.helper.make_tensor_value_info(name, data_type, array.shape)], (array.dtype,)
 
-    onnx.helper.make_tensor = make_tensor
+    for v in originals:
+        MXNetGraph.registry_[v]["null"] = convert_null
     try:
         yield
     finally:
-        onnx.helper.make_tensor = original
-
-
-_NP_OF_ONNX = {1: np.float32, 10: np.float16, 11: np.float64, 6: np.int32, 7: np.int64}
+        for v, func in originals.items():
+            MXNetGraph.registry_[v]["null"] = func
 
 
 def export_mxnet(source: MxSource, shapes, dtypes):
@@ -189,7 +194,7 @@ def export_mxnet(source: MxSource, shapes, dtypes):
     import mxnet as mx
     import onnx
     _check_mx_shapes(source, shapes)
-    with tempfile.TemporaryDirectory() as tmp, _raw_tensors(), warnings.catch_warnings():
+    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = os.path.join(tmp, "mx.onnx")
         try:
@@ -209,7 +214,8 @@ def _check_mx_shapes(source: MxSource, shapes) -> None:
         raise InputShapeError(f"MXNet model: expected {len(source.input_names)} input shape(s) for inputs "
                               f"{source.input_names}, received {len(shapes)}: {shapes}; give one shape per input")
     try:
-        source.symbol.infer_shape(**dict(zip(source.input_names, shapes)))
+        known = {k: v.shape for k, v in source.params.items()}
+        source.symbol.infer_shape(**known, **dict(zip(source.input_names, shapes)))
     except Exception as exc:
         raise InputShapeError(f"MXNet model rejected input shapes {shapes} for inputs {source.input_names}: "
                               f"{_first_line(exc)}; give the shapes the model accepts") from None

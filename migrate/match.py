@@ -200,7 +200,7 @@ def _fold_bias(acc: _Acc, a, b, mx_graph, torch_graph, by_index, where) -> None:
 
 
 def _entry(a: ParamNode, b: ParamNode, role: str, fold: bool) -> dict:
-    return {"torch": b.tensors[role], "steps": _steps(a, b, role), "fold": fold, "mx_node": a.name,
+    return {"torch": b.tensors[role], "steps": _steps(a, b, role), "fold": fold, "kind": a.kind, "mx_node": a.name,
             "torch_node": b.name, "mx_shape": tuple(a.shapes[role]), "torch_shape": tuple(b.shapes[role])}
 
 
