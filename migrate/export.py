@@ -215,7 +215,8 @@ def _check_mx_shapes(source: MxSource, shapes) -> None:
                               f"{source.input_names}, received {len(shapes)}: {shapes}; give one shape per input")
     try:
         known = {k: v.shape for k, v in source.params.items()}
-        source.symbol.infer_shape(**known, **dict(zip(source.input_names, shapes)))
+        with contextlib.redirect_stdout(io.StringIO()):  # mxnet prints every argument shape on failure
+            source.symbol.infer_shape(**known, **dict(zip(source.input_names, shapes)))
     except Exception as exc:
         raise InputShapeError(f"MXNet model rejected input shapes {shapes} for inputs {source.input_names}: "
                               f"{_first_line(exc)}; give the shapes the model accepts") from None
