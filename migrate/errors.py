@@ -46,3 +46,7 @@ class MappingKeyError(MappingError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class CliUsageError(MigrateError, ValueError):
+    """A command-line value is malformed (names the flag, what was expected and what was received)."""
