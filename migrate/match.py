@@ -225,6 +225,10 @@ def _steps(a: ParamNode, b: ParamNode, role: str) -> list:
 def _simplify(steps: list, shape: tuple) -> list:
     out, shapes = [], [tuple(shape)]
     for step, arg in steps:
+        if step == "transpose" and out and out[-1][0] == "transpose":
+            arg = tuple(out[-1][1][k] for k in arg)
+            out.pop()
+            shapes.pop()
         if step == "transpose" and arg == tuple(range(len(arg))):
             continue
         if step == "reshape" and out and out[-1][0] == "reshape":
