@@ -129,7 +129,7 @@ class TestAlign:
         (["x", "y", "z"], ["x", "y", "z"], [(0, 0), (1, 1), (2, 2)]),
         (["x", "z"], ["x", "y", "z"], [(0, 0), (None, 1), (1, 2)]),
         (["x", "y", "z"], ["x", "z"], [(0, 0), (1, None), (2, 1)]),
-        (["x", "q", "z"], ["x", "r", "z"], [(0, 0), (1, None), (None, 1), (2, 2)]),
+        (["x", "q", "z"], ["x", "r", "z"], [(0, 0), (None, 1), (1, None), (2, 2)]),
         ([], ["x"], [(None, 0)]),
     ], ids=["equal", "insertion", "deletion", "substitution", "empty"])
     def test_align(self, a, b, expected):
