@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import onnx
 import onnx.helper
@@ -98,7 +99,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     inits = {t.name: (tuple(t.dims), t.data_type) for t in g.initializer}
     wanted = set(param_names) if param_names is not None else {n for n, (_, dt) in inits.items() if dt in (1, 10, 11)}
     params = {n: s for n, (s, _) in inits.items() if n in wanted}
-    nodes = list(g.node)
+    nodes = [_Node(n.op_type, list(n.input), list(n.output), n.name, n.attribute) for n in g.node]
     producer = {out: i for i, n in enumerate(nodes) for out in n.output}
     consumers: dict[str, list[int]] = {}
     for i, n in enumerate(nodes):
@@ -120,6 +121,16 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
             pnodes[i].feeds = pnodes[feeds].index if feeds is not None and pnodes[feeds].index >= 0 else None
     used = {t for p in ranked for t in p.tensors.values()}
     return ParamGraph(ranked, params, [n for n in params if n not in used])
+
+
+class _Node(NamedTuple):
+    """A plain copy of an ONNX NodeProto's fields (protobuf field access is slow in pure python)."""
+
+    op_type: str
+    input: list
+    output: list
+    name: str
+    attribute: object
 
 
 @dataclass
