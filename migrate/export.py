@@ -131,7 +131,11 @@ def _load_mx_block(block, shapes, dtypes) -> MxSource:
     except RuntimeError as exc:
         raise ModelTypeError(f"MXNet block {type(block).__name__}: parameters are not initialized "
                                    f"({_first_line(exc)}); call block.initialize() first") from None
-    symbol = block(*[mx.sym.var(n) for n in names])
+    try:
+        symbol = block(*[mx.sym.var(n) for n in names])
+    except TypeError as exc:
+        raise InputShapeError(f"MXNet block {type(block).__name__} does not take {len(names)} input(s) "
+                              f"({_first_line(exc)}); give one shape per input of its hybrid_forward") from None
     if isinstance(symbol, (list, tuple)):
         symbol = mx.sym.Group(list(symbol))
     return MxSource(symbol, values, names)
