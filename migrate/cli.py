@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
-from migrate.errors import CliUsageError, MigrateError
+from migrate.errors import CliUsageError, InputFileError, MigrateError
 
 __all__ = ["main"]
 
@@ -64,6 +65,10 @@ def _run_map(args) -> int:
     from migrate.match import name_mapping
     from migrate.verify import verify
     shapes, dtypes = zip(*[_shape(s) for s in args.input_shape])
+    for flag, path in (("--symbol", args.symbol), ("--params", args.params)):
+        if not os.path.isfile(path):
+            raise InputFileError(f"{flag} {path!r}: file not found; give the files HybridBlock.export wrote "
+                                 f"(NAME-symbol.json, NAME-0000.params)")
     model = _torch_model(args.torch, args.kwargs)
     mx_model = (args.symbol, args.params)
     print(f"migrate map: exporting and matching {args.symbol} against {args.torch} ...", file=sys.stderr)
