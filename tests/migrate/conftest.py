@@ -12,6 +12,7 @@ PAIRS = {
     "depthwise-bias-fold-1x1-vs-linear": (M.MxDepthwise, (), M.TorchDepthwise, {}, (2, 6, 5, 5), None),
     "dense-stack": (M.MxDenseStack, (), M.TorchDenseStack, {}, (3, 16), None),
     "embedding": (M.MxEmbedding, (), M.TorchEmbedding, {}, (2, 5), np.int64),
+    "two-inputs": (M.MxTwoInputs, (), M.TorchTwoInputs, {}, [(2, 4), (2, 6)], None),
     "stride-moved": (M.MxResidual, (1, 2), M.TorchResidual, {}, (1, 3, 8, 8), None),
     "extra-layer": (M.MxExtraLayer, (), M.TorchExtraLayer, {}, (1, 3, 8, 8), None),
 }

@@ -107,6 +107,18 @@ class MxExtraLayer(nn.HybridBlock):
         return self.fc(F.relu(self.c2(F.relu(self.c1(x)))))
 
 
+class MxTwoInputs(nn.HybridBlock):
+    """Two inputs: Dense(4 -> 5) on x and Dense(6 -> 5) on y, summed."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.fx = nn.Dense(5, in_units=4, prefix="fx_")
+        self.fy = nn.Dense(5, in_units=6, prefix="fy_")
+
+    def hybrid_forward(self, F, x, y):
+        return self.fx(x) + self.fy(y)
+
+
 def gluon(cls, *args, seed=0, **kw):
     """Return an initialized ``cls`` with seeded weights and perturbed BatchNorm statistics."""
     mx.random.seed(seed)
@@ -214,6 +226,18 @@ class TorchExtraLayer(torch.nn.Module):
 
     def forward(self, x):
         return self.fc(torch.flatten(torch.relu(self.c2(torch.relu(self.extra(torch.relu(self.c1(x)))))), 1))
+
+
+class TorchTwoInputs(torch.nn.Module):
+    """The twin of ``MxTwoInputs``, summing in the other order."""
+
+    def __init__(self):
+        super().__init__()
+        self.fy = torch.nn.Linear(6, 5)
+        self.fx = torch.nn.Linear(4, 5)
+
+    def forward(self, x, y):
+        return self.fy(y) + self.fx(x)
 
 
 def torch_residual(stride1=2, stride2=1):

@@ -14,6 +14,15 @@ class _PlainBlock(mx.gluon.Block):
         return x
 
 
+class _MxNoOnnx(mx.gluon.HybridBlock):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.d = mx.gluon.nn.Dense(4, in_units=4)
+
+    def hybrid_forward(self, F, x):
+        return self.d(F.linalg.inverse(x.reshape((2, 2, 2))).reshape((2, 4)))
+
+
 class _NoOnnx(torch.nn.Module):
     def forward(self, x):
         return torch.linalg.svd(x)[1]
@@ -58,7 +67,14 @@ ERRORS = [
      InputFileError, "params file .*: expected an NDArray dict"),
     ("torch op without ONNX export", lambda t: (M.gluon(M.MxDenseStack), _NoOnnx(), (3, 16)),
      ExportError, "torch ONNX export of _NoOnnx failed: .*svd"),
+    ("MXNet op without ONNX export", lambda t: (_init(_MxNoOnnx()), torch.nn.Linear(4, 4), (2, 4)),
+     ExportError, "No conversion function registered for op type _linalg_inverse.*replace that op"),
 ]
+
+
+def _init(block):
+    block.initialize()
+    return block
 
 
 @pytest.mark.parametrize("desc,make,error,pattern", ERRORS, ids=[e[0] for e in ERRORS])

@@ -23,6 +23,7 @@ TRUTH = {
                                           "head_weight": "head.weight"},
     "dense-stack": {"d0_weight": "layers.3.weight", "d1_weight": "layers.2.weight", "d2_bias": "layers.1.bias",
                     "d3_weight": "layers.0.weight", "out_weight": "head.weight"},
+    "two-inputs": {"fx_weight": "fx.weight", "fy_weight": "fy.weight", "fy_bias": "fy.bias"},
     "embedding": {"emb_weight": "emb.weight", "proj_weight": "proj.weight", "proj_bias": "proj.bias",
                   "out_weight": "out.weight"},
 }
@@ -34,10 +35,11 @@ def _outputs_after_copy(net, model, mapping, shape, dtype):
     params = {p.name: p.data() for p in net.collect_params().values()}
     model.load_state_dict(migrate.convert_weights(params, mapping, model), strict=True)
     rng = np.random.default_rng(7)
-    x = rng.integers(0, 20, shape) if dtype is not None else rng.standard_normal(shape).astype(np.float32)
-    mx_out = net(mx.nd.array(x)).asnumpy()
+    xs = [rng.integers(0, 20, s) if dtype is not None else rng.standard_normal(s).astype(np.float32)
+          for s in (shape if isinstance(shape, list) else [shape])]
+    mx_out = net(*[mx.nd.array(x) for x in xs]).asnumpy()
     with torch.no_grad():
-        t_out = model.eval()(torch.from_numpy(x)).numpy()
+        t_out = model.eval()(*[torch.from_numpy(x) for x in xs]).numpy()
     return mx_out, t_out
 
 
