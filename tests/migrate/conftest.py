@@ -14,9 +14,10 @@ PAIRS = {
     "embedding": (M.MxEmbedding, (), M.TorchEmbedding, {}, (2, 5), np.int64),
     "two-inputs": (M.MxTwoInputs, (), M.TorchTwoInputs, {}, [(2, 4), (2, 6)], None),
     "stride-moved": (M.MxResidual, (1, 2), M.TorchResidual, {}, (1, 3, 8, 8), None),
+    "activation-differs": (M.MxDenseStack, (), M.TorchDenseStack, {"act": "sigmoid"}, (3, 16), None),
     "extra-layer": (M.MxExtraLayer, (), M.TorchExtraLayer, {}, (1, 3, 8, 8), None),
 }
-EQUIVALENT = [k for k in PAIRS if k not in ("stride-moved", "extra-layer")]
+EQUIVALENT = [k for k in PAIRS if k not in ("stride-moved", "extra-layer", "activation-differs")]
 
 _CACHE = {}
 

@@ -189,15 +189,16 @@ class TorchDepthwise(torch.nn.Module):
 class TorchDenseStack(torch.nn.Module):
     """The twin of ``MxDenseStack``: layers declared in reverse order of use; the head has a bias (zero-filled)."""
 
-    def __init__(self):
+    def __init__(self, act="tanh"):
         super().__init__()
+        self.act = getattr(torch, act)
         self.head = torch.nn.Linear(16, 3)
         self.layers = torch.nn.ModuleList([torch.nn.Linear(16, 16) for _ in range(4)])
         self.drop = torch.nn.Dropout(0.5)
 
     def forward(self, x):
         for layer in reversed(self.layers):
-            x = torch.tanh(layer(x))
+            x = self.act(layer(x))
         return self.head(self.drop(x))
 
 

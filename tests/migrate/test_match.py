@@ -82,6 +82,14 @@ class TestNameMapping:
         assert not report.ok
         assert (report.first_divergence.mx_node, report.first_divergence.torch_node) == ("body1_fwd", "conv1")
 
+    def test_activation_difference_is_reported(self, pair):
+        """tanh in MXNet, sigmoid in torch after each of the four dense layers: four differences, by name."""
+        mapping = pair("activation-differs")[-1]
+        assert not mapping.ok and not mapping.unmatched_mx and not mapping.unmatched_torch
+        expected = [f"MXNet Gemm 'd{i}_weight' vs torch Gemm 'layers.{3 - i}.weight': activation after the node "
+                    f"['Tanh'] vs ['Sigmoid']" for i in range(4)]
+        assert mapping.differences == expected
+
     def test_extra_layer_is_reported(self, pair):
         """An extra BatchNorm in torch: its four tensors are unmatched, everything else maps, verify diverges."""
         net, model, shape, dtype, mapping = pair("extra-layer")
