@@ -61,7 +61,18 @@ class NameMapping(Mapping):
         return not (self.unmatched_mx or self.unmatched_torch or self.differences)
 
     def entry(self, mx_name: str) -> dict:
-        """Return a copy of the full record of ``mx_name`` (torch, steps, fold, nodes, shapes)."""
+        """Return a copy of the full record of ``mx_name``.
+
+        Args:
+            mx_name: an MXNet parameter name in the mapping.
+
+        Returns:
+            dict with ``torch``, ``steps`` (layout steps), ``fold``, ``kind``, ``mx_node``, ``torch_node``,
+            ``mx_shape``, ``torch_shape``.
+
+        Raises:
+            MappingKeyError: ``mx_name`` is not mapped.
+        """
         self[mx_name]
         return dict(self._entries[mx_name])
 
@@ -90,6 +101,17 @@ class NameMapping(Mapping):
     def to_torch(self, mx_name: str, array: np.ndarray) -> np.ndarray:
         """Return ``array`` (the MXNet value of ``mx_name``) in the layout of its torch target.
 
+        Args:
+            mx_name: an MXNet parameter name in the mapping.
+            array: its value, in MXNet's shape.
+
+        Returns:
+            A numpy array in the torch target's shape.
+
+        Example:
+            >>> mapping.to_torch("head_weight", w).shape  # a 1x1 conv (3, 10, 1, 1) onto a Linear  # doctest: +SKIP
+            (3, 10)
+
         Note:
             A folded conv bias returns its contribution ``-bias`` to the torch running mean; ``convert_weights``
             adds the contributions.
@@ -106,6 +128,17 @@ class NameMapping(Mapping):
 
     def to_mxnet(self, torch_name: str, array: np.ndarray) -> np.ndarray:
         """Return ``array`` (the torch value of ``torch_name``) in the layout of its MXNet source (inverse).
+
+        Args:
+            torch_name: a torch ``state_dict`` key that an MXNet parameter maps to (not through a bias fold).
+            array: its value, in torch's shape.
+
+        Returns:
+            A numpy array in the MXNet source's shape.
+
+        Example:
+            >>> mapping.to_mxnet("head.weight", np.zeros((3, 10))).shape  # doctest: +SKIP
+            (3, 10, 1, 1)
 
         Raises:
             MappingKeyError: no MXNet parameter maps to ``torch_name``.
@@ -127,7 +160,14 @@ class NameMapping(Mapping):
                 "differences": self.differences, "torch_defaults": self.torch_defaults}
 
     def save(self, path) -> None:
-        """Write the mapping as versioned JSON to ``path`` atomically (temp file in the same folder + replace)."""
+        """Write the mapping as versioned JSON to ``path`` atomically (temp file in the same folder + replace).
+
+        Args:
+            path: the JSON file to write (replaced if it exists).
+
+        Example:
+            >>> mapping.save("mapping.json")  # doctest: +SKIP
+        """
         _atomic_write(os.fspath(path), json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
