@@ -189,8 +189,13 @@ class NameMapping(Mapping):
         if doc.get("schema_version") != SCHEMA_VERSION:
             raise MappingError(f"mapping file {path!r}: schema_version {doc.get('schema_version')!r} is not supported "
                                f"(this migrate reads {SCHEMA_VERSION}); regenerate it with `migrate map`")
-        entries = {e["mxnet"]: {k: _untuple(k, v) for k, v in e.items() if k != "mxnet"} for e in doc["entries"]}
-        return cls(entries, doc["unmatched_mx"], doc["unmatched_torch"], doc["differences"], doc["torch_defaults"])
+        try:
+            entries = {e["mxnet"]: {k: _untuple(k, v) for k, v in e.items() if k != "mxnet"} for e in doc["entries"]}
+            return cls(entries, doc["unmatched_mx"], doc["unmatched_torch"], doc["differences"],
+                       doc["torch_defaults"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MappingError(f"mapping file {path!r}: a required field is missing or malformed ({exc!r}); "
+                               f"the file was edited or truncated, regenerate it with `migrate map`") from None
 
     def __str__(self) -> str:
         rows = [("MXNet", "torch", "transform")]

@@ -56,6 +56,8 @@ LOAD_ERRORS = [
      "expected a JSON object with format 'gluon-lr-name-mapping'"),
     ("future schema", '{"format": "gluon-lr-name-mapping", "schema_version": 9}', MappingError,
      "schema_version 9 is not supported"),
+    ("truncated", '{"format": "gluon-lr-name-mapping", "schema_version": 1, "entries": [{"torch": "a"}]}',
+     MappingError, "a required field is missing or malformed"),
 ]
 
 
