@@ -13,6 +13,7 @@ from . import _dist
 from . import freeze as _freeze
 from . import rules as _rules
 from . import settings as _settings
+from . import _fused
 from . import states as _states
 from .explain import Explanation
 from .errors import KVStoreConfigError, MaskError, MultiplierError, ParamsTypeError, UnknownParameterError
@@ -60,9 +61,14 @@ class LrTrainer(gluon.Trainer):
         compression_params: As for ``gluon.Trainer``.
         update_on_kvstore: As for ``gluon.Trainer``.
         rules: ``gluon_lr.Rule`` objects, applied in order.
+        fused: If True (default), take the fast update path (``gluon_lr._fused``: flat buffers, one kernel per run
+            of equal lr/wd, same results as the stock loop); it falls back to the stock loop where it does not
+            apply (update_on_kvstore, AMP, optimizers other than sgd/nag/adam/rmsprop/adagrad, sparse or
+            float64 parameters). With it, ``param.data()``/``param.grad()`` become views into flat buffers at the
+            first step: take references to them after that, not before.
 
     Raises:
-        ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type.
+        ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type, or ``fused`` is not a bool.
         DuplicateParameterError: two different Parameters share a name.
         RuleMatchError: a rule selects nothing, or selects by a kind that needs the Block.
         MultiplierError: a Parameter carries an invalid lr_mult/wd_mult, or lr_mult is 0 under FTRL, FTML or SGLD
@@ -85,13 +91,16 @@ class LrTrainer(gluon.Trainer):
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="device", compression_params=None,
-                 update_on_kvstore=None, rules=()):
+                 update_on_kvstore=None, rules=(), fused=True):
         if not isinstance(rules, (list, tuple)):
             raise ParamsTypeError(f"rules must be a list of gluon_lr.Rule, got {type(rules).__name__}; "
                                   f"pass e.g. rules=[Rule('*_bias', wd_mult=0.0)].")
         if kvstore is None and update_on_kvstore:
             raise KVStoreConfigError("update_on_kvstore=True needs a kvstore, got kvstore=None; pass kvstore='device' "
                                      "(or 'local'), or leave update_on_kvstore=None to update on the workers.")
+        if not isinstance(fused, bool):  # fused (issue 4)
+            raise ParamsTypeError(f"LrTrainer(fused=...) must be True or False, got {type(fused).__name__} "
+                                  f"{fused!r:.40}; pass fused=False to always run the stock update loop.")
         param_list, kinds = _rules.collect_params(params)
         matched = _rules.match_rules(rules, kinds)
         base = {p.name: _own_multipliers(p) for p in param_list}
@@ -107,6 +116,9 @@ class LrTrainer(gluon.Trainer):
         self._apply_table()
         self._freezer = _freeze.Freezer(self._params, kinds)  # [freeze] freezing state, see gluon_lr/freeze.py
         self._freezer.apply_rules(self._rules, self._matched)  # [freeze] Rule(..., freeze=True/False), in order
+        self._fused = _fused.FusedUpdate(self) if fused else None  # fused (issue 4)
+        if self._fused is not None:  # fused (issue 4): pack before a static_alloc graph binds the arrays
+            self._fused.prepare(early=True)
 
     # ----------------------------------------------------------------------------------------------- the table
     @property
@@ -118,6 +130,16 @@ class LrTrainer(gluon.Trainer):
     def wd_mult(self) -> Mapping[str, float]:
         """Read-only mapping name -> resolved wd_mult, in the optimizer's index order."""
         return types.MappingProxyType({name: entry.wd_mult for name, entry in self._table.items()})
+
+    @property
+    def fused_params(self) -> tuple:
+        """Names of the parameters the fast update path updates (fused (issue 4)); empty where it does not apply.
+
+        Example:
+            >>> trainer.step(batch_size)
+            >>> len(trainer.fused_params) == len(trainer.lr_mult)  # every trainable float32 parameter
+        """
+        return self._fused.names() if self._fused is not None else ()
 
     @property
     def rules(self) -> tuple:
@@ -274,7 +296,8 @@ class LrTrainer(gluon.Trainer):
         if not self._update_on_kvstore:  # [freeze] unfrozen parameters read the current lr step
             self._freezer.align_num_update(self._optimizers())
         saved = self._freezer.before_update(self._params, self._updaters, bool(self._update_on_kvstore))  # [freeze]
-        self._apply_updates(ignore_stale_grad)
+        with self._freezer.excluded():  # [freeze] frozen Dense weights that keep a gradient are not updated
+            self._apply_updates(ignore_stale_grad)
         self._freezer.after_update(saved)  # [freeze] restore masked elements and held norm statistics
 
     def _allreduce_grads(self):
@@ -283,11 +306,25 @@ class LrTrainer(gluon.Trainer):
         if self._update_on_kvstore:
             self._freezer.align_num_update(self._optimizers())
         _dist.sync(self)
-        super()._allreduce_grads()
+        with self._freezer.excluded():  # [freeze] nor pushed/pulled
+            super()._allreduce_grads()
 
     def _apply_updates(self, ignore_stale_grad=False):
-        """The stock Gluon update loop (one updater call per context)."""
-        super()._update(ignore_stale_grad)
+        """The fast update path where it applies (``gluon_lr._fused``), else the stock Gluon loop."""
+        # fused (issue 4): the fast path returns False, having done nothing, where it does not apply.
+        if self._fused is None or not self._fused.apply(ignore_stale_grad):
+            super()._update(ignore_stale_grad)
+
+    def _check_and_rescale_grad(self, scale):
+        """As Gluon; then (fused (issue 4)) pack the fast path's flat buffers for this update.
+
+        Both ``step`` and ``update`` pass here first, before anything takes references to arrays for the update.
+        """
+        super()._check_and_rescale_grad(scale)
+        if self._fused is not None:
+            if not self._kv_initialized:  # what step/update do next anyway; the fast path needs the kvstore mode
+                self._init_kvstore()
+            self._fused.prepare()
 
     # ------------------------------------------------------------------------------ explain, settings, states
     def explain(self) -> Explanation:
@@ -317,7 +354,7 @@ class LrTrainer(gluon.Trainer):
         """Per parameter, in index order, what the settings file holds (name, shape, dtype, multipliers, freezing)."""
         return [{"name": name, "shape": [int(d) for d in (param.shape or ())], "dtype": np.dtype(param.dtype).name,
                  "lr_mult": self._table[name].lr_mult, "wd_mult": self._table[name].wd_mult,
-                 "frozen": param.grad_req == "null",
+                 "frozen": param.grad_req == "null" or name in self._freezer.frozen,
                  "masked_elements": self._freezer.masked_elements.get(name, 0)}
                 for name, param in zip(self._names, self._params)]
 
@@ -446,6 +483,14 @@ class LrTrainer(gluon.Trainer):
 
         Note:
             ``lr_mult=0`` does NOT freeze: MXNet's momentum and Adam moments keep moving such a weight.
+
+        Note:
+            Freezing a Dense (FullyConnected) weight while its bias stays trainable keeps the weight's gradient
+            buffer (``grad_req='write'``) when MXNet is built with MKLDNN (its CPU FullyConnected backward skips the
+            bias gradient when the weight needs none, leaving the bias gradient stale). The weight is still frozen
+            exactly (value, state, update count; not pushed, not updated), but that layer's backward costs what it
+            did unfrozen: one weight-gradient GEMM and a weight-sized buffer. Freeze the bias too to save it.
+            Convolution, Deconvolution and norm layers are not affected and get ``grad_req='null'``.
         """
         names = self._freezer.select(select)
         if mask is None:

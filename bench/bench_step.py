@@ -1,0 +1,159 @@
+"""Optimizer step time on resnet50_v1 shapes (CPU): stock Trainer, LrTrainer, torch.optim, and the bandwidth floor.
+
+Run: ``OMP_NUM_THREADS=2 PYTHONPATH=$PWD python bench/bench_step.py [--reps 7]``. Everything is measured in one
+process, interleaved rep by rep (a shared machine's load then hits every row alike); the table shows the minimum and
+the median per row, and ratios of minima. The floor is the bytes one step must stream (SGD-momentum: read w, g, m and
+write w, m = 20 bytes per float32 parameter; Adam: read w, g, m, v and write w, m, v = 28 bytes) divided by the best
+in-place add bandwidth measured here on arrays of the model's size (numpy, MXNet, torch; 12 bytes per element).
+"""
+import argparse
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import mxnet as mx
+import numpy as np
+import torch
+from mxnet import gluon, nd
+
+from gluon_lr import LrTrainer, Rule
+
+WARMUP = 6  # steps before timing: optimizer states are created, LrTrainer picks its kernels (4 timed steps)
+BYTES_PER_PARAM = {"sgd-momentum": 20, "adam": 28}
+OPTIMIZERS = {"sgd-momentum": ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}),
+              "adam": ("adam", {"learning_rate": 1e-3, "wd": 1e-4})}
+RULES = [Rule("*", lr_mult=0.1), Rule("*dense*", lr_mult=1.0), Rule("norm", wd_mult=0.0), Rule("bias", wd_mult=0.0)]
+
+
+def build_net():
+    """resnet50_v1 with random init, and gradients filled with seeded noise."""
+    mx.random.seed(0)
+    net = gluon.model_zoo.vision.resnet50_v1()
+    net.initialize(mx.init.Xavier())
+    net(nd.zeros((1, 3, 64, 64)))
+    for param in net.collect_params().values():
+        if param.grad_req != "null":
+            param.grad()[:] = nd.random.normal(scale=1e-3, shape=param.shape)
+    nd.waitall()
+    return net
+
+
+def mark_fresh(params):
+    """Flag every gradient as written by backward (the benchmark runs no backward)."""
+    for param in params:
+        if param.grad_req != "null":
+            for data in param.list_data():
+                data._fresh_grad = True
+
+
+def timed(fn, sync) -> float:
+    """Seconds for one call of ``fn`` including the wait for its asynchronous work."""
+    start = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def mx_step(trainer, params):
+    """One trainer.step on ready gradients."""
+    def step():
+        mark_fresh(params)
+        trainer.step(1)
+    return step
+
+
+def torch_case(net, kind: str, impl: str):
+    """A torch optimizer over tensors of the same shapes, lrs and wds as the LrTrainer table."""
+    torch.manual_seed(0)
+    groups = {}
+    for name, param in net.collect_params().items():
+        if param.grad_req == "null":
+            continue
+        tensor = torch.randn(param.shape).requires_grad_()
+        tensor.grad = torch.randn(param.shape) * 1e-3
+        groups.setdefault((param.lr_mult, param.wd_mult), []).append(tensor)
+    name, hyper = OPTIMIZERS[kind]
+    flags = {"fused": True} if impl == "fused" else {"foreach": True}
+    param_groups = [{"params": ts, "lr": hyper["learning_rate"] * lr, "weight_decay": hyper["wd"] * wd}
+                    for (lr, wd), ts in groups.items()]
+    if name == "sgd":
+        optimizer = torch.optim.SGD(param_groups, lr=hyper["learning_rate"], momentum=hyper["momentum"], **flags)
+    else:
+        optimizer = torch.optim.Adam(param_groups, lr=hyper["learning_rate"], **flags)
+    return optimizer.step
+
+
+def stream_rows(n: int) -> dict:
+    """In-place adds ``a += b`` on n float32 elements (12 bytes per element, no write-allocate, like a step):
+    numpy on 1 and 2 threads, MXNet, torch. Timed with the other rows, so they see the same machine load."""
+    pool = ThreadPoolExecutor(2)
+    a_np, b_np = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+    a_mx, b_mx = nd.array(a_np), nd.array(b_np)
+    a_t, b_t = torch.from_numpy(a_np.copy()), torch.from_numpy(b_np.copy())
+    halves = (slice(0, n // 2), slice(n // 2, n))
+
+    def numpy_two_threads():
+        for part in [pool.submit(np.add, a_np[h], b_np[h], out=a_np[h]) for h in halves]:
+            part.result()
+
+    return {"stream numpy": (lambda: np.add(a_np, b_np, out=a_np), lambda: None),
+            "stream numpy x2": (numpy_two_threads, lambda: None),
+            "stream mxnet": (lambda: a_mx.__iadd__(b_mx), nd.waitall),
+            "stream torch": (lambda: a_t.add_(b_t), lambda: None)}
+
+
+def run(reps: int) -> None:
+    """Measure every row for both optimizers and print the tables."""
+    torch.set_num_threads(max(1, int(mx.base.os.environ.get("OMP_NUM_THREADS", "2"))))
+    for kind in OPTIMIZERS:
+        net = build_net()
+        params = list(net.collect_params().values())
+        trainable = [p for p in params if p.grad_req != "null"]
+        n = sum(int(np.prod(p.shape)) for p in trainable)
+        name, hyper = OPTIMIZERS[kind]
+        lr_trainer = LrTrainer(net, name, dict(hyper), rules=RULES)
+        stock = gluon.Trainer(net.collect_params(), name, dict(hyper))  # reads the same Parameter.lr_mult/wd_mult
+        plain = LrTrainer(net, name, dict(hyper), rules=RULES, fused=False)
+        rows = {"stock gluon.Trainer": (mx_step(stock, params), nd.waitall),
+                "LrTrainer fused=False": (mx_step(plain, params), nd.waitall),
+                "LrTrainer (fused)": (mx_step(lr_trainer, params), nd.waitall),
+                "torch.optim fused": (torch_case(net, kind, "fused"), lambda: None),
+                "torch.optim foreach": (torch_case(net, kind, "foreach"), lambda: None)}
+        rows.update(stream_rows(n))
+        times = {label: [] for label in rows}
+        for _ in range(WARMUP):
+            for label, (fn, sync) in rows.items():
+                timed(fn, sync)
+        for _ in range(reps):
+            for label, (fn, sync) in rows.items():
+                times[label].append(timed(fn, sync))
+        streams = {label: times.pop(label) for label in list(times) if label.startswith("stream")}
+        print_table(kind, n, len(trainable), times, streams, BYTES_PER_PARAM[kind])
+
+
+def print_table(kind: str, n: int, tensors: int, times: dict, streams: dict, step_bytes: int) -> None:
+    """One table per optimizer: min and median ms, ratios of minima, and paired ratios (median over reps of the
+    ratio within one rep: rows of one rep ran back to back, so these resist a shared machine's changing load)."""
+    stock_times = times["stock gluon.Trainer"]
+    per_rep_floor = [step_bytes * n / max(12 * n / streams[label][r] for label in streams)
+                     for r in range(len(stock_times))]
+    bandwidth = {label: 12 * n / min(values) for label, values in streams.items()}
+    floor, stock = step_bytes * n / max(bandwidth.values()), min(stock_times)
+    print(f"\n{kind}: resnet50_v1, {n / 1e6:.1f}M parameters in {tensors} tensors, float32, CPU")
+    print(f"{'':24s} {'min ms':>8s} {'median ms':>10s} {'x stock':>8s} {'x floor':>8s} {'paired x stock':>15s} "
+          f"{'paired x floor':>15s}")
+    for label, values in times.items():
+        paired_stock = statistics.median(v / s for v, s in zip(values, stock_times))
+        paired_floor = statistics.median(v / f for v, f in zip(values, per_rep_floor))
+        print(f"{label:24s} {min(values) * 1e3:8.1f} {statistics.median(values) * 1e3:10.1f} "
+              f"{min(values) / stock:8.2f} {min(values) / floor:8.2f} {paired_stock:15.2f} {paired_floor:15.2f}")
+    print(f"{'bandwidth floor':24s} {floor * 1e3:8.1f} {statistics.median(per_rep_floor) * 1e3:10.1f} "
+          f"{floor / stock:8.2f} {1.0:8.2f}")
+    print(f"floor = {step_bytes} B/param x {n / 1e6:.1f}M / best in-place add bandwidth; best GB/s: "
+          + ", ".join(f"{label[7:]} {value / 1e9:.1f}" for label, value in bandwidth.items()))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=7, help="interleaved repetitions per row")
+    run(parser.parse_args().reps)

@@ -1,0 +1,349 @@
+"""The fast update path (``LrTrainer(fused=True)``) gives the stock trainer's results, and falls back where it must.
+
+Every test trains the same seeded network twice, with the stock ``gluon.Trainer`` (or ``LrTrainer(fused=False)``,
+which runs the stock loop) and with the fast path, for 20 steps, and compares every parameter on every context.
+Tolerance: 0 (bit-identical) where the fast path runs the same kernel as the stock loop (nag, rmsprop, adagrad, all
+fallbacks); <= 1e-6 where it runs another implementation of the same arithmetic (sgd: ``sgd_mom_update`` on flat
+buffers instead of ``multi_sgd_mom_update``; adam: numpy chunks instead of ``adam_update``). Measured: 0.0 in every
+case. Where two implementations exist (numpy and MXNet for float32 sgd-momentum and adam on CPU), the fast path times
+each on steps 1-4 (numpy on 1 and 3, MXNet on 2 and 4), so a 20-step comparison checks both.
+"""
+import numpy as np
+import pytest
+import mxnet as mx
+from mxnet import autograd, gluon, nd
+
+from gluon_lr import LrTrainer, ParamsTypeError
+
+STEPS = 20
+FAST = [  # (optimizer, hyperparameters, tolerance)
+    ("sgd", {"learning_rate": 0.1}, 1e-6),
+    ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}, 1e-6),
+    ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3, "clip_gradient": 0.05}, 1e-6),
+    ("nag", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}, 0.0),
+    ("adam", {"learning_rate": 0.01, "wd": 1e-3}, 1e-6),
+    ("adam", {"learning_rate": 0.01, "wd": 1e-3, "clip_gradient": 0.05}, 1e-6),
+    ("rmsprop", {"learning_rate": 0.01, "wd": 1e-3}, 0.0),
+    ("rmsprop", {"learning_rate": 0.01, "centered": True, "clip_weights": 2.0}, 0.0),
+    ("adagrad", {"learning_rate": 0.1, "wd": 1e-3, "clip_gradient": 0.5}, 0.0),
+]
+FALLBACK = [("adadelta", {}), ("adamax", {"learning_rate": 0.01}), ("nadam", {"learning_rate": 0.01}),
+            ("signum", {"learning_rate": 0.01, "momentum": 0.9}), ("lamb", {"learning_rate": 0.01})]
+
+
+def make_net(ctxs, dtype="float32", norm=True, seed=0, static=False):
+    """Dense-BatchNorm-Dense with seeded weights, multipliers on the Parameters, hybridized."""
+    net = gluon.nn.HybridSequential(prefix="net_")
+    with net.name_scope():
+        net.add(gluon.nn.Dense(16, in_units=10, activation="relu", prefix="d0_"))
+        if norm:
+            net.add(gluon.nn.BatchNorm(in_channels=16, prefix="bn_"))
+        net.add(gluon.nn.Dense(5, in_units=16, prefix="d1_"))
+    net.initialize(mx.init.Zero(), ctx=ctxs)
+    rs = np.random.RandomState(seed)
+    for param in net.collect_params().values():
+        param.set_data(nd.array(rs.normal(scale=0.3, size=param.shape)))
+    if dtype != "float32":
+        net.cast(dtype)
+    params = net.collect_params()
+    params["net_d0_weight"].lr_mult = 0.5
+    params["net_d1_weight"].lr_mult = 2.0
+    for name in ("net_d0_bias", "net_d1_bias"):
+        params[name].wd_mult = 0.0
+    net.hybridize(static_alloc=static, static_shape=static)
+    return net
+
+
+def batches(dtype="float32", steps=STEPS):
+    """Seeded (x, y) batches of 8."""
+    rs = np.random.RandomState(1)
+    return [(rs.normal(size=(8, 10)).astype(dtype), rs.normal(size=(8, 5)).astype(dtype)) for _ in range(steps)]
+
+
+def train_step(net, trainer, x, y, ctxs, ignore_stale_grad=False):
+    """Forward, backward and trainer.step(8) on one batch split across ``ctxs``."""
+    xs = gluon.utils.split_and_load(nd.array(x, dtype=x.dtype), ctxs)
+    ys = gluon.utils.split_and_load(nd.array(y, dtype=y.dtype), ctxs)
+    with autograd.record():
+        losses = [((net(a) - b) ** 2).mean() for a, b in zip(xs, ys)]
+    autograd.backward(losses)
+    trainer.step(8, ignore_stale_grad=ignore_stale_grad)
+
+
+def elementwise_step(params, trainer, step: int, ctxs):
+    """float16 (MXNet has no float16 Dense on CPU): loss = sum(w * c + 0.1 w^2), c seeded per step; step(8)."""
+    rs = np.random.RandomState(100 + step)
+    coefficients = {name: rs.normal(size=p.shape) for name, p in params.items()}
+    with autograd.record():
+        losses = [sum(((p.data(ctx) * nd.array(coefficients[name], ctx=ctx, dtype=p.dtype)
+                        + 0.1 * p.data(ctx) ** 2).sum()) for name, p in params.items()) for ctx in ctxs]
+    autograd.backward(losses)
+    trainer.step(8)
+
+
+def train(make_trainer, ctxs=(mx.cpu(0),), dtype="float32", norm=True, at_step=None, static=False):
+    """Train a fresh net for STEPS steps; ``at_step(step, trainer, params)`` runs before each step."""
+    ctxs = list(ctxs)
+    net = make_net(ctxs, dtype, norm, static=static)
+    trainer = make_trainer(net.collect_params())
+    for step, (x, y) in enumerate(batches(dtype)):
+        if at_step is not None:
+            at_step(step, trainer, net.collect_params())
+        if dtype == "float16":
+            elementwise_step(net.collect_params(), trainer, step, ctxs)
+        else:
+            train_step(net, trainer, x, y, ctxs)
+    weights = {(name, str(ctx)): p.data(ctx).asnumpy().astype(np.float64)
+               for name, p in net.collect_params().items() for ctx in ctxs}
+    return weights, trainer
+
+
+def assert_close(expected: dict, got: dict, atol: float) -> None:
+    """Every array within ``atol``; the failure names the parameter and the largest difference."""
+    assert expected.keys() == got.keys()
+    worst = max(((float(np.abs(expected[k] - got[k]).max()), k) for k in expected), key=lambda t: t[0])
+    assert worst[0] <= atol, f"{worst[1]} differs by {worst[0]:.3g} > atol {atol:g}"
+
+
+def moved(before: dict, after: dict) -> set:
+    """Names (without context) whose weights changed."""
+    return {k[0] for k in before if not np.array_equal(before[k], after[k])}
+
+
+class TestOptimizers:
+    """Each accelerated optimizer equals the stock trainer; the others fall back and equal it too."""
+
+    @pytest.mark.parametrize("name, hyper, atol", FAST, ids=[f"{n}-{'-'.join(h)}" for n, h, _ in FAST])
+    def test_fast_equals_stock(self, name, hyper, atol):
+        """20 steps with lr/wd multipliers: same weights as gluon.Trainer, on the fast path."""
+        stock, _ = train(lambda p: gluon.Trainer(p, name, dict(hyper)))
+        fast, trainer = train(lambda p: LrTrainer(p, name, dict(hyper)))
+        assert_close(stock, fast, atol)
+        assert set(trainer.fused_params) == {"net_d0_weight", "net_d0_bias", "net_bn_gamma", "net_bn_beta",
+                                             "net_d1_weight", "net_d1_bias"}
+        initial = make_net([mx.cpu(0)]).collect_params()
+        assert moved({(n, "cpu(0)"): p.data().asnumpy() for n, p in initial.items()}, fast) >= set(trainer.fused_params)
+
+    @pytest.mark.parametrize("name, hyper", FALLBACK, ids=[n for n, _ in FALLBACK])
+    def test_fallback_equals_stock(self, name, hyper):
+        """Optimizers without a fast kernel run the stock loop: bit-identical, nothing on the fast path."""
+        stock, _ = train(lambda p: gluon.Trainer(p, name, dict(hyper)))
+        fast, trainer = train(lambda p: LrTrainer(p, name, dict(hyper)))
+        assert_close(stock, fast, 0.0)
+        assert trainer.fused_params == ()
+
+
+class TestConfigurations:
+    """Multipliers, contexts, precision, kvstore modes, schedules, grad_req and stale gradients."""
+
+    def test_multipliers_change_mid_run(self):
+        """lr_mult/wd_mult changed at step 7 and 13 take effect exactly as on the stock trainer."""
+        changes = {7: ({"net_d0_weight": 3.0, "net_bn_gamma": 0.0}, {"net_d1_weight": 0.0}),
+                   13: ({"net_d1_bias": 0.25}, {"net_d0_bias": 2.0})}
+
+        def stock_change(step, trainer, params):
+            lr, wd = changes.get(step, ({}, {}))
+            for name, value in lr.items():
+                params[name].lr_mult = value
+            for name, value in wd.items():
+                params[name].wd_mult = value
+
+        def fast_change(step, trainer, params):
+            lr, wd = changes.get(step, ({}, {}))
+            if lr:
+                trainer.set_lr_mult(lr)
+            if wd:
+                trainer.set_wd_mult(wd)
+
+        hyper = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-2}
+        stock, _ = train(lambda p: gluon.Trainer(p, "sgd", dict(hyper)), at_step=stock_change)
+        fast, trainer = train(lambda p: LrTrainer(p, "sgd", dict(hyper)), at_step=fast_change)
+        assert_close(stock, fast, 1e-6)
+        assert len(trainer.fused_params) == 6
+
+    @pytest.mark.parametrize("kvstore", ["device", "local", None])
+    def test_several_contexts(self, kvstore):
+        """Two contexts (cpu(0), cpu(1)) with gradient reduction on the kvstore, weights updated on the workers."""
+        ctxs = [mx.cpu(0), mx.cpu(1)]
+        hyper = {"learning_rate": 0.01, "wd": 1e-3}
+        on_kv = False if kvstore else None
+        stock, _ = train(lambda p: gluon.Trainer(p, "adam", dict(hyper), kvstore=kvstore, update_on_kvstore=on_kv),
+                         ctxs)
+        fast, trainer = train(lambda p: LrTrainer(p, "adam", dict(hyper), kvstore=kvstore, update_on_kvstore=on_kv),
+                              ctxs)
+        assert_close(stock, fast, 1e-6)
+        assert len(trainer.fused_params) == 6
+
+    @pytest.mark.parametrize("name, hyper", [("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}),
+                                             ("sgd", {"learning_rate": 0.1}),
+                                             ("nag", {"learning_rate": 0.1, "momentum": 0.9}),
+                                             ("adam", {"learning_rate": 0.01, "wd": 1e-3}),
+                                             ("rmsprop", {"learning_rate": 0.01})])
+    def test_float16_multi_precision(self, name, hyper):
+        """float16 weights with float32 master copies: same float16 weights as the stock trainer."""
+        hyper = dict(hyper, multi_precision=True)
+        stock, _ = train(lambda p: gluon.Trainer(p, name, dict(hyper)), dtype="float16", norm=False)
+        fast, trainer = train(lambda p: LrTrainer(p, name, dict(hyper)), dtype="float16", norm=False)
+        assert_close(stock, fast, 0.0)
+        assert len(trainer.fused_params) == 4
+
+    def test_update_on_kvstore_falls_back(self):
+        """update_on_kvstore=True: the kvstore updates, the fast path stays out, results equal the stock ones."""
+        hyper = {"learning_rate": 0.1, "momentum": 0.9}
+        stock, _ = train(lambda p: gluon.Trainer(p, "sgd", dict(hyper), kvstore="device", update_on_kvstore=True),
+                         [mx.cpu(0), mx.cpu(1)])
+        fast, trainer = train(lambda p: LrTrainer(p, "sgd", dict(hyper), kvstore="device", update_on_kvstore=True),
+                              [mx.cpu(0), mx.cpu(1)])
+        assert_close(stock, fast, 0.0)
+        assert trainer.fused_params == ()
+
+    def test_static_alloc_graph(self):
+        """A graph hybridized with static_alloc/static_shape (built before the arrays become views) trains alike."""
+        hyper = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}
+        stock, _ = train(lambda p: gluon.Trainer(p, "sgd", dict(hyper)), static=True)
+        fast, trainer = train(lambda p: LrTrainer(p, "sgd", dict(hyper)), static=True)
+        assert_close(stock, fast, 1e-6)
+        assert len(trainer.fused_params) == 6
+
+    def test_static_alloc_with_deferred_init_falls_back(self):
+        """Deferred init + static_alloc: the graph binds arrays before packing; detected, warned, stock results."""
+        def run(cls):
+            mx.random.seed(3)
+            net = gluon.nn.HybridSequential(prefix="net_")
+            with net.name_scope():
+                net.add(gluon.nn.Dense(16, activation="relu", prefix="d0_"), gluon.nn.Dense(5, prefix="d1_"))
+            net.initialize(mx.init.Uniform(0.3))
+            net.hybridize(static_alloc=True, static_shape=True)
+            trainer = cls(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+            for x, y in batches()[:6]:
+                train_step(net, trainer, x, y, [mx.cpu(0)])
+            return {(n, ""): p.data().asnumpy() for n, p in net.collect_params().items()}, trainer
+
+        stock, _ = run(gluon.Trainer)
+        with pytest.warns(UserWarning, match="static_alloc graph .* was built before the fast update path packed"):
+            fast, trainer = run(LrTrainer)
+        assert_close(stock, fast, 1e-6)
+        assert trainer.fused_params == ()
+
+    def test_lr_scheduler(self):
+        """A FactorScheduler halves lr every 5 updates on both trainers alike."""
+        def make(cls):
+            return lambda p: cls(p, "sgd", {"learning_rate": 0.1, "momentum": 0.9,
+                                            "lr_scheduler": mx.lr_scheduler.FactorScheduler(5, 0.5)})
+        stock, _ = train(make(gluon.Trainer))
+        fast, trainer = train(make(LrTrainer))
+        assert_close(stock, fast, 1e-6)
+        assert len(trainer.fused_params) == 6
+
+    def test_grad_req_null(self):
+        """A parameter with grad_req='null' keeps its weights; the others equal the stock trainer's."""
+        def freeze(step, trainer, params):
+            if step == 0:
+                params["net_d0_bias"].grad_req = "null"
+        hyper = {"learning_rate": 0.1, "momentum": 0.9}
+        stock, _ = train(lambda p: gluon.Trainer(p, "sgd", dict(hyper)), at_step=freeze)
+        fast, trainer = train(lambda p: LrTrainer(p, "sgd", dict(hyper)), at_step=freeze)
+        assert_close(stock, fast, 1e-6)
+        initial = make_net([mx.cpu(0)]).collect_params()["net_d0_bias"].data().asnumpy()
+        assert np.array_equal(fast[("net_d0_bias", "cpu(0)")], initial)
+        assert "net_d0_bias" not in trainer.fused_params and len(trainer.fused_params) == 5
+
+    def test_stale_gradient(self):
+        """An unused parameter: UserWarning without ignore_stale_grad (as stock); skipped and unchanged with it."""
+        for cls in (gluon.Trainer, LrTrainer):
+            net, extra = make_net([mx.cpu(0)]), gluon.nn.Dense(3, in_units=2, prefix="extra_")
+            extra.initialize(mx.init.One())
+            params = list(net.collect_params().values()) + list(extra.collect_params().values())
+            trainer = cls(params, "adam", {"learning_rate": 0.01})
+            x, y = batches()[0]
+            with pytest.raises(UserWarning, match="extra_weight.*has not been updated by backward"):
+                train_step(net, trainer, x, y, [mx.cpu(0)])
+            for x, y in batches()[:3]:
+                train_step(net, trainer, x, y, [mx.cpu(0)], ignore_stale_grad=True)
+            assert extra.weight.data().asnumpy().tolist() == [[1.0, 1.0]] * 3
+
+
+class TestStatesAndViews:
+    """save/load of states, and the arrays other code holds stay the live ones."""
+
+    @staticmethod
+    def _save_rewind_load(tmp_path, fused: bool):
+        """Train 10 steps, save states and weights, train 5, rewind both, train 10 more: final weights."""
+        net = make_net([mx.cpu(0)])
+        trainer = LrTrainer(net.collect_params(), "adam", {"learning_rate": 0.01, "wd": 1e-3}, fused=fused)
+        data = batches(steps=25)
+        for x, y in data[:10]:
+            train_step(net, trainer, x, y, [mx.cpu(0)])
+        trainer.save_states(str(tmp_path / f"t{fused}.states"))
+        net.save_parameters(str(tmp_path / f"t{fused}.params"))
+        for x, y in data[10:15]:
+            train_step(net, trainer, x, y, [mx.cpu(0)])
+        trainer.load_states(str(tmp_path / f"t{fused}.states"))
+        net.load_parameters(str(tmp_path / f"t{fused}.params"))
+        for x, y in data[15:]:
+            train_step(net, trainer, x, y, [mx.cpu(0)])
+        return {(n, "cpu(0)"): p.data().asnumpy() for n, p in net.collect_params().items()}, trainer
+
+    def test_save_rewind_load(self, tmp_path):
+        """Rewinding with load_states in the same trainer gives the stock loop's weights, still on the fast path."""
+        plain, _ = self._save_rewind_load(tmp_path, fused=False)
+        fast, trainer = self._save_rewind_load(tmp_path, fused=True)
+        assert_close(plain, fast, 1e-6)
+        assert len(trainer.fused_params) == 6
+
+    def test_states_file_crosses_paths(self, tmp_path):
+        """A states file saved on the fast path loads into a stock-loop trainer (and back) with equal results."""
+        data = batches(steps=20)
+        finals = []
+        for first, second in ((True, False), (False, True), (False, False)):
+            net = make_net([mx.cpu(0)])
+            trainer = LrTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, fused=first)
+            for x, y in data[:10]:
+                train_step(net, trainer, x, y, [mx.cpu(0)])
+            path = str(tmp_path / f"{first}{second}.states")
+            trainer.save_states(path)
+            other = LrTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, fused=second)
+            other.load_states(path)
+            for x, y in data[10:]:
+                train_step(net, other, x, y, [mx.cpu(0)])
+            finals.append({(n, ""): p.data().asnumpy() for n, p in net.collect_params().items()})
+        assert_close(finals[2], finals[0], 1e-6)
+        assert_close(finals[2], finals[1], 1e-6)
+
+    def test_references_stay_live(self):
+        """data()/grad() and the updater's state arrays taken after the first step are the ones later steps update.
+
+        The freezing code restores state through ``updater.states[index]``, so this checks that private contract.
+        """
+        net = make_net([mx.cpu(0)])
+        trainer = LrTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+        data = batches()
+        train_step(net, trainer, *data[0], [mx.cpu(0)])
+        param = net.collect_params()["net_d1_weight"]
+        weight, grad = param.data(), param.grad()
+        index = list(net.collect_params().values()).index(param)
+        momentum = trainer._updaters[0].states[index]
+        before = momentum.asnumpy()
+        for x, y in data[1:4]:
+            train_step(net, trainer, x, y, [mx.cpu(0)])
+        assert weight is param.data() and grad is param.grad() and momentum is trainer._updaters[0].states[index]
+        assert not np.array_equal(momentum.asnumpy(), before)
+        momentum[:] = 0  # what freezing's restore does: write into the held array
+        weight[:] = 1.0
+        assert float(param.data().asnumpy().min()) == 1.0
+        assert float(np.abs(trainer._updaters[0].states[index].asnumpy()).max()) == 0.0
+
+
+class TestErrors:
+    """Bad values of the fused argument."""
+
+    @pytest.mark.parametrize("description, value, error, pattern", [
+        ("a string", "yes", ParamsTypeError, r"fused=\.\.\.\) must be True or False, got str 'yes'"),
+        ("a number", 1, ParamsTypeError, r"must be True or False, got int 1; pass fused=False"),
+        ("None", None, ParamsTypeError, r"got NoneType None"),
+    ])
+    def test_fused_must_be_bool(self, description, value, error, pattern):
+        """fused must be a bool."""
+        net = make_net([mx.cpu(0)])
+        with pytest.raises(error, match=pattern):
+            LrTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, fused=value)
