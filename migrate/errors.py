@@ -27,3 +27,7 @@ class UnsupportedOptimizerError(MigrateError, ValueError):
 
 class StateConversionError(MigrateError, ValueError):
     """MXNet optimizer states do not fit the torch optimizer or model (names the parameter)."""
+
+
+class SettingsError(MigrateError, ValueError):
+    """A settings document lacks a key migrate needs or holds a value of the wrong kind."""

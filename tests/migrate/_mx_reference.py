@@ -1,0 +1,110 @@
+"""Test helper: a small seeded MLP trained by a stock ``gluon.Trainer`` and its torch twin.
+
+The settings dict built here follows the settings file format of README.md; it stands in for
+``LrTrainer.export_settings`` until that lands.
+"""
+import mxnet as mx
+import numpy as np
+import torch
+from mxnet import autograd, gluon
+
+SIZES = (5, 7, 6, 3)
+BATCH = 8
+# lr_mult, wd_mult, frozen of each MXNet parameter: a decayed group, a no-wd bias, a frozen layer, a fast head.
+GROUPS = {
+    "mlp_fc0_weight": (0.5, 1.0, False), "mlp_fc0_bias": (0.5, 0.0, False),
+    "mlp_fc1_weight": (1.0, 1.0, True), "mlp_fc1_bias": (1.0, 1.0, True),
+    "mlp_fc2_weight": (2.0, 2.0, False), "mlp_fc2_bias": (2.0, 0.0, False),
+}
+MAPPING = {f"mlp_fc{i}_{kind}": f"{2 * i}.{kind}" for i in range(3) for kind in ("weight", "bias")}
+
+
+def mx_net(dtype):
+    """The Gluon MLP, seeded, with GROUPS applied."""
+    mx.random.seed(1)
+    net = gluon.nn.HybridSequential(prefix="mlp_")
+    with net.name_scope():
+        for i, units in enumerate(SIZES[1:]):
+            act = "tanh" if i < len(SIZES) - 2 else None
+            net.add(gluon.nn.Dense(units, in_units=SIZES[i], activation=act, prefix=f"fc{i}_"))
+    net.initialize(mx.init.Uniform(0.5))
+    net.cast(dtype)
+    for name, param in net.collect_params().items():
+        lr_mult, wd_mult, frozen = GROUPS[name]
+        param.lr_mult, param.wd_mult = lr_mult, wd_mult
+        param.grad_req = "null" if frozen else "write"
+    return net
+
+
+def torch_net(net):
+    """The torch twin of ``net`` holding the same weights."""
+    layers = []
+    for i in range(len(SIZES) - 1):
+        layers.append(torch.nn.Linear(SIZES[i], SIZES[i + 1]))
+        if i < len(SIZES) - 2:
+            layers.append(torch.nn.Tanh())
+    model = torch.nn.Sequential(*layers)
+    dtype = net.collect_params()["mlp_fc0_weight"].data().dtype
+    model.to(torch.float64 if dtype == np.float64 else torch.float32)
+    with torch.no_grad():
+        for mx_name, key in MAPPING.items():
+            model.get_parameter(key).copy_(torch.from_numpy(net.collect_params()[mx_name].data().asnumpy()))
+    return model
+
+
+def batches(steps, dtype, seed=3):
+    """``steps`` seeded (x, y) batches as numpy arrays."""
+    rng = np.random.RandomState(seed)
+    return [(rng.randn(BATCH, SIZES[0]).astype(dtype), rng.randn(BATCH, SIZES[-1]).astype(dtype))
+            for _ in range(steps)]
+
+
+def mx_train(net, trainer, data):
+    """Train ``net`` on ``data`` with a summed squared loss and ``trainer.step(BATCH)``."""
+    for x, y in data:
+        with autograd.record():
+            loss = ((net(mx.nd.array(x, dtype=x.dtype)) - mx.nd.array(y, dtype=y.dtype)) ** 2).sum()
+        loss.backward()
+        trainer.step(BATCH)
+
+
+def torch_train(model, optimizer, scheduler, data):
+    """Train ``model`` on ``data`` with the same loss as ``mx_train``."""
+    for x, y in data:
+        optimizer.zero_grad()
+        loss = ((model(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).sum()
+        loss.backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+
+
+def settings_of(net, opt_name, opt_kwargs, sched_kwargs, num_update=0):
+    """A settings dict (README format) for ``net`` trained by ``gluon.Trainer(opt_name, opt_kwargs)``."""
+    kwargs = dict(opt_kwargs)
+    hyper = {k: v for k, v in kwargs.items() if k not in ("learning_rate", "wd", "clip_gradient")}
+    params = {}
+    for index, (name, param) in enumerate(net.collect_params().items()):
+        params[name] = {"index": index, "shape": list(param.shape), "dtype": np.dtype(param.dtype).name,
+                        "lr_mult": param.lr_mult, "wd_mult": param.wd_mult,
+                        "frozen": param.grad_req == "null", "masked_elements": 0}
+    return {"format": "gluon-lr-settings", "schema_version": 1, "mxnet_version": mx.__version__,
+            "optimizer": {"name": opt_name, "learning_rate": kwargs.get("learning_rate"), "wd": kwargs.get("wd", 0.0),
+                          "rescale_grad": 1.0 / BATCH, "clip_gradient": kwargs.get("clip_gradient"),
+                          "multi_precision": False, "hyperparameters": hyper},
+            "lr_scheduler": dict(sched_kwargs) if sched_kwargs else None,
+            "num_update": num_update, "params": params}
+
+
+def mx_scheduler(sched_kwargs):
+    """The MXNet lr scheduler described by ``sched_kwargs`` (settings format) or None."""
+    if not sched_kwargs:
+        return None
+    kwargs = dict(sched_kwargs)
+    return getattr(mx.lr_scheduler, kwargs.pop("type"))(**kwargs)
+
+
+def mx_trainer(net, opt_name, opt_kwargs, sched_kwargs):
+    """A stock ``gluon.Trainer`` for ``net`` (all parameters, frozen ones with grad_req='null')."""
+    kwargs = dict(opt_kwargs, lr_scheduler=mx_scheduler(sched_kwargs))
+    return gluon.Trainer(net.collect_params(), opt_name, kwargs, kvstore=None)
