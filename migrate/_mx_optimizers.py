@@ -125,13 +125,17 @@ class SGD(_MXNetOptimizer):
             torch._foreach_add_(moms, params, alpha=-lr * wd)
             torch._foreach_add_(moms, grads, alpha=-lr)
             torch._foreach_add_(params, moms)
-        else:
-            torch._foreach_mul_(params, _f32(1.0 - _f32(lr * wd)))
-            torch._foreach_add_(params, grads, alpha=-lr)
+        else:  # multi_sgd_update: the momentum formula with a zero momentum
+            step = torch._foreach_mul(params, -lr * wd)
+            torch._foreach_add_(step, grads, alpha=-lr)
+            torch._foreach_add_(params, step)
 
 
 class NAG(_MXNetOptimizer):
-    """MXNet ``nag``: ``gg = clip(rescale_grad*g) + wd*w; m = momentum*m + gg; w -= lr*(gg + momentum*m)``.
+    """MXNet ``nag`` (nag_mom_update): ``m1 = mu*m; w += -m1 + (mu+1)*(m1 - lr*gg); m = m1 - lr*gg'``.
+
+    ``gg = clip(rescale_grad*g) + wd*w`` with the old weight, ``gg'`` the same with the new weight: MXNet's kernel
+    writes the weight in place before it updates the momentum.
 
     Example:
         >>> opt = NAG(model.parameters(), lr=0.1, momentum=0.9)
@@ -144,14 +148,20 @@ class NAG(_MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         lr, wd, mom = _f32(group["lr"]), _f32(group["weight_decay"]), _f32(group["momentum"])
-        grads = self._scaled(grads, group)
-        torch._foreach_add_(grads, params, alpha=wd)
-        if mom > 0:
-            moms = _buffers(states, "momentum_buffer")
-            torch._foreach_mul_(moms, mom)
-            torch._foreach_add_(moms, grads)
-            torch._foreach_add_(grads, moms, alpha=mom)
-        torch._foreach_add_(params, grads, alpha=-lr)
+        clipped = self._scaled(grads, group)
+        if mom <= 0:  # sgd_update: w = (1 - lr*wd)*w - lr*clip(rescale_grad*g)
+            torch._foreach_mul_(params, 1.0 - lr * wd)
+            torch._foreach_add_(params, clipped, alpha=-lr)
+            return
+        moms = _buffers(states, "momentum_buffer")
+        torch._foreach_mul_(moms, mom)
+        step = torch._foreach_add(clipped, params, alpha=wd)
+        torch._foreach_mul_(step, -lr)
+        torch._foreach_add_(step, moms)
+        torch._foreach_sub_(params, moms)
+        torch._foreach_add_(params, step, alpha=mom + 1.0)
+        torch._foreach_add_(clipped, params, alpha=wd)
+        torch._foreach_add_(moms, clipped, alpha=-lr)
 
 
 def _decayed(grads, params, group, clip=True):
@@ -428,14 +438,26 @@ class LAMB(_MXNetOptimizer):
         torch._foreach_add_(denom, _f32(group["epsilon"]))
         direction = torch._foreach_div(mean_hat, denom)
         torch._foreach_add_(direction, params, alpha=_f32(group["weight_decay"]))
+        if direction[0].dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
+            direction = [d.to(torch.float32).to(d.dtype) for d in direction]
         torch._foreach_mul_(direction, _trust_steps(params, direction, group))
         torch._foreach_add_(params, direction)
 
 
+def _f32_norms(tensors):
+    """L2 norms as MXNet's multi_sum_sq gives them: squares summed one by one into a float32, sqrt in float32."""
+    norms = []
+    for tensor in tensors:
+        squares = (tensor * tensor).reshape(-1).to(torch.float32).cpu().numpy()
+        total = np.cumsum(squares, dtype=np.float32)[-1] if squares.size else np.float32(0)
+        norms.append(float(np.sqrt(np.float32(total))))
+    return norms
+
+
 def _trust_steps(params, direction, group):
     """Per-parameter ``-lr * r1/r2`` (or ``-lr`` when a norm is 0), r1 bounded as MXNet's multi_lamb does."""
-    r1 = torch.stack(torch._foreach_norm(params)).tolist()
-    r2 = torch.stack(torch._foreach_norm(direction)).tolist()
+    r1 = _f32_norms(params)
+    r2 = _f32_norms(direction)
     lr, lower, upper = _f32(group["lr"]), group["lower_bound"], group["upper_bound"]
     steps = []
     for w_norm, g_norm in zip(r1, r2):
@@ -443,14 +465,14 @@ def _trust_steps(params, direction, group):
             w_norm = max(w_norm, _f32(lower))
         if upper is not None and upper >= 0:
             w_norm = min(w_norm, _f32(upper))
-        steps.append(-lr if w_norm == 0 or g_norm == 0 else -lr * (w_norm / g_norm))
+        steps.append(-lr if w_norm == 0 or g_norm == 0 else -lr * _f32(w_norm / g_norm))
     return steps
 
 
 class Signum(_MXNetOptimizer):
     """MXNet ``signum``: ``m = mu*m - (1-mu)*(wd*w + clip(rescale_grad*g)); w = (1 - lr*wd_lh)*w + lr*sign(m)``.
 
-    With ``momentum=0`` it is MXNet's signSGD: ``w = (1 - lr*wd_lh)*w - lr*sign(clip(rescale_grad*g) + wd*w)``.
+    With ``momentum=0`` it is MXNet's signsgd_update: ``w = (1 - lr*wd)*w - lr*sign(g)`` (raw gradient).
 
     Example:
         >>> opt = Signum(model.parameters(), lr=0.01, momentum=0.9, wd_lh=0.0)
@@ -463,21 +485,19 @@ class Signum(_MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         lr, wd, mom = _f32(group["lr"]), _f32(group["weight_decay"]), _f32(group["momentum"])
-        grads = self._scaled(grads, group)
-        decay = _f32(1.0 - _f32(lr * _f32(group["wd_lh"])))
-        if mom > 0:
-            moms = _buffers(states, "momentum_buffer")
-            torch._foreach_mul_(moms, mom)
-            torch._foreach_add_(moms, params, alpha=-(1.0 - mom) * wd)
-            torch._foreach_add_(moms, grads, alpha=-(1.0 - mom))
-            signs = torch._foreach_sign(moms)
-            torch._foreach_mul_(params, decay)
-            torch._foreach_add_(params, signs, alpha=lr)
-        else:
-            torch._foreach_add_(grads, params, alpha=wd)
+        if mom <= 0:  # signsgd_update: the raw gradient's sign; rescale, clip and wd_lh play no part
             signs = torch._foreach_sign(grads)
-            torch._foreach_mul_(params, decay)
+            torch._foreach_mul_(params, 1.0 - lr * wd)
             torch._foreach_add_(params, signs, alpha=-lr)
+            return
+        grads = self._scaled(grads, group)
+        moms = _buffers(states, "momentum_buffer")
+        torch._foreach_mul_(moms, mom)
+        torch._foreach_add_(moms, params, alpha=-(1.0 - mom) * wd)
+        torch._foreach_add_(moms, grads, alpha=-(1.0 - mom))
+        signs = torch._foreach_sign(moms)
+        torch._foreach_mul_(params, 1.0 - lr * _f32(group["wd_lh"]))
+        torch._foreach_add_(params, signs, alpha=lr)
 
 
 class Ftrl(_MXNetOptimizer):
