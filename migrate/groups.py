@@ -84,9 +84,11 @@ def _torch_sources(torch_model, settings, mapping):
     unknown_mx = sorted(name for name in mapping if name not in settings["params"])
     missing = sorted(f"{name} -> {mapping[name]}" for name in mapping
                      if mapping[name] not in named and mapping[name] not in buffers)
-    if unknown_mx or missing:
-        raise MappingError(f"mapping does not fit: MXNet names not in the settings {unknown_mx[:10]}, torch keys "
-                           f"not in {type(torch_model).__name__} {missing[:10]}; rebuild the mapping for these models")
+    problems = ([f"MXNet names not in the settings: {unknown_mx[:10]}"] if unknown_mx else []) + (
+        [f"torch keys not in the {type(torch_model).__name__} model: {missing[:10]}"] if missing else [])
+    if problems:
+        raise MappingError(f"mapping does not fit the models ({'; '.join(problems)}); rebuild the mapping "
+                           f"from these two models")
     targets = {}
     for name in mapping:
         targets.setdefault(mapping[name], []).append(name)
