@@ -58,8 +58,13 @@ class _MXNetOptimizer(torch.optim.Optimizer):
         return params, grads, states
 
     @staticmethod
-    def _scaled(grads, group, rescale_first=True):
-        """New tensors ``clip(rescale_grad * grad)`` (MXNet's kernels clip after rescaling)."""
+    def _scaled(grads, group):
+        """``clip(rescale_grad * grad)`` (MXNet's kernels clip after rescaling); read-only.
+
+        Returns the gradients themselves (no copy) when rescale_grad is 1 and there is no clipping.
+        """
+        if group["rescale_grad"] == 1.0 and not _clips(group):
+            return grads
         out = torch._foreach_mul(grads, _f32(group["rescale_grad"]))
         _clip_(out, group)
         return out
@@ -88,11 +93,15 @@ class _MXNetOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
 
+def _clips(group):
+    """Whether MXNet clips gradients for ``group`` (clip_gradient None or <= 0 means no clipping)."""
+    return group["clip_gradient"] is not None and group["clip_gradient"] > 0
+
+
 def _clip_(tensors, group):
-    """Clip ``tensors`` in place to +-clip_gradient when it is set (MXNet: None or <= 0 means no clipping)."""
-    clip = group["clip_gradient"]
-    if clip is not None and clip > 0:
-        clip = _f32(clip)
+    """Clip ``tensors`` in place to +-clip_gradient when it is set."""
+    if _clips(group):
+        clip = _f32(group["clip_gradient"])
         torch._foreach_clamp_min_(tensors, -clip)
         torch._foreach_clamp_max_(tensors, clip)
 
@@ -160,14 +169,16 @@ class NAG(_MXNetOptimizer):
         torch._foreach_add_(step, moms)
         torch._foreach_sub_(params, moms)
         torch._foreach_add_(params, step, alpha=mom + 1.0)
-        torch._foreach_add_(clipped, params, alpha=wd)
-        torch._foreach_add_(moms, clipped, alpha=-lr)
+        torch._foreach_add_(moms, torch._foreach_add(clipped, params, alpha=wd), alpha=-lr)
 
 
 def _decayed(grads, params, group, clip=True):
     """New tensors ``rescale_grad*g + wd*w``, clipped when ``clip`` (MXNet clips after adding wd here)."""
-    out = torch._foreach_mul(grads, _f32(group["rescale_grad"]))
-    torch._foreach_add_(out, params, alpha=_f32(group["weight_decay"]))
+    if group["rescale_grad"] == 1.0:
+        out = torch._foreach_add(grads, params, alpha=_f32(group["weight_decay"]))
+    else:
+        out = torch._foreach_mul(grads, _f32(group["rescale_grad"]))
+        torch._foreach_add_(out, params, alpha=_f32(group["weight_decay"]))
     if clip:
         _clip_(out, group)
     return out
@@ -230,17 +241,16 @@ class RMSProp(_MXNetOptimizer):
             torch._foreach_mul_(gbar, gamma1)
             torch._foreach_add_(gbar, grads, alpha=1.0 - gamma1)
             denom = torch._foreach_addcmul(n, gbar, gbar, value=-1.0)
+            torch._foreach_add_(denom, _f32(group["epsilon"]))
         else:
-            denom = [t.clone() for t in n]
-        torch._foreach_add_(denom, _f32(group["epsilon"]))
+            denom = torch._foreach_add(n, _f32(group["epsilon"]))
         torch._foreach_sqrt_(denom)
-        step = torch._foreach_div(grads, denom)
         if group["centered"]:
             torch._foreach_mul_(delta, _f32(group["gamma2"]))
-            torch._foreach_add_(delta, step, alpha=-lr)
+            torch._foreach_addcdiv_(delta, grads, denom, value=-lr)
             torch._foreach_add_(params, delta)
         else:
-            torch._foreach_add_(params, step, alpha=-lr)
+            torch._foreach_addcdiv_(params, grads, denom, value=-lr)
         if group["clip_weights"]:
             clip = _f32(group["clip_weights"])
             torch._foreach_clamp_min_(params, -clip)
@@ -264,9 +274,12 @@ class AdaGrad(_MXNetOptimizer):
         torch._foreach_addcmul_(history, grads, grads)
         denom = torch._foreach_add(history, group["eps"])
         torch._foreach_sqrt_(denom)
-        div = torch._foreach_div(grads, denom)
-        torch._foreach_add_(div, params, alpha=wd)
-        torch._foreach_add_(params, div, alpha=-lr)
+        if wd:
+            div = torch._foreach_div(grads, denom)
+            torch._foreach_add_(div, params, alpha=wd)
+            torch._foreach_add_(params, div, alpha=-lr)
+        else:
+            torch._foreach_addcdiv_(params, grads, denom, value=-lr)
 
 
 class AdaDelta(_MXNetOptimizer):
@@ -315,15 +328,17 @@ class Adamax(_MXNetOptimizer):
         torch._foreach_add_(means, grads, alpha=1.0 - beta1)
         torch._foreach_mul_(norms, group["beta2"])
         torch._foreach_maximum_(norms, torch._foreach_abs(grads))
-        update = torch._foreach_div(means, norms)
-        torch._foreach_mul_(update, [-(group["lr"] / (1.0 - beta1 ** s["step"])) for s in states])
-        torch._foreach_add_(params, update)
+        steps = [-(group["lr"] / (1.0 - beta1 ** s["step"])) for s in states]
+        torch._foreach_addcdiv_(params, means, norms, steps)
 
 
 def _python_decayed(grads, params, group):
     """``clip(g*rescale_grad + wd*w)`` computed as MXNet's python optimizers do (double scalars)."""
-    out = torch._foreach_mul(grads, group["rescale_grad"])
-    torch._foreach_add_(out, torch._foreach_mul(params, group["weight_decay"]))
+    if group["rescale_grad"] == 1.0:
+        out = torch._foreach_add(grads, params, alpha=group["weight_decay"])
+    else:
+        out = torch._foreach_mul(grads, group["rescale_grad"])
+        torch._foreach_add_(out, params, alpha=group["weight_decay"])
     _clip_(out, group)
     return out
 
@@ -388,27 +403,28 @@ class Nadam(_MXNetOptimizer):
         return loss
 
     def _update_all(self, entries, schedule):
-        _, groups, params, grads, states = (list(column) for column in zip(*entries))
-        grads = torch._foreach_mul(grads, [g["rescale_grad"] for g in groups])
-        torch._foreach_add_(grads, torch._foreach_mul(params, [g["weight_decay"] for g in groups]))
-        for grad, group in zip(grads, groups):
-            _clip_([grad], group)
+        """Apply the update group by group (foreach), each parameter with its own schedule values."""
+        by_group = {}
+        for (_, group, param, grad, state), values in zip(entries, schedule):
+            by_group.setdefault(id(group), (group, []))[1].append((param, grad, state, values))
+        for group, items in by_group.values():
+            self._update_group(group, *(list(column) for column in zip(*items)))
+
+    @staticmethod
+    def _update_group(group, params, grads, states, schedule):
+        beta1, beta2 = group["beta1"], group["beta2"]
+        grads = _python_decayed(grads, params, group)
         means, variances = _buffers(states, "mean"), _buffers(states, "var")
-        torch._foreach_mul_(means, [g["beta1"] for g in groups])
-        torch._foreach_add_(means, torch._foreach_mul(grads, [1.0 - g["beta1"] for g in groups]))
-        torch._foreach_mul_(variances, [g["beta2"] for g in groups])
-        torch._foreach_add_(variances, torch._foreach_mul(torch._foreach_mul(
-            grads, [1.0 - g["beta2"] for g in groups]), grads))
-        grad_prime = torch._foreach_div(grads, [1.0 - s[2] for s in schedule])
-        m_prime = torch._foreach_div(means, [1.0 - s[3] for s in schedule])
-        denom = torch._foreach_div(variances, [1.0 - pow(g["beta2"], s["step"]) for g, s in zip(groups, states)])
+        torch._foreach_mul_(means, beta1)
+        torch._foreach_add_(means, grads, alpha=1.0 - beta1)
+        torch._foreach_mul_(variances, beta2)
+        torch._foreach_addcmul_(variances, grads, grads, value=1.0 - beta2)
+        denom = torch._foreach_div(variances, [1.0 - pow(beta2, s["step"]) for s in states])
         torch._foreach_sqrt_(denom)
-        torch._foreach_add_(denom, [g["epsilon"] for g in groups])
-        torch._foreach_mul_(grad_prime, [1.0 - s[0] for s in schedule])
-        torch._foreach_add_(grad_prime, torch._foreach_mul(m_prime, [s[1] for s in schedule]))
-        torch._foreach_mul_(grad_prime, [g["lr"] for g in groups])
-        torch._foreach_div_(grad_prime, denom)
-        torch._foreach_sub_(params, grad_prime)
+        torch._foreach_add_(denom, group["epsilon"])
+        m_bar = torch._foreach_mul(grads, [(1.0 - m[0]) / (1.0 - m[2]) for m in schedule])
+        torch._foreach_add_(m_bar, torch._foreach_mul(means, [m[1] / (1.0 - m[3]) for m in schedule]))
+        torch._foreach_addcdiv_(params, m_bar, denom, value=-group["lr"])
 
 
 class LAMB(_MXNetOptimizer):
@@ -445,13 +461,8 @@ class LAMB(_MXNetOptimizer):
 
 
 def _f32_norms(tensors):
-    """L2 norms as MXNet's multi_sum_sq gives them: squares summed one by one into a float32, sqrt in float32."""
-    norms = []
-    for tensor in tensors:
-        squares = (tensor * tensor).reshape(-1).to(torch.float32).cpu().numpy()
-        total = np.cumsum(squares, dtype=np.float32)[-1] if squares.size else np.float32(0)
-        norms.append(float(np.sqrt(np.float32(total))))
-    return norms
+    """L2 norms rounded to float32, as MXNet's multi_sum_sq stores them."""
+    return [_f32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
 
 
 def _trust_steps(params, direction, group):
@@ -496,7 +507,8 @@ class Signum(_MXNetOptimizer):
         torch._foreach_add_(moms, params, alpha=-(1.0 - mom) * wd)
         torch._foreach_add_(moms, grads, alpha=-(1.0 - mom))
         signs = torch._foreach_sign(moms)
-        torch._foreach_mul_(params, 1.0 - lr * _f32(group["wd_lh"]))
+        if group["wd_lh"]:
+            torch._foreach_mul_(params, 1.0 - lr * _f32(group["wd_lh"]))
         torch._foreach_add_(params, signs, alpha=lr)
 
 
@@ -523,9 +535,19 @@ class Ftrl(_MXNetOptimizer):
         torch._foreach_div_(sigma, lr)
         torch._foreach_add_(zs, grads)
         torch._foreach_sub_(zs, sigma)
-        for param, z, root in zip(params, zs, new_sqrt):
-            shrunk = (torch.sign(z) * lamda1 - z) / ((beta + root) / lr + wd)
-            param.copy_(shrunk * (z.abs() > lamda1))
+        shrunk = torch._foreach_sign(zs)
+        torch._foreach_mul_(shrunk, lamda1)
+        torch._foreach_sub_(shrunk, zs)
+        torch._foreach_add_(new_sqrt, beta)
+        torch._foreach_div_(new_sqrt, lr)
+        torch._foreach_add_(new_sqrt, wd)
+        torch._foreach_div_(shrunk, new_sqrt)
+        keep = torch._foreach_abs(zs)  # 1 where |z| > lamda1, else 0: sign(max(|z| - lamda1, 0))
+        torch._foreach_sub_(keep, lamda1)
+        torch._foreach_clamp_min_(keep, 0.0)
+        torch._foreach_sign_(keep)
+        torch._foreach_mul_(shrunk, keep)
+        torch._foreach_copy_(params, shrunk)
 
 
 OPTIMIZERS = {"sgd": SGD, "nag": NAG, "adam": Adam, "rmsprop": RMSProp, "adagrad": AdaGrad,
