@@ -1,0 +1,49 @@
+"""The exceptions gluon_lr raises. Each names the object at fault, what was expected, what was received, and the fix.
+
+Every class subclasses ``LrTrainerError`` and one builtin (``ValueError``, ``KeyError`` or ``TypeError``), so callers
+can catch either. Add one class per kind of failure.
+"""
+
+
+class LrTrainerError(Exception):
+    """Base class of every error raised by gluon_lr."""
+
+
+class MultiplierError(LrTrainerError, ValueError):
+    """A learning-rate or weight-decay multiplier is negative, NaN, infinite or not a number."""
+
+
+class PatternError(LrTrainerError, ValueError):
+    """A rule's selector is not a valid glob, regex or layer kind."""
+
+
+class RuleMatchError(LrTrainerError, ValueError):
+    """A rule selects no parameter, or selects by a layer kind that cannot be known from the given params."""
+
+
+class UnknownParameterError(LrTrainerError, KeyError):
+    """A parameter name is not one of the trainer's parameters."""
+
+    def __str__(self):
+        """Show the message as written (KeyError would wrap it in quotes)."""
+        return str(self.args[0]) if self.args else ""
+
+
+class DuplicateParameterError(LrTrainerError, ValueError):
+    """Two different Parameter objects share one name."""
+
+
+class ParamsTypeError(LrTrainerError, TypeError):
+    """``params`` (or a multiplier mapping) is not of an accepted type."""
+
+
+class KVStoreConfigError(LrTrainerError, ValueError):
+    """The kvstore and update_on_kvstore arguments contradict each other."""
+
+
+class SettingsFileError(LrTrainerError, ValueError):
+    """A settings file is missing, unreadable, corrupt, of another format, or of an unsupported version."""
+
+
+class StatesFileError(LrTrainerError, ValueError):
+    """A trainer states file is missing, corrupt, foreign, or does not fit this trainer."""

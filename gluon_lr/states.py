@@ -1,0 +1,146 @@
+"""The trainer states file: MXNet's optimizer states plus the multiplier table by parameter name.
+
+Layout: the magic line ``GLUON-LR-STATES\\n``, an 8-byte big-endian length, a UTF-8 JSON header of that length
+(format, schema_version, and per parameter in index order: name, shape, lr_mult, wd_mult), then the bytes MXNet's
+``Trainer.save_states`` writes (a pickle of the updater's states and the optimizer).
+
+States are matched to parameters BY NAME when loading, so a trainer whose parameters are ordered differently, or
+that lacks some of them, still gets each parameter's own state.
+"""
+import json
+import pickle
+
+from mxnet import nd
+
+from .errors import StatesFileError
+from .settings import atomic_write
+
+__all__ = ["MAGIC", "write_states", "read_states", "remap_states"]
+
+MAGIC = b"GLUON-LR-STATES\n"
+_FORMAT = "gluon-lr-states"
+_SCHEMA_VERSION = 1
+
+
+def write_states(path, header_params: list, mx_states: bytes) -> None:
+    """Write a states file atomically (temp file in the same folder, then ``os.replace``).
+
+    Args:
+        path: Destination.
+        header_params: One dict per parameter in index order: name, shape, lr_mult, wd_mult.
+        mx_states: The bytes of MXNet's own states file.
+
+    Raises:
+        StatesFileError: the folder is missing or not writable.
+
+    Example:
+        >>> write_states("trainer.states", [{"name": "w", "shape": [2], "lr_mult": 0.1, "wd_mult": 1.0}], raw)
+    """
+    header = json.dumps({"format": _FORMAT, "schema_version": _SCHEMA_VERSION, "params": header_params}).encode()
+    atomic_write(path, MAGIC + len(header).to_bytes(8, "big") + header + mx_states, error=StatesFileError)
+
+
+def read_states(path) -> tuple:
+    """Read a states file written by ``write_states``.
+
+    Args:
+        path: The file.
+
+    Returns:
+        ``(header_params, mx_states)``: the per-parameter header list and MXNet's states bytes.
+
+    Raises:
+        StatesFileError: the file is missing, not a gluon-lr states file (e.g. a stock ``Trainer.save_states``
+            file), truncated, or of an unsupported version.
+
+    Example:
+        >>> params, raw = read_states("trainer.states")
+    """
+    try:
+        with open(path, "rb") as source:
+            data = source.read()
+    except OSError as exc:
+        raise StatesFileError(f"Cannot read states file {str(path)!r}: {exc.strerror}; pass the path written by "
+                              f"LrTrainer.save_states.") from None
+    if not data.startswith(MAGIC):
+        raise StatesFileError(f"File {str(path)!r} is not a gluon-lr states file (it does not start with {MAGIC!r}); "
+                              f"a stock gluon.Trainer.save_states file holds no multipliers: load it with "
+                              f"gluon.Trainer.load_states, or save it again with LrTrainer.save_states.")
+    try:
+        size = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "big")
+        header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + size].decode())
+        params = [{"name": str(p["name"]), "shape": list(p["shape"]), "lr_mult": float(p["lr_mult"]),
+                   "wd_mult": float(p["wd_mult"])} for p in header["params"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StatesFileError(f"States file {str(path)!r} has a corrupt header ({type(exc).__name__}: {exc}); the "
+                              f"file is damaged or truncated: save the states again.") from None
+    if header.get("format") != _FORMAT or header.get("schema_version") != _SCHEMA_VERSION:
+        raise StatesFileError(f"States file {str(path)!r} is {header.get('format')!r} version "
+                              f"{header.get('schema_version')!r}; this gluon_lr reads {_FORMAT!r} version "
+                              f"{_SCHEMA_VERSION}: save the states again with this version.")
+    return params, data[len(MAGIC) + 8 + size:]
+
+
+def _arrays(state) -> list:
+    """The NDArrays in one parameter's optimizer state (nested tuples/lists)."""
+    if isinstance(state, nd.NDArray):
+        return [state]
+    if isinstance(state, (list, tuple)):
+        return [arr for item in state for arr in _arrays(item)]
+    return []
+
+
+def _unpickle(path, mx_states: bytes) -> tuple:
+    """(states dict, optimizer or None) from MXNet's states bytes."""
+    try:
+        loaded = pickle.loads(mx_states)
+    except Exception as exc:  # pickle raises many types on corrupt input
+        raise StatesFileError(f"States file {str(path)!r}: the MXNet optimizer states are corrupt "
+                              f"({type(exc).__name__}: {exc}); save the states again.") from None
+    states, optimizer = loaded if isinstance(loaded, tuple) and len(loaded) == 2 else (loaded, None)
+    if not isinstance(states, dict):
+        raise StatesFileError(f"States file {str(path)!r}: expected MXNet optimizer states (a dict index -> state), "
+                              f"got {type(states).__name__}; save the states again with LrTrainer.save_states.")
+    return states, optimizer
+
+
+def remap_states(path, mx_states: bytes, old_names: list, new_params: list) -> bytes:
+    """Re-key MXNet's index-keyed optimizer states from the file's parameter order to the trainer's, by name.
+
+    States of names the trainer lacks are dropped; update counts (Adam's bias correction) follow their parameter.
+
+    Args:
+        path: The states file (named in errors).
+        mx_states: MXNet's states bytes from the file.
+        old_names: Parameter names in the file's index order.
+        new_params: The trainer's Parameters in its index order.
+
+    Returns:
+        MXNet states bytes keyed by the trainer's indices.
+
+    Raises:
+        StatesFileError: the bytes are corrupt, or a state's shape does not fit the parameter of the same name.
+
+    Example:
+        >>> raw = remap_states(path, raw, [p["name"] for p in header], trainer._params)
+    """
+    states, optimizer = _unpickle(path, mx_states)
+    new_index = {param.name: i for i, param in enumerate(new_params)}
+    moved = {}
+    for old, state in states.items():
+        name = old_names[old] if isinstance(old, int) and 0 <= old < len(old_names) else None
+        if name not in new_index:
+            continue
+        param = new_params[new_index[name]]
+        bad = [arr.shape for arr in _arrays(state) if param.shape and arr.shape != tuple(param.shape)]
+        if bad:
+            raise StatesFileError(f"States file {str(path)!r}: the state of {name!r} has shape {bad[0]}, the "
+                                  f"parameter has {tuple(param.shape)}; the model changed: load matching states.")
+        moved[new_index[name]] = state
+    if optimizer is not None:
+        counts = getattr(optimizer, "_all_index_update_counts", {})
+        for device, table in counts.items():
+            counts[device] = {new_index[old_names[i]]: n for i, n in table.items()
+                              if isinstance(i, int) and i < len(old_names) and old_names[i] in new_index}
+        optimizer._index_update_count = counts.get(0, {})
+    return pickle.dumps((moved, optimizer) if optimizer is not None else moved)

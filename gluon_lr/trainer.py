@@ -1,0 +1,379 @@
+"""LrTrainer: a ``gluon.Trainer`` whose per-parameter lr_mult/wd_mult live in one table that holds everywhere."""
+import os
+import tempfile
+import types
+import warnings
+from typing import Mapping
+
+import mxnet as mx
+import numpy as np
+from mxnet import gluon
+
+from . import rules as _rules
+from . import settings as _settings
+from . import states as _states
+from .explain import Explanation
+from .errors import KVStoreConfigError, MultiplierError, ParamsTypeError, UnknownParameterError
+
+__all__ = ["LrTrainer"]
+
+#: Attributes stored on each Parameter: the multipliers an LrTrainer last applied, and the user's own before that.
+_APPLIED, _OWN = "_gluon_lr_applied", "_gluon_lr_own"
+#: Optimizers that break at lr 0 (lr_mult 0), and how; freeze such parameters with grad_req='null' instead.
+_ZERO_LR_BREAKS = {"ftrl": "sets the weights to 0 (it divides by lr)",
+                   "ftml": "makes the weights NaN (it divides by lr)",
+                   "sgld": "fails in its noise sampler (scale sqrt(lr) must be > 0)"}
+#: MXNet's aggregated ``multi_*`` update operators abort the process with more than 60 tensors in one call.
+_MAX_AGGREGATE = 60
+
+
+def _own_multipliers(param: gluon.Parameter) -> tuple:
+    """The Parameter's own (lr_mult, wd_mult): what the user set, not what an earlier LrTrainer applied to it."""
+    current = (param.lr_mult, param.wd_mult)
+    own = getattr(param, _OWN) if getattr(param, _APPLIED, None) == current else current
+    return (_rules.check_multiplier(own[0], f"Parameter {param.name!r}.lr_mult"),
+            _rules.check_multiplier(own[1], f"Parameter {param.name!r}.wd_mult"))
+
+
+class LrTrainer(gluon.Trainer):
+    """A ``gluon.Trainer`` that resolves every parameter's lr_mult and wd_mult into one table and applies it.
+
+    Each parameter's multipliers are resolved from, lowest precedence first:
+
+    1. the Parameter's own ``lr_mult``/``wd_mult`` attributes when the trainer is built;
+    2. the ``rules``, in order: a later rule overrides an earlier one for the parameters both select;
+    3. explicit ``set_lr_mult`` / ``set_wd_mult`` calls (and tables restored by ``load_states``).
+
+    The resolved table is applied as ONE dictionary every time it changes: to each Parameter's attributes (what
+    Gluon's optimizer reads through ``param_dict``) and, index-keyed, to the optimizer's ``lr_mult``/``wd_mult``
+    tables (what holds where the optimizer has no ``param_dict``: kvstore servers, states files).
+
+    Args:
+        params: A Block (or list of Blocks: layer kinds such as ``'depthwise'`` are then known), a ParameterDict,
+            a list of ParameterDicts (merged), or a list of Parameters. See ``gluon_lr.rules.collect_params``.
+        optimizer: An optimizer name or ``mx.optimizer.Optimizer``, as for ``gluon.Trainer``.
+        optimizer_params: Keyword arguments of the optimizer, as for ``gluon.Trainer``.
+        kvstore: As for ``gluon.Trainer``. A string with one context and ``update_on_kvstore=True`` works here
+            (stock Trainer crashes); the kvstore is then created for that one context.
+        compression_params: As for ``gluon.Trainer``.
+        update_on_kvstore: As for ``gluon.Trainer``.
+        rules: ``gluon_lr.Rule`` objects, applied in order.
+
+    Raises:
+        ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type.
+        DuplicateParameterError: two different Parameters share a name.
+        RuleMatchError: a rule selects nothing, or selects by a kind that needs the Block.
+        MultiplierError: a Parameter carries an invalid lr_mult/wd_mult, or lr_mult is 0 under FTRL, FTML or SGLD
+            (they break at lr 0: freeze with grad_req='null' instead).
+        KVStoreConfigError: ``update_on_kvstore=True`` with ``kvstore=None``.
+
+    Example:
+        >>> net = mx.gluon.model_zoo.vision.resnet18_v1(classes=10)
+        >>> net.initialize()
+        >>> trainer = LrTrainer(net, "sgd", {"learning_rate": 0.1, "momentum": 0.9},
+        ...                     rules=[Rule("*", lr_mult=0.1), Rule("resnetv10_dense0_*", lr_mult=1.0),
+        ...                            Rule("norm", wd_mult=0.0), Rule("bias", wd_mult=0.0)])
+        >>> trainer.set_lr_mult({"resnetv10_conv0_weight": 0.0})
+        >>> print(trainer.explain())
+
+    Note:
+        Change multipliers with ``set_lr_mult``/``set_wd_mult``: a direct edit of ``Parameter.lr_mult`` after the
+        trainer is built is overwritten the next time the table is applied, and never reaches kvstore servers.
+        Mixed float16 parameters with ``multi_precision=True`` keep float32 master weights (MXNet's behaviour).
+    """
+
+    def __init__(self, params, optimizer, optimizer_params=None, kvstore="device", compression_params=None,
+                 update_on_kvstore=None, rules=()):
+        if not isinstance(rules, (list, tuple)):
+            raise ParamsTypeError(f"rules must be a list of gluon_lr.Rule, got {type(rules).__name__}; "
+                                  f"pass e.g. rules=[Rule('*_bias', wd_mult=0.0)].")
+        if kvstore is None and update_on_kvstore:
+            raise KVStoreConfigError("update_on_kvstore=True needs a kvstore, got kvstore=None; pass kvstore='device' "
+                                     "(or 'local'), or leave update_on_kvstore=None to update on the workers.")
+        param_list, kinds = _rules.collect_params(params)
+        matched = _rules.match_rules(rules, kinds)
+        base = {p.name: _own_multipliers(p) for p in param_list}
+        super().__init__(param_list, optimizer, optimizer_params, kvstore, compression_params, update_on_kvstore)
+        self._names = [p.name for p in self._params]
+        self._kinds = kinds
+        self._base = base
+        self._rules = tuple(rules)
+        self._matched = matched
+        self._explicit = {"lr_mult": {}, "wd_mult": {}}
+        self._table = self._resolve(self._explicit)
+        self._check_table(self._table)
+        self._apply_table()
+
+    # ----------------------------------------------------------------------------------------------- the table
+    @property
+    def lr_mult(self) -> Mapping[str, float]:
+        """Read-only mapping name -> resolved lr_mult, in the optimizer's index order."""
+        return types.MappingProxyType({name: entry.lr_mult for name, entry in self._table.items()})
+
+    @property
+    def wd_mult(self) -> Mapping[str, float]:
+        """Read-only mapping name -> resolved wd_mult, in the optimizer's index order."""
+        return types.MappingProxyType({name: entry.wd_mult for name, entry in self._table.items()})
+
+    @property
+    def rules(self) -> tuple:
+        """The rules given to the constructor, in order."""
+        return self._rules
+
+    def set_lr_mult(self, lr_mult: Mapping[str, float], replace: bool = False) -> None:
+        """Set explicit learning-rate multipliers; they override rules and Parameter attributes.
+
+        Args:
+            lr_mult: name -> multiplier (finite, >= 0). Names are the trainer's parameter names.
+            replace: If True, clear earlier explicit lr multipliers first (rules and attributes stay).
+                If False (default), earlier calls are kept: ``set_lr_mult({'a': .1}); set_lr_mult({'b': .1})``
+                keeps both.
+
+        Raises:
+            ParamsTypeError: ``lr_mult`` is not a mapping with string keys.
+            UnknownParameterError: a name is not one of the trainer's parameters (the nearest names are listed).
+            MultiplierError: a value is negative, NaN, infinite or not a number; or 0 under FTRL, FTML, SGLD.
+            On any error the table is left exactly as it was.
+
+        Example:
+            >>> trainer.set_lr_mult({"dense0_weight": 10.0, "dense0_bias": 10.0})
+        """
+        self._set_explicit("lr_mult", lr_mult, replace)
+
+    def set_wd_mult(self, wd_mult: Mapping[str, float], replace: bool = False) -> None:
+        """Set explicit weight-decay multipliers; they override rules and Parameter attributes.
+
+        Args:
+            wd_mult: name -> multiplier (finite, >= 0).
+            replace: If True, clear earlier explicit wd multipliers first; if False (default) keep them.
+
+        Raises:
+            ParamsTypeError: ``wd_mult`` is not a mapping with string keys.
+            UnknownParameterError: a name is not one of the trainer's parameters (the nearest names are listed).
+            MultiplierError: a value is negative, NaN, infinite or not a number.
+            On any error the table is left exactly as it was.
+
+        Example:
+            >>> trainer.set_wd_mult({"dense0_bias": 0.0})
+        """
+        self._set_explicit("wd_mult", wd_mult, replace)
+
+    def _set_explicit(self, field: str, values: Mapping[str, float], replace: bool, source: str = "") -> None:
+        """Validate ``values`` completely, then resolve and apply the new table (all or nothing)."""
+        checked = self._checked_values(f"set_{field}", values, field)
+        explicit = {key: dict(table) for key, table in self._explicit.items()}
+        if replace:
+            explicit[field].clear()
+        explicit[field].update({name: (value, source or f"set_{field}") for name, value in checked.items()})
+        table = self._resolve(explicit)
+        self._check_table(table)
+        self._explicit, self._table = explicit, table
+        self._apply_table()
+
+    def _checked_values(self, what: str, values, field: str) -> dict:
+        """name -> float after checking the mapping's type, every name and every value."""
+        if not isinstance(values, Mapping) or not all(isinstance(k, str) for k in values):
+            raise ParamsTypeError(f"{what} expects a mapping of parameter name (str) -> float, got "
+                                  f"{type(values).__name__} {values!r:.80}; pass e.g. {{'{self._names[0]}': 0.1}}.")
+        unknown = [name for name in values if name not in self._table]
+        if unknown:
+            near = {name: _rules._nearest(name, self._names)[:3] for name in unknown[:5]}
+            raise UnknownParameterError(f"{what}: {len(unknown)} unknown parameter name(s) {unknown[:5]}; this "
+                                        f"trainer has {len(self._names)} parameters, nearest names: {near}. "
+                                        f"Use names from trainer.{field}.keys().")
+        return {name: _rules.check_multiplier(v, f"{what}: {field} of {name!r}") for name, v in values.items()}
+
+    def _resolve(self, explicit) -> dict:
+        """The resolved table for the given explicit values (see ``gluon_lr.rules.resolve``)."""
+        return _rules.resolve(self._names, self._base, self._rules, self._matched, explicit)
+
+    def _check_table(self, table) -> None:
+        """Refuse lr_mult 0 under optimizers that break at lr 0 (FTRL, FTML, SGLD)."""
+        name = type(self._optimizer).__name__.lower()
+        zeros = [param for param, entry in table.items() if entry.lr_mult == 0 and name in _ZERO_LR_BREAKS]
+        if zeros:
+            raise MultiplierError(f"lr_mult 0 for {zeros[:5]} under optimizer {name!r}, which {_ZERO_LR_BREAKS[name]}; "
+                                  f"freeze these parameters with grad_req='null' instead, or use a small lr_mult.")
+
+    def _apply_table(self) -> None:
+        """Push the resolved table everywhere MXNet reads it, as one dictionary each.
+
+        - each Parameter's ``lr_mult``/``wd_mult`` (read first by Gluon's optimizer through ``param_dict``);
+        - every optimizer object this trainer holds (its own, its updaters', a local kvstore's), index-keyed via
+          ``set_lr_mult``/``set_wd_mult`` with the FULL table, since those calls rebuild the dict from scratch.
+          The index-keyed table is what a dist kvstore server sees: it receives the optimizer pickled without
+          ``param_dict`` when the kvstore is initialised (the first step). Pushing LATER changes to dist servers is
+          not done here (re-sending the optimizer would reset the servers' states).
+        """
+        lr = {i: self._table[name].lr_mult for i, name in enumerate(self._names)}
+        wd = {i: self._table[name].wd_mult for i, name in enumerate(self._names)}
+        for i, param in enumerate(self._params):
+            if getattr(param, _APPLIED, None) != (param.lr_mult, param.wd_mult):
+                setattr(param, _OWN, (param.lr_mult, param.wd_mult))
+            param.lr_mult, param.wd_mult = lr[i], wd[i]
+            setattr(param, _APPLIED, (lr[i], wd[i]))
+        for optimizer in self._optimizers():
+            optimizer.set_lr_mult(dict(lr))
+            optimizer.set_wd_mult(dict(wd))
+
+    def _optimizers(self) -> list:
+        """Every distinct optimizer object this trainer (and a local kvstore) holds."""
+        found = [self._optimizer] + [updater.optimizer for updater in self._updaters]
+        kvstore = getattr(self, "_kvstore", None)
+        kv_updater = getattr(kvstore, "_updater", None) if kvstore else None
+        if kv_updater is not None:
+            found.append(kv_updater.optimizer)
+        unique = {id(optimizer): optimizer for optimizer in found}
+        return list(unique.values())
+
+    # ---------------------------------------------------------------------------------- optimizer and kvstore
+    def _init_optimizer(self, optimizer, optimizer_params):
+        """Create the optimizer as Gluon does, then cap its aggregation size."""
+        super()._init_optimizer(optimizer, optimizer_params)
+        self._cap_aggregation()
+
+    def _cap_aggregation(self) -> None:
+        """Cap ``aggregate_num`` of every optimizer at 60: MXNet's ``multi_*`` updates abort above that."""
+        for optimizer in self._optimizers():
+            optimizer.aggregate_num = min(optimizer.aggregate_num, _MAX_AGGREGATE)
+
+    def _init_kvstore(self):
+        """Create the kvstore as Gluon does, but make one context + kvstore string + update_on_kvstore=True work.
+
+        Stock Gluon drops the kvstore for a single context and then calls ``None.is_capable``; here the kvstore is
+        created explicitly for that case. The table is re-applied afterwards (a kvstore may hold the optimizer).
+        """
+        config = self._kvstore_params
+        kvstore = config["kvstore"]
+        single = isinstance(kvstore, str) and "dist" not in kvstore and len(self._contexts) == 1
+        if single and config["update_on_kvstore"]:
+            self._kvstore_params = dict(config, kvstore=mx.kv.create(kvstore))
+        try:
+            super()._init_kvstore()
+        finally:
+            self._kvstore_params = config
+        self._cap_aggregation()
+        self._apply_table()
+
+    # ------------------------------------------------------------------------------------------------ updates
+    def _update(self, ignore_stale_grad=False):
+        """One parameter update: the single place to add a step before or after the stock update loop.
+
+        Subclasses and branches wrap ``self._apply_updates(ignore_stale_grad)`` here (e.g. snapshot weights and
+        optimizer state before, restore masked elements after). With ``update_on_kvstore=True`` the weights were
+        already updated in ``_allreduce_grads`` (push/pull on the kvstore) and ``_apply_updates`` only checks for
+        stale gradients.
+        """
+        self._apply_updates(ignore_stale_grad)
+
+    def _apply_updates(self, ignore_stale_grad=False):
+        """The stock Gluon update loop (one updater call per context)."""
+        super()._update(ignore_stale_grad)
+
+    # ------------------------------------------------------------------------------ explain, settings, states
+    def explain(self) -> Explanation:
+        """Why each parameter has its lr_mult and wd_mult: one row per parameter, in index order.
+
+        Returns:
+            An ``Explanation``: ``print()`` it for a table; ``.to_dict()`` gives name -> {shape, kinds, lr_mult,
+            lr_source, wd_mult, wd_source, shadowed}.
+
+        Example:
+            >>> print(trainer.explain())
+        """
+        return Explanation.from_table(self._params, self._table, self._kinds)
+
+    def _param_records(self) -> list:
+        """Per parameter, in index order, what the settings file holds (name, shape, dtype, multipliers, freezing)."""
+        return [{"name": name, "shape": [int(d) for d in (param.shape or ())], "dtype": np.dtype(param.dtype).name,
+                 "lr_mult": self._table[name].lr_mult, "wd_mult": self._table[name].wd_mult,
+                 "frozen": param.grad_req == "null", "masked_elements": 0}
+                for name, param in zip(self._names, self._params)]
+
+    def export_settings(self, path) -> dict:
+        """Write the settings file that ``migrate`` reads (format in the README), atomically.
+
+        Args:
+            path: Destination JSON file (replaced atomically; never a file this trainer reads).
+
+        Returns:
+            The document written.
+
+        Raises:
+            SettingsFileError: the folder is not writable, or the lr scheduler has no representation in the format.
+
+        Example:
+            >>> trainer.export_settings("out/settings.json")
+            >>> gluon_lr.load_settings("out/settings.json")["optimizer"]["name"]
+            'sgd'
+        """
+        document = _settings.settings_document(self._optimizer, self._param_records(), self._optimizer.num_update)
+        _settings.write_json_atomic(path, document)
+        return document
+
+    def save_states(self, fname) -> None:
+        """Save the optimizer states (momentum, ...) AND the multiplier table by parameter name, atomically.
+
+        Args:
+            fname: Destination file; read it back with ``LrTrainer.load_states``.
+
+        Raises:
+            StatesFileError: the folder is not writable.
+
+        Example:
+            >>> trainer.save_states("trainer.states")
+
+        Note:
+            Stock ``gluon.Trainer.save_states`` drops every lr_mult/wd_mult; this file keeps them.
+        """
+        folder = os.path.dirname(os.path.abspath(fname))
+        with tempfile.TemporaryDirectory(dir=folder if os.path.isdir(folder) else None) as tmp:
+            raw_path = os.path.join(tmp, "mx.states")
+            super().save_states(raw_path)
+            with open(raw_path, "rb") as source:
+                raw = source.read()
+        header = [{"name": r["name"], "shape": r["shape"], "lr_mult": r["lr_mult"], "wd_mult": r["wd_mult"]}
+                  for r in self._param_records()]
+        _states.write_states(fname, header, raw)
+
+    def load_states(self, fname) -> list:
+        """Load a file written by ``save_states``: optimizer states by name, and the multiplier table.
+
+        A multiplier in the file that differs from this trainer's resolution becomes an explicit value with source
+        ``load_states`` (``set_lr_mult(..., replace=True)`` clears it). The optimizer object is replaced (MXNet's
+        behaviour), so the table is re-applied to the new one.
+
+        Args:
+            fname: A file written by ``LrTrainer.save_states``.
+
+        Returns:
+            The names in the file that this trainer does not have (their states and multipliers are dropped);
+            a warning lists them too.
+
+        Raises:
+            StatesFileError: the file is missing, corrupt, foreign (e.g. a stock Trainer states file), or a state's
+                shape does not fit the parameter of the same name. The trainer is unchanged then.
+
+        Example:
+            >>> missing = trainer.load_states("trainer.states")
+        """
+        header, raw = _states.read_states(fname)
+        old_names = [p["name"] for p in header]
+        raw = _states.remap_states(fname, raw, old_names, self._params)
+        restored = {field: {p["name"]: p[field] for p in header if p["name"] in self._table
+                            and p[field] != getattr(self._table[p["name"]], field)}
+                    for field in ("lr_mult", "wd_mult")}
+        with tempfile.TemporaryDirectory() as tmp:
+            raw_path = os.path.join(tmp, "mx.states")
+            with open(raw_path, "wb") as out:
+                out.write(raw)
+            super().load_states(raw_path)
+        self._cap_aggregation()
+        for field, values in restored.items():
+            self._set_explicit(field, values, replace=False, source="load_states")
+        self._apply_table()
+        missing = [name for name in old_names if name not in self._table]
+        if missing:
+            warnings.warn(f"load_states({str(fname)!r}): {len(missing)} parameter(s) in the file are not in this "
+                          f"trainer and were skipped: {missing[:10]}")
+        return missing
