@@ -164,12 +164,13 @@ class NAG(_MXNetOptimizer):
             return
         moms = _buffers(states, "momentum_buffer")
         torch._foreach_mul_(moms, mom)
-        step = torch._foreach_add(clipped, params, alpha=wd)
-        torch._foreach_mul_(step, -lr)
-        torch._foreach_add_(step, moms)
-        torch._foreach_sub_(params, moms)
-        torch._foreach_add_(params, step, alpha=mom + 1.0)
-        torch._foreach_add_(moms, torch._foreach_add(clipped, params, alpha=wd), alpha=-lr)
+        decayed = torch._foreach_add(clipped, params, alpha=wd) if wd else clipped
+        # w - m1 + (mu+1)*(m1 - lr*gg) == w + mu*m1 - (mu+1)*lr*gg: two passes instead of four
+        torch._foreach_add_(params, moms, alpha=mom)
+        torch._foreach_add_(params, decayed, alpha=-(mom + 1.0) * lr)
+        torch._foreach_add_(moms, clipped, alpha=-lr)
+        if wd:
+            torch._foreach_add_(moms, params, alpha=-lr * wd)
 
 
 def _decayed(grads, params, group, clip=True):
