@@ -421,9 +421,9 @@ class Nadam(_MXNetOptimizer):
         denom = torch._foreach_div(variances, [1.0 - pow(beta2, s["step"]) for s in states])
         torch._foreach_sqrt_(denom)
         torch._foreach_add_(denom, group["epsilon"])
-        m_bar = torch._foreach_mul(grads, [(1.0 - m[0]) / (1.0 - m[2]) for m in schedule])
-        torch._foreach_add_(m_bar, torch._foreach_mul(means, [m[1] / (1.0 - m[3]) for m in schedule]))
-        torch._foreach_addcdiv_(params, m_bar, denom, value=-group["lr"])
+        lr = group["lr"]  # w -= lr*((1-mu_t)*g/(1-m_sched) + mu_t1*m/(1-m_sched_next)) / denom, as two addcdiv_
+        torch._foreach_addcdiv_(params, grads, denom, [-lr * (1.0 - m[0]) / (1.0 - m[2]) for m in schedule])
+        torch._foreach_addcdiv_(params, means, denom, [-lr * m[1] / (1.0 - m[3]) for m in schedule])
 
 
 class LAMB(_MXNetOptimizer):
