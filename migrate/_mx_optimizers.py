@@ -186,9 +186,8 @@ def _decayed(grads, params, group, clip=True):
 
 
 def _moments_(means, variances, grads, beta1, beta2):
-    """Adam's moment updates in place: ``m = b1*m + (1-b1)*g``, ``v = b2*v + (1-b2)*g^2``."""
-    torch._foreach_mul_(means, beta1)
-    torch._foreach_add_(means, grads, alpha=1.0 - beta1)
+    """Adam's moment updates in place: ``m = b1*m + (1-b1)*g`` (as one lerp_), ``v = b2*v + (1-b2)*g^2``."""
+    torch._foreach_lerp_(means, grads, 1.0 - beta1)
     torch._foreach_mul_(variances, beta2)
     torch._foreach_addcmul_(variances, grads, grads, value=1.0 - beta2)
 
