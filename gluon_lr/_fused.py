@@ -623,8 +623,8 @@ class FusedUpdate:
     def _unpack(self, bound: list) -> None:
         """Give the ``bound`` members their original arrays back (weights copied in); leave the fast path for good.
 
-        The other members keep their views as ordinary arrays: the graphs that run them write those (e.g. packed when
-        the trainer was built, before the graph; the others were packed at the first update, after it).
+        The other members keep their views as ordinary arrays: those are what their graphs write (e.g. parameters
+        packed when the trainer was built, before the graph existed, beside deferred ones packed at the first update).
         """
         warnings.warn("LrTrainer: a static_alloc graph (hybridize(static_alloc=True)) was built before the fast "
                       "update path packed the parameters, so backward writes the original gradient arrays; the "
