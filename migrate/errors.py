@@ -27,3 +27,26 @@ class UnsupportedOptimizerError(MigrateError, ValueError):
 
 class StateConversionError(MigrateError, ValueError):
     """MXNet optimizer states do not fit the torch optimizer or model (names the parameter)."""
+
+
+class InputShapeError(MigrateError, ValueError):
+    """An input shape or dtype is malformed, or a model rejects it (names the model and the shapes)."""
+
+
+class ModelTypeError(MigrateError, TypeError):
+    """A model argument is not of a supported type (names what was received and what is accepted)."""
+
+
+class WeightShapeError(MigrateError, ValueError):
+    """A weight does not have the shape its mapped target expects (names both sides and both shapes)."""
+
+
+class MappingKeyError(MappingError, KeyError):
+    """A name asked of a ``NameMapping`` is not in it (names it and where to look)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class CliUsageError(MigrateError, ValueError):
+    """A command-line value is malformed (names the flag, what was expected and what was received)."""

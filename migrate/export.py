@@ -1,0 +1,288 @@
+"""Export an MXNet model and a PyTorch model to ONNX in memory, with parameter names kept.
+
+MXNet goes through ``mx.onnx.export_model`` (initializers named after the MXNet parameters); PyTorch through
+``torch.onnx.export(dynamo=False, training=TRAINING, do_constant_folding=False)`` (initializers named by
+``state_dict`` key; the default eval export folds BatchNorm into Conv and loses the names).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from migrate.errors import ExportError, InputFileError, InputShapeError, ModelTypeError
+
+__all__ = ["MxSource", "export_mxnet", "export_torch", "load_mxnet", "normalize_shapes"]
+
+
+@dataclass
+class MxSource:
+    """An MXNet model as a symbol plus its parameter values, whatever form the user gave it in.
+
+    Attributes:
+        symbol: the output symbol (inputs are variables named in ``input_names``).
+        params: parameter name -> ``mx.nd.NDArray`` (arguments and auxiliary states, no ``arg:``/``aux:``).
+        input_names: the data inputs of ``symbol`` in order.
+    """
+
+    symbol: object
+    params: dict
+    input_names: list = field(default_factory=list)
+
+
+def normalize_shapes(input_shapes, input_dtypes=None) -> tuple[list[tuple], list[np.dtype]]:
+    """Return ``(shapes, dtypes)`` as lists, from one shape tuple or a list of them.
+
+    Args:
+        input_shapes: ``(1, 3, 32, 32)`` or ``[(1, 3, 32, 32), (1, 10)]``.
+        input_dtypes: None (float32 for all), one dtype, or one per input.
+
+    Returns:
+        A list of shape tuples and a list of numpy dtypes of the same length.
+
+    Raises:
+        InputShapeError: a shape is empty or holds something other than positive integers.
+
+    Example:
+        >>> normalize_shapes((1, 3, 8, 8))
+        ([(1, 3, 8, 8)], [dtype('float32')])
+    """
+    shapes = input_shapes
+    if isinstance(shapes, tuple) and all(isinstance(d, (int, np.integer)) for d in shapes):
+        shapes = [shapes]
+    shapes = [tuple(s) for s in shapes]
+    for s in shapes:
+        if not s or not all(isinstance(d, (int, np.integer)) and d > 0 for d in s):
+            raise InputShapeError(f"input shape {s!r}: expected a tuple of positive integers such as (1, 3, 32, 32); "
+                                  f"received {input_shapes!r}; pass one shape tuple or a list of them")
+    dtypes = input_dtypes if isinstance(input_dtypes, (list, tuple)) else [input_dtypes] * len(shapes)
+    if len(dtypes) != len(shapes):
+        raise InputShapeError(f"input_dtypes: expected {len(shapes)} dtypes (one per input shape), received "
+                              f"{len(dtypes)}; give one dtype per shape or a single dtype for all")
+    return shapes, [np.dtype(d if d is not None else np.float32) for d in dtypes]
+
+
+def load_mxnet(mx_model, shapes, dtypes) -> MxSource:
+    """Return the symbol and parameters of ``mx_model`` (a HybridBlock or ``(symbol_json, params)`` paths).
+
+    Args:
+        mx_model: an initialized ``mxnet.gluon.HybridBlock`` or a tuple ``(symbol_json_path, params_path)``.
+        shapes: input shapes (used to finish deferred initialization of a block).
+        dtypes: input dtypes.
+
+    Returns:
+        An ``MxSource``.
+
+    Raises:
+        InputFileError: a file is missing or is not an MXNet symbol / params file.
+        TypeError: ``mx_model`` is neither form.
+
+    Example:
+        >>> src = load_mxnet(("net-symbol.json", "net-0000.params"), [(1, 3, 32, 32)], [np.float32])  # doctest: +SKIP
+    """
+    import mxnet as mx
+    if isinstance(mx_model, (tuple, list)) and len(mx_model) == 2:
+        return _load_mx_files(str(mx_model[0]), str(mx_model[1]))
+    if isinstance(mx_model, mx.gluon.HybridBlock):
+        return _load_mx_block(mx_model, shapes, dtypes)
+    raise ModelTypeError(f"mx_model: expected an initialized mxnet.gluon.HybridBlock or a tuple "
+                               f"(symbol_json_path, params_path); received {type(mx_model).__name__}; "
+                               f"a plain gluon.Block cannot be exported: make it a HybridBlock")
+
+
+def _load_mx_files(sym_path: str, params_path: str) -> MxSource:
+    import mxnet as mx
+    for path, what in ((sym_path, "symbol JSON"), (params_path, "params")):
+        if not os.path.isfile(path):
+            raise InputFileError(f"MXNet {what} file {path!r}: not found; give the path of an existing file "
+                                 f"(Gluon's HybridBlock.export writes NAME-symbol.json and NAME-0000.params)")
+    try:
+        symbol = mx.sym.load(sym_path)
+    except Exception as exc:  # mxnet raises MXNetError or json errors
+        raise InputFileError(f"MXNet symbol file {sym_path!r}: expected a symbol JSON written by "
+                             f"HybridBlock.export or Symbol.save; could not parse it ({_first_line(exc)})") from None
+    try:
+        raw = mx.nd.load(params_path)
+    except Exception as exc:
+        raise InputFileError(f"MXNet params file {params_path!r}: expected an NDArray dict written by "
+                             f"HybridBlock.export or mx.nd.save; could not read it ({_first_line(exc)})") from None
+    if not isinstance(raw, dict):
+        raise InputFileError(f"MXNet params file {params_path!r}: expected a dict of named arrays, received a "
+                             f"list of {len(raw)} unnamed arrays; save with mx.nd.save(path, dict)")
+    params = {k.split(":", 1)[1] if k.startswith(("arg:", "aux:")) else k: v for k, v in raw.items()}
+    inputs = [n for n in symbol.list_inputs() if n not in params]
+    return MxSource(symbol, params, inputs)
+
+
+def _load_mx_block(block, shapes, dtypes) -> MxSource:
+    import mxnet as mx
+    names = ["data"] if len(shapes) == 1 else [f"data{i}" for i in range(len(shapes))]
+    params = block.collect_params()
+    try:
+        values = {p.name: p.data() for p in params.values()}
+    except mx.gluon.parameter.DeferredInitializationError:
+        _forward_block(block, shapes, dtypes)
+        values = {p.name: p.data() for p in params.values()}
+    except RuntimeError as exc:
+        raise ModelTypeError(f"MXNet block {type(block).__name__}: parameters are not initialized "
+                                   f"({_first_line(exc)}); call block.initialize() first") from None
+    try:
+        symbol = block(*[mx.sym.var(n) for n in names])
+    except TypeError as exc:
+        raise InputShapeError(f"MXNet block {type(block).__name__} does not take {len(names)} input(s) "
+                              f"({_first_line(exc)}); give one shape per input of its hybrid_forward") from None
+    if isinstance(symbol, (list, tuple)):
+        symbol = mx.sym.Group(list(symbol))
+    return MxSource(symbol, values, names)
+
+
+def _forward_block(block, shapes, dtypes) -> None:
+    import mxnet as mx
+    try:
+        block(*[mx.nd.zeros(s, dtype=d) for s, d in zip(shapes, dtypes)])
+    except Exception as exc:
+        raise InputShapeError(f"MXNet block {type(block).__name__} rejected input shapes {shapes}: "
+                              f"{_first_line(exc)}; give the shapes the model accepts") from None
+
+
+@contextlib.contextmanager
+def _raw_initializers():
+    """Have MXNet's exporter store weights as raw bytes: with the pure-python protobuf installed here, its
+    ``make_tensor(vals=array.flatten().tolist())`` takes minutes per few million floats (resnet18: 140 s)."""
+    import onnx.helper
+    import onnx.mapping
+    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+    originals = {v: ops["null"] for v, ops in MXNetGraph.registry_.items() if "null" in ops}
+
+    def convert_null(node, **kwargs):
+        name = node["name"]
+        if kwargs["is_input"] is not False:
+            return originals[max(originals)](node, **kwargs)
+        array = np.ascontiguousarray(kwargs["weights"][name])
+        data_type = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[array.dtype]
+        kwargs["initializer"].append(onnx.helper.make_tensor(name, data_type, array.shape, array.tobytes(), raw=True))
+        return [onnx.helper.make_tensor_value_info(name, data_type, array.shape)], (array.dtype,)
+
+    for v in originals:
+        MXNetGraph.registry_[v]["null"] = convert_null
+    try:
+        yield
+    finally:
+        for v, func in originals.items():
+            MXNetGraph.registry_[v]["null"] = func
+
+
+def export_mxnet(source: MxSource, shapes, dtypes):
+    """Return the ONNX ``ModelProto`` of an MXNet model, initializers named after MXNet parameters.
+
+    Args:
+        source: the model as loaded by ``load_mxnet``.
+        shapes: one shape per data input.
+        dtypes: one numpy dtype per data input.
+
+    Returns:
+        An ``onnx.ModelProto``.
+
+    Raises:
+        InputShapeError: the shapes do not fit the model.
+        ExportError: MXNet's exporter has no translation for an op (names it).
+
+    Example:
+        >>> model = export_mxnet(load_mxnet(net, [(1, 3, 32, 32)], [np.float32]), [(1, 3, 32, 32)], [np.float32])  # doctest: +SKIP
+    """
+    import mxnet as mx
+    import onnx
+    _check_mx_shapes(source, shapes)
+    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = os.path.join(tmp, "mx.onnx")
+        try:
+            mx.onnx.export_model(source.symbol, dict(source.params), shapes, list(dtypes), path)
+        except AttributeError as exc:
+            raise ExportError(f"MXNet ONNX export failed: {_first_line(exc)}; an op of this model has no ONNX "
+                              f"translation in mxnet {mx.__version__} (see mx.onnx's operator support "
+                              f"matrix); replace that op or write the mapping by hand") from None
+        except Exception as exc:
+            raise ExportError(f"MXNet ONNX export failed: {_first_line(exc)}; check the model exports with "
+                              f"mx.onnx.export_model on its own, then retry") from None
+        return onnx.load(path)
+
+
+def _check_mx_shapes(source: MxSource, shapes) -> None:
+    if len(shapes) != len(source.input_names):
+        raise InputShapeError(f"MXNet model: expected {len(source.input_names)} input shape(s) for inputs "
+                              f"{source.input_names}, received {len(shapes)}: {shapes}; give one shape per input")
+    try:
+        known = {k: v.shape for k, v in source.params.items()}
+        with contextlib.redirect_stdout(io.StringIO()):  # mxnet prints every argument shape on failure
+            source.symbol.infer_shape(**known, **dict(zip(source.input_names, shapes)))
+    except Exception as exc:
+        raise InputShapeError(f"MXNet model rejected input shapes {shapes} for inputs {source.input_names}: "
+                              f"{_first_line(exc)}; give the shapes the model accepts") from None
+
+
+def export_torch(module, shapes, dtypes):
+    """Return the ONNX ``ModelProto`` of a torch module, initializers named by ``state_dict`` key.
+
+    Args:
+        module: a ``torch.nn.Module``.
+        shapes: one shape per input.
+        dtypes: one numpy dtype per input (integer dtypes become ``torch.long``).
+
+    Returns:
+        An ``onnx.ModelProto`` exported in training mode without constant folding, so that BatchNorm stays a
+        node of its own. The module's training flag is restored afterwards.
+
+    Raises:
+        InputShapeError: the module rejects the inputs.
+        ExportError: ``torch.onnx.export`` fails (names the op when torch does).
+
+    Example:
+        >>> model = export_torch(torchvision.models.resnet18(), [(1, 3, 64, 64)], [np.float32])  # doctest: +SKIP
+    """
+    import onnx
+    import torch
+    if not isinstance(module, torch.nn.Module):
+        raise ModelTypeError(f"torch_model: expected a torch.nn.Module, received {type(module).__name__}; "
+                                   f"build the model first (e.g. torchvision.models.resnet18())")
+    args = tuple(_torch_input(s, d) for s, d in zip(shapes, dtypes))
+    was_training = module.training
+    try:
+        with torch.no_grad():
+            module.eval()(*args)
+    except Exception as exc:
+        raise InputShapeError(f"torch model {type(module).__name__} rejected input shapes {shapes}: "
+                              f"{_first_line(exc)}; give the shapes the model accepts") from None
+    finally:
+        module.train(was_training)
+    buf = io.BytesIO()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, args, buf, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False)
+    except Exception as exc:
+        raise ExportError(f"torch ONNX export of {type(module).__name__} failed: {_first_line(exc)}; if an "
+                          f"op is unsupported, replace it or register a symbolic (torch.onnx."
+                          f"register_custom_op_symbolic)") from None
+    finally:
+        module.train(was_training)
+    return onnx.load_from_string(buf.getvalue())
+
+
+def _torch_input(shape, dtype):
+    import torch
+    if np.issubdtype(dtype, np.integer):
+        return torch.zeros(shape, dtype=torch.long)
+    return torch.zeros(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+

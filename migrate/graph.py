@@ -1,0 +1,345 @@
+"""The parameter DAG of an ONNX graph and its canonical order, the same for any exporter.
+
+A parameter node is an ONNX node that consumes a named parameter (Conv, Gemm, MatMul, BatchNormalization, Gather,
+...). Its label (kind and normalised weight shape) is what can be compared across exporters. The canonical order is
+a post-order walk from the graph outputs where Concat inputs are visited in slot order (slot order is channel
+order), inputs of commutative ops (Add, Sum, Mul, ...) are sorted by the signature of the branch behind each of them,
+and parameter-free ops pass through, which absorbs Identity/Dropout/Flatten/Reshape and concat nesting.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import onnx
+import onnx.helper
+
+__all__ = ["ParamNode", "ParamGraph", "param_graph"]
+
+PASS_THROUGH = frozenset({"Identity", "Dropout", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Cast"})
+ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Softplus", "Softsign", "HardSigmoid",
+                         "HardSwish", "Clip", "Softmax", "LogSoftmax", "Gelu", "Mish", "PRelu"})
+COMMUTATIVE = frozenset({"Add", "Sum", "Mul", "Max", "Min", "Mean"})
+_LEAVES = frozenset({"Shape", "Size", "Constant", "ConstantOfShape"})
+_VIEWS = frozenset({"Transpose", "Identity", "Cast"})
+_ROLES = {
+    "Conv": ("x", "weight", "bias"), "ConvTranspose": ("x", "weight", "bias"), "Gemm": ("x", "weight", "bias"),
+    "MatMul": ("x", "weight"), "Gather": ("weight", "indices"), "PRelu": ("x", "weight"),
+    "BatchNormalization": ("x", "weight", "bias", "running_mean", "running_var"),
+    "InstanceNormalization": ("x", "weight", "bias"), "LayerNormalization": ("x", "weight", "bias"),
+}
+
+
+@dataclass
+class ParamNode:
+    """One ONNX node that consumes parameters, with what is needed to pair it with its twin.
+
+    Attributes:
+        op: ONNX op type.
+        name: ONNX node name (the first output name when the node has none).
+        output: the node's first output value.
+        tensors: role ('weight', 'bias', 'running_mean', ...) -> parameter name.
+        shapes: role -> the parameter's stored shape.
+        layout: role -> the steps that bring the stored tensor to the canonical layout (see ``_canonical``).
+        attrs: the node's ONNX attributes (plus ``transB``/``perm`` as they were normalised).
+        kind: 'conv', 'linear', 'bn', 'embed', or the op type in lower case.
+        label: (kind, normalised weight shape...) as a tuple of strings and ints; equal labels may pair.
+        post: activations applied right after the node (through pass-through ops), e.g. ('Relu',).
+        feeds: index (in canonical order) of the parameter node that consumes this node's output directly.
+        index: position in canonical order.
+    """
+
+    op: str
+    name: str
+    output: str
+    tensors: dict = field(default_factory=dict)
+    shapes: dict = field(default_factory=dict)
+    layout: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)
+    kind: str = ""
+    label: tuple = ()
+    post: tuple = ()
+    feeds: int | None = None
+    index: int = -1
+
+
+@dataclass
+class ParamGraph:
+    """The parameter nodes of one ONNX graph in canonical order.
+
+    Attributes:
+        nodes: the parameter nodes, canonical order.
+        params: parameter name -> stored shape, for every named parameter found among the initializers.
+        unused: parameter names that no parameter node consumes.
+    """
+
+    nodes: list
+    params: dict
+    unused: list
+
+
+def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
+    """Return the parameter DAG of ``model`` in canonical order.
+
+    Args:
+        model: an ONNX model from ``migrate.export``.
+        param_names: the names that are parameters (MXNet params or torch ``state_dict`` keys); None takes
+            every floating-point initializer.
+
+    Returns:
+        A ``ParamGraph``.
+
+    Example:
+        >>> g = param_graph(export_torch(torch.nn.Linear(4, 2), [(1, 4)], [np.float32]))  # doctest: +SKIP
+        >>> g.nodes[0].label
+        ('linear', 2, 4)
+    """
+    g = model.graph
+    inits = {t.name: (tuple(t.dims), t.data_type) for t in g.initializer}
+    wanted = set(param_names) if param_names is not None else {n for n, (_, dt) in inits.items() if dt in (1, 10, 11)}
+    params = {n: s for n, (s, _) in inits.items() if n in wanted}
+    nodes = [_Node(n.op_type, list(n.input), list(n.output), n.name, n.attribute) for n in g.node]
+    producer = {out: i for i, n in enumerate(nodes) for out in n.output}
+    consumers: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for v in n.input:
+            consumers.setdefault(v, []).append(i)
+    views = _param_views(nodes, params)
+    pnodes = {i: _make_param_node(n, params, views) for i, n in enumerate(nodes)
+              if n.op_type not in _VIEWS or not all(v in params or v in views for v in n.input if v)}
+    pnodes = {i: p for i, p in pnodes.items() if p is not None}
+    fused = _fuse_biases(nodes, pnodes, producer, consumers)
+    ctx = _Ctx(nodes, producer, pnodes, views, params, fused)
+    order = _post_order(ctx, [o.name for o in g.output])
+    ranked = [pnodes[i] for i in order if i in pnodes]
+    for k, p in enumerate(ranked):
+        p.index = k
+    for i in order:
+        if i in pnodes:
+            pnodes[i].post, feeds = _after(ctx, consumers, pnodes[i].output)
+            pnodes[i].feeds = pnodes[feeds].index if feeds is not None and pnodes[feeds].index >= 0 else None
+    used = {t for p in ranked for t in p.tensors.values()}
+    return ParamGraph(ranked, params, [n for n in params if n not in used])
+
+
+class _Node(NamedTuple):
+    """A plain copy of an ONNX NodeProto's fields (protobuf field access is slow in pure python)."""
+
+    op_type: str
+    input: list
+    output: list
+    name: str
+    attribute: object
+
+
+@dataclass
+class _Ctx:
+    nodes: list
+    producer: dict
+    pnodes: dict
+    views: dict
+    params: dict
+    fused: set
+
+
+def _param_views(nodes, params) -> dict:
+    """Values that are a parameter seen through Transpose/Identity/Cast: value -> (param, perm or None)."""
+    views: dict = {}
+    for n in nodes:
+        if n.op_type in _VIEWS and len(n.input) == 1 and (n.input[0] in params or n.input[0] in views):
+            base, perm = views.get(n.input[0], (n.input[0], None))
+            if n.op_type == "Transpose":
+                new = list(_attrs(n).get("perm", [])) or None
+                perm = tuple(new) if perm is None or new is None else tuple(perm[k] for k in new)
+            views[n.output[0]] = (base, perm)
+    return views
+
+
+def _attrs(node) -> dict:
+    out = {}
+    for a in node.attribute:
+        v = onnx.helper.get_attribute_value(a)
+        out[a.name] = v.decode() if isinstance(v, bytes) else (tuple(v) if isinstance(v, list) else v)
+    return out
+
+
+def _make_param_node(node, params, views) -> ParamNode | None:
+    roles = _ROLES.get(node.op_type, ())
+    tensors, shapes, layout = {}, {}, {}
+    for slot, v in enumerate(node.input):
+        if v in params or v in views:
+            base, perm = views.get(v, (v, None))
+            role = roles[slot] if slot < len(roles) else f"in{slot}"
+            tensors[role], shapes[role] = base, params[base]
+            layout[role] = [("transpose", perm)] if perm else []
+    if not tensors:
+        return None
+    p = ParamNode(node.op_type, node.name or node.output[0], node.output[0], tensors, shapes, layout, _attrs(node))
+    _label(p)
+    return p
+
+
+def _label(p: ParamNode) -> None:
+    """Set kind, label and the layout steps that bring each tensor to its canonical shape."""
+    w = _used_shape(p, "weight")
+    if p.op in ("Conv", "ConvTranspose") and w is not None:
+        group = int(p.attrs.get("group", 1))
+        if p.op == "Conv" and group == 1 and all(k == 1 for k in w[2:]):
+            p.kind, p.label = "linear", ("linear", w[0], w[1])
+            p.layout["weight"] = p.layout["weight"] + [("reshape", (w[0], w[1]))]
+        else:
+            p.kind, p.label = p.op.lower(), (p.op.lower(), *w, group)
+    elif p.op in ("Gemm", "MatMul") and w is not None and len(w) == 2:
+        flip = (p.op == "MatMul") or not p.attrs.get("transB", 0)
+        if flip:
+            p.layout["weight"] = p.layout["weight"] + [("transpose", (1, 0))]
+            w = (w[1], w[0])
+        p.kind, p.label = "linear", ("linear", *w)
+    elif p.op == "BatchNormalization":
+        c = next(iter(p.shapes.values()))
+        p.kind, p.label = "bn", ("bn", *c)
+    elif p.op == "Gather" and w is not None:
+        p.kind, p.label = "embed", ("embed", *w)
+    else:
+        p.kind = p.op.lower()
+        p.label = (p.kind, *[f"{r}{list(_used_shape(p, r))}" for r in sorted(p.tensors)])
+
+
+def _used_shape(p: ParamNode, role: str):
+    """The shape of a tensor as the node sees it (after any Transpose view)."""
+    if role not in p.shapes:
+        return None
+    shape = p.shapes[role]
+    for step, arg in p.layout.get(role, []):
+        shape = tuple(shape[k] for k in arg) if step == "transpose" else tuple(arg)
+    return shape
+
+
+def _fuse_biases(nodes, pnodes, producer, consumers) -> set:
+    """Fold ``Add(MatMul/Gemm/Conv output, bias)`` into the producing node as its bias; return the Add indices."""
+    fused = set()
+    for i, p in list(pnodes.items()):
+        if p.op != "Add" or len(p.tensors) != 1:
+            continue
+        data = [v for v in nodes[i].input if v not in _param_values(p)]
+        src = producer.get(data[0]) if len(data) == 1 else None
+        q = pnodes.get(src)
+        if q is None or "bias" in q.tensors or q.kind not in ("linear", "conv") or len(consumers[data[0]]) != 1:
+            continue
+        (name,), (shape,) = p.tensors.values(), p.shapes.values()
+        if int(_numel(shape)) != int(q.label[1]):
+            continue
+        q.tensors["bias"], q.shapes["bias"], q.layout["bias"] = name, shape, [("reshape", (q.label[1],))]
+        q.output = nodes[i].output[0]
+        del pnodes[i]
+        fused.add(i)
+    return fused
+
+
+def _param_values(p: ParamNode) -> set:
+    return set(p.tensors.values())
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _data_inputs(ctx: _Ctx, i: int) -> list:
+    """The producers of node i's data inputs, in the order the canonical walk visits them."""
+    node = ctx.nodes[i]
+    if node.op_type in _LEAVES:
+        return []
+    values = [v for v in node.input if v and v not in ctx.params and v not in ctx.views]
+    if node.op_type in COMMUTATIVE and len(values) > 1:
+        keys = _branch_signatures(ctx, values)
+        values = [v for _, _, v in sorted(zip(keys, range(len(values)), values))]
+    return [ctx.producer[v] for v in values if v in ctx.producer]
+
+
+def _branch_signatures(ctx: _Ctx, values) -> list:
+    """For each input value, (count, sorted labels) of the parameter nodes behind it and behind no sibling.
+
+    Walks backwards in decreasing topological index with a heap and stops where all branches have met, so
+    the cost is the size of the region between the fork and this node, not of the whole graph.
+    """
+    full = (1 << len(values)) - 1
+    mask: dict[int, int] = {}
+    heap: list[int] = []
+    for b, v in enumerate(values):
+        src = ctx.producer.get(v)
+        if src is not None:
+            if src not in mask:
+                heapq.heappush(heap, -src)
+            mask[src] = mask.get(src, 0) | (1 << b)
+    labels: list[list[str]] = [[] for _ in values]
+    open_count = sum(1 for m in mask.values() if m != full)
+    while heap and open_count > 0:
+        i = -heapq.heappop(heap)
+        m = mask[i]
+        if m == full:
+            continue
+        open_count -= 1
+        if i in ctx.pnodes:
+            for b in range(len(values)):
+                if m == (1 << b):
+                    labels[b].append(repr(ctx.pnodes[i].label))
+        for v in ctx.nodes[i].input:
+            src = ctx.producer.get(v)
+            if src is None or v in ctx.views or ctx.nodes[i].op_type in _LEAVES:
+                continue
+            old = mask.get(src)
+            new = (old or 0) | m
+            if old is None:
+                heapq.heappush(heap, -src)
+                open_count += new != full
+            elif old != full and new == full:
+                open_count -= 1
+            mask[src] = new
+    return [(len(ls), tuple(sorted(ls))) for ls in labels]
+
+
+def _post_order(ctx: _Ctx, outputs) -> list:
+    """Node indices in post-order from the graph outputs (iterative: 1,000-layer chains need no recursion)."""
+    order, done = [], set()
+    for out in outputs:
+        start = ctx.producer.get(out)
+        if start is None or start in done:
+            continue
+        stack = [(start, iter(_data_inputs(ctx, start)))]
+        done.add(start)
+        while stack:
+            i, it = stack[-1]
+            nxt = next((j for j in it if j not in done), None)
+            if nxt is None:
+                stack.pop()
+                order.append(i)
+            else:
+                done.add(nxt)
+                stack.append((nxt, iter(_data_inputs(ctx, nxt))))
+    return order
+
+
+def _after(ctx: _Ctx, consumers, value) -> tuple[tuple, int | None]:
+    """Activations right after ``value`` (through pass-through ops) and the parameter node it feeds, if any."""
+    post: list = []
+    feeds = None
+    while True:
+        users = consumers.get(value, [])
+        if len(users) != 1:
+            break
+        j = users[0]
+        node = ctx.nodes[j]
+        if j in ctx.pnodes:
+            feeds = j if not post and ctx.nodes[j].input and ctx.nodes[j].input[0] == value else None
+            break
+        if node.op_type in ACTIVATIONS:
+            alpha = _attrs(node).get("alpha")
+            post.append(node.op_type if alpha is None else f"{node.op_type}(alpha={alpha:.4g})")
+        elif node.op_type not in PASS_THROUGH and j not in ctx.fused:
+            break
+        value = node.output[0]
+    return tuple(post), feeds

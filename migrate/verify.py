@@ -1,0 +1,239 @@
+"""Numeric verification of a ``NameMapping``: copy the weights, run both models, compare every matched node."""
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from migrate.export import load_mxnet, normalize_shapes
+from migrate.mapping import NameMapping
+from migrate.weights import convert_weights
+
+__all__ = ["verify", "VerifyReport", "NodeCheck"]
+
+
+@dataclass
+class NodeCheck:
+    """The comparison of one matched node's outputs.
+
+    Attributes:
+        mx_node: the MXNet op name (its output is ``<mx_node>_output``).
+        torch_node: the torch module path whose forward output is compared.
+        max_abs_diff: largest absolute difference (None when the node could not be compared).
+        scale: largest absolute MXNet output value; the limit is ``atol * max(1, scale)``.
+        ok: within the limit (True for skipped nodes).
+        note: why a node was skipped, or a shape difference.
+    """
+
+    mx_node: str
+    torch_node: str
+    max_abs_diff: float | None
+    scale: float
+    ok: bool
+    note: str = ""
+
+
+@dataclass
+class VerifyReport:
+    """What ``verify`` measured.
+
+    Attributes:
+        ok: every compared node and the final output are within tolerance.
+        max_abs_diff: largest absolute difference of the final output(s).
+        atol: the tolerance used.
+        rows: one ``NodeCheck`` per matched node, in canonical (topological) order.
+        first_divergence: the first row out of tolerance, or None.
+    """
+
+    ok: bool
+    max_abs_diff: float
+    atol: float
+    rows: list = field(default_factory=list)
+    first_divergence: NodeCheck | None = None
+
+    def to_dict(self) -> dict:
+        """Return the report as a JSON-ready dict."""
+        return asdict(self)
+
+    def __str__(self) -> str:
+        w0 = max([len(r.mx_node) for r in self.rows] + [10])
+        w1 = max([len(r.torch_node) for r in self.rows] + [10])
+        lines = [f"{'MXNet node':<{w0}}  {'torch module':<{w1}}  {'max abs diff':>12}  result"]
+        for r in self.rows:
+            diff = "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.3g}"
+            lines.append(f"{r.mx_node:<{w0}}  {r.torch_node:<{w1}}  {diff:>12}  {'ok' if r.ok else 'DIVERGES'}"
+                         f"{'  ' + r.note if r.note else ''}")
+        first = self.first_divergence
+        lines.append(f"final output: max abs diff {self.max_abs_diff:.3g} (atol {self.atol:g}): "
+                     f"{'OK' if self.ok else 'NOT EQUIVALENT'}")
+        if first is not None:
+            lines.append(f"first divergence: MXNet {first.mx_node!r} vs torch {first.torch_node!r} "
+                         f"({first.note or f'max abs diff {first.max_abs_diff:.3g}'})")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        """Return ``to_dict()`` as JSON text."""
+        return json.dumps(self.to_dict(), indent=1)
+
+
+def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e-5, seed=0,
+           input_dtypes=None) -> VerifyReport:
+    """Copy the MXNet weights into (a copy of) the torch model and compare outputs node by node.
+
+    Both models run in eval mode on the same seeded random input. A node passes when its largest absolute
+    difference is at most ``atol * max(1, largest |MXNet output|)``; the final output uses the same rule.
+
+    Args:
+        mx_model: Gluon ``HybridBlock`` or ``(symbol_json_path, params_path)``.
+        torch_model: the torch module (left untouched: a deep copy receives the weights).
+        mapping: from ``name_mapping``.
+        input_shapes: one shape or a list of shapes.
+        atol: absolute tolerance (relative above magnitude 1).
+        seed: seed of the random input (normal floats; integers in ``[0, smallest embedding rows)``).
+        input_dtypes: None (float32), one dtype, or one per input.
+
+    Returns:
+        A ``VerifyReport``.
+
+    Raises:
+        MappingError, WeightShapeError: the weights cannot be copied by this mapping.
+        InputShapeError: a model rejects the shapes.
+
+    Example:
+        >>> report = verify(net, torchvision.models.resnet18(), mapping, (1, 3, 64, 64))  # doctest: +SKIP
+        >>> report.ok, report.max_abs_diff < 1e-5
+        (True, True)
+    """
+    import torch
+    shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
+    source = load_mxnet(mx_model, shapes, dtypes)
+    model = copy.deepcopy(torch_model).eval()
+    model.load_state_dict(convert_weights(source.params, mapping, model), strict=False)
+    inputs = _inputs(shapes, dtypes, mapping, seed)
+    nodes = _node_pairs(source, mapping)
+    mx_outs, mx_final = _run_mxnet(source, inputs, [n[0] for n in nodes])
+    torch_outs, torch_final = _run_torch(model, inputs, [n[1] for n in nodes])
+    rows = [_compare(mx_node, t_node, _unbiased(mx_outs.get(mx_node), source.params.get(bias)),
+                     torch_outs.get(t_node), atol, bias) for mx_node, t_node, bias in nodes]
+    final = [_max_diff(a, b) for a, b in zip(mx_final, torch_final)]
+    diff = max((d for d, _ in final), default=float("inf")) if len(mx_final) == len(torch_final) else float("inf")
+    final_ok = all(d <= atol * max(1.0, s) for d, s in final) and len(mx_final) == len(torch_final)
+    first = next((r for r in rows if not r.ok), None)
+    return VerifyReport(final_ok and first is None, float(diff), atol, rows, first)
+
+
+def _inputs(shapes, dtypes, mapping: NameMapping, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    vocab = [mapping.entry(k)["mx_shape"][0] for k in mapping if mapping.entry(k).get("kind") == "embed"]
+    high = min(vocab) if vocab else 10
+    return [rng.integers(0, high, size=s).astype(d) if np.issubdtype(d, np.integer)
+            else rng.standard_normal(s).astype(d) for s, d in zip(shapes, dtypes)]
+
+
+def _node_pairs(source, mapping: NameMapping) -> list:
+    """(MXNet op name, torch module path, note) per matched node, in the mapping's canonical order."""
+    consumer = _mx_consumers(source.symbol)
+    folded = {consumer.get(k): k for k in mapping if mapping.entry(k).get("fold")}
+    seen, out = set(), []
+    for name in mapping:
+        e = mapping.entry(name)
+        if e.get("fold") or consumer.get(name) is None:
+            continue
+        op, module = consumer[name], e["torch"].rsplit(".", 1)[0] if "." in e["torch"] else ""
+        if (op, module) in seen:
+            continue
+        seen.add((op, module))
+        out.append((op, module, folded.get(op)))
+    return out
+
+
+def _mx_consumers(symbol) -> dict:
+    """MXNet parameter name -> name of the op that consumes it."""
+    nodes = json.loads(symbol.tojson())["nodes"]
+    out = {}
+    for n in nodes:
+        if n["op"] != "null":
+            for src, *_ in n["inputs"]:
+                if nodes[src]["op"] == "null":
+                    out.setdefault(nodes[src]["name"], n["name"])
+    return out
+
+
+def _run_mxnet(source, inputs, ops) -> tuple[dict, list]:
+    import os
+
+    import mxnet as mx
+    internals = source.symbol.get_internals()
+    available = set(internals.list_outputs())
+    wanted = [op for op in dict.fromkeys(ops) if f"{op}_output" in available]
+    group = mx.sym.Group([internals[f"{op}_output"] for op in wanted] + list(source.symbol))
+    args = {n: mx.nd.array(x, dtype=x.dtype) for n, x in zip(source.input_names, inputs)}
+    values = {**source.params, **args}
+    saved = os.environ.get("MXNET_SUBGRAPH_BACKEND")
+    os.environ["MXNET_SUBGRAPH_BACKEND"] = "NONE"  # the MKLDNN subgraph pass breaks binding internal outputs
+    try:
+        executor = group.bind(mx.cpu(), args=[values[k] for k in group.list_arguments()],
+                              aux_states=[values[k] for k in group.list_auxiliary_states()], grad_req="null")
+    finally:
+        if saved is None:
+            del os.environ["MXNET_SUBGRAPH_BACKEND"]
+        else:
+            os.environ["MXNET_SUBGRAPH_BACKEND"] = saved
+    outs = [o.asnumpy() for o in executor.forward(is_train=False)]
+    return dict(zip(wanted, outs)), outs[len(wanted):]
+
+
+def _run_torch(model, inputs, modules) -> tuple[dict, list]:
+    import torch
+    found, handles = {}, []
+    named = dict(model.named_modules())
+    for path in dict.fromkeys(modules):
+        if path in named:
+            handles.append(named[path].register_forward_hook(
+                lambda _m, _i, out, path=path: found.__setitem__(path, _detached(out))))
+    try:
+        with torch.no_grad():
+            final = model(*[torch.from_numpy(x).long() if np.issubdtype(x.dtype, np.integer)
+                            else torch.from_numpy(x) for x in inputs])
+    finally:
+        for h in handles:
+            h.remove()
+    final = list(final) if isinstance(final, (tuple, list)) else [final]
+    as_np = {k: v.detach().numpy() for k, v in found.items() if isinstance(v, torch.Tensor)}
+    return as_np, [f.detach().numpy() for f in final]
+
+
+def _detached(out):
+    """A copy of a module output: an in-place op after the module (ReLU(inplace=True)) would change it."""
+    return out.detach().clone() if hasattr(out, "detach") else out
+
+
+def _max_diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    if a.shape != b.shape:
+        if a.size != b.size:
+            return float("inf"), 0.0
+        b = b.reshape(a.shape)
+    scale = float(np.max(np.abs(a))) if a.size else 0.0
+    return float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0, scale
+
+
+def _unbiased(output, bias):
+    """The output of an MXNet conv whose bias was folded into the next BatchNorm, without that bias."""
+    if output is None or bias is None:
+        return output
+    b = bias.asnumpy() if hasattr(bias, "asnumpy") else np.asarray(bias)
+    return output - b.reshape((1, -1) + (1,) * (output.ndim - 2))
+
+
+def _compare(mx_node, torch_node, a, b, atol, folded_bias) -> NodeCheck:
+    note = f"compared without {folded_bias!r} (folded into the next BatchNorm)" if folded_bias else ""
+    if a is None or b is None:
+        side = "MXNet output not found" if a is None else "torch module output not captured"
+        return NodeCheck(mx_node, torch_node, None, 0.0, True, f"skipped: {side}")
+    diff, scale = _max_diff(a, b)
+    if not np.isfinite(diff):
+        return NodeCheck(mx_node, torch_node, None, scale, False,
+                         f"output shapes differ: {a.shape} vs {tuple(b.shape)}")
+    return NodeCheck(mx_node, torch_node, diff, scale, diff <= atol * max(1.0, scale), note)

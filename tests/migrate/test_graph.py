@@ -1,0 +1,62 @@
+"""param_graph: canonical order independent of exporter order, branch order and concat nesting."""
+import numpy as np
+import onnx
+import onnx.numpy_helper
+
+from migrate.export import export_mxnet, export_torch, load_mxnet
+from migrate.graph import param_graph
+from tests.migrate import models as M
+
+
+def _graphs(mx_cls, torch_model, shape):
+    net = M.gluon(mx_cls)
+    src = load_mxnet(net, [shape], [np.dtype("float32")])
+    mx_graph = param_graph(export_mxnet(src, [shape], [np.dtype("float32")]), src.params)
+    keys = list(torch_model.state_dict())
+    return mx_graph, param_graph(export_torch(torch_model, [shape], [np.dtype("float32")]), keys)
+
+
+class TestParamGraph:
+    """param_graph on small exported models."""
+
+    def test_residual_branch_order_does_not_matter(self):
+        """MXNet adds shortcut + body, torch body + shortcut: the canonical label sequences are equal."""
+        mx_graph, t_graph = _graphs(M.MxResidual, M.TorchResidual(), (1, 3, 8, 8))
+        assert [n.label for n in mx_graph.nodes] == [n.label for n in t_graph.nodes]
+        assert [n.tensors["weight"] for n in mx_graph.nodes if n.kind != "bn"] == [
+            "stem_weight", "short_weight", "body1_weight", "body2_weight", "fc_weight"]
+        assert [n.tensors["weight"] for n in t_graph.nodes if n.kind != "bn"] == [
+            "stem.weight", "short.0.weight", "conv1.weight", "conv2.weight", "fc.weight"]
+
+    def test_concat_slots_give_channel_order(self):
+        """concat(concat(a, b), c) and cat([a, b, c]) both walk a, b, c although torch declares c first."""
+        mx_graph, t_graph = _graphs(M.MxConcat, M.TorchConcat(), (1, 3, 6, 6))
+        assert [n.tensors["weight"] for n in mx_graph.nodes] == ["a_weight", "b_weight", "c_weight", "mix_weight"]
+        assert [n.tensors["weight"] for n in t_graph.nodes] == ["a.weight", "b.weight", "c.weight", "mix.weight"]
+
+    def test_labels_and_activations(self):
+        """Depthwise conv keeps its groups, a 1x1 conv is labelled linear, ReLU6 and relu follow their BN."""
+        mx_graph, t_graph = _graphs(M.MxDepthwise, M.TorchDepthwise(), (1, 6, 5, 5))
+        assert [n.label for n in t_graph.nodes] == [("conv", 6, 1, 3, 3, 6), ("bn", 6), ("linear", 10, 6),
+                                                    ("bn", 10), ("linear", 3, 10)]
+        assert [n.post for n in mx_graph.nodes] == [n.post for n in t_graph.nodes] == [
+            (), ("Clip",), (), ("Relu",), ()]
+
+    def test_long_chain_needs_no_recursion(self):
+        """A 1,100-layer Gemm chain (deeper than Python's recursion limit) is walked in order."""
+        g = param_graph(_chain_model(1100))
+        assert [n.tensors["weight"] for n in g.nodes] == [f"w{i}" for i in range(1100)]
+        assert all(n.label == ("linear", 3, 3) for n in g.nodes)
+
+
+def _chain_model(n):
+    """An ONNX graph x -> Gemm(w0, b0) -> Relu -> ... -> Gemm(w{n-1}) built directly (no exporter)."""
+    nodes, inits, value = [], [], "x"
+    for i in range(n):
+        inits += [onnx.numpy_helper.from_array(np.eye(3, dtype=np.float32), f"w{i}"),
+                  onnx.numpy_helper.from_array(np.zeros(3, np.float32), f"b{i}")]
+        nodes += [onnx.helper.make_node("Gemm", [value, f"w{i}", f"b{i}"], [f"g{i}"], transB=1),
+                  onnx.helper.make_node("Relu", [f"g{i}"], [f"r{i}"])]
+        value = f"r{i}"
+    info = [onnx.helper.make_tensor_value_info(v, onnx.TensorProto.FLOAT, [1, 3]) for v in ("x", value)]
+    return onnx.helper.make_model(onnx.helper.make_graph(nodes, "chain", info[:1], info[1:], inits))
