@@ -50,3 +50,7 @@ class MappingKeyError(MappingError, KeyError):
 
 class CliUsageError(MigrateError, ValueError):
     """A command-line value is malformed (names the flag, what was expected and what was received)."""
+
+
+class SettingsError(MigrateError, ValueError):
+    """A settings document lacks a key migrate needs or holds a value of the wrong kind."""

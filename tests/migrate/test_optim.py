@@ -1,0 +1,148 @@
+"""Tests of migrate.torch_optimizer and migrate.torch_lr_scheduler against real MXNet 1.9.1 runs."""
+import numpy as np
+import pytest
+import torch
+
+import migrate
+from migrate.errors import MappingError, SettingsError, UnsupportedOptimizerError
+from tests.migrate import _mx_reference as R
+
+TRAJECTORY = [pytest.param(case, dtype, id=f"{case}-{dtype}") for case, name, _ in R.CASES
+              for dtype in ("float32", "float64") if not (dtype == "float64" and name in R.NO_FLOAT64)]
+# MXNet's multi_lamb_update sums float64 squared weights one by one into a float32; replaying that rounding
+# elementwise in torch would cost a python loop per element, so LAMB in float64 is held to 1e-8.
+LAMB_FLOAT64_ATOL = 1e-8
+
+
+def _run_both(name, opt_kwargs, dtype, schedule, steps):
+    """Train the MLP ``steps`` steps in MXNet and, migrated, in torch; return (MXNet weights, torch model)."""
+    net = R.mx_net(dtype)
+    model = R.torch_net(net)
+    settings = R.settings_of(net, name, opt_kwargs, schedule)
+    data = R.batches(steps, dtype)
+    R.mx_train(net, R.mx_trainer(net, name, opt_kwargs, schedule), data)
+    optimizer = migrate.torch_optimizer(model, settings, R.MAPPING)
+    R.torch_train(model, optimizer, migrate.torch_lr_scheduler(optimizer, settings), data)
+    return R.weights_of(net), model
+
+
+class TestTorchOptimizer:
+    @pytest.mark.parametrize("case, dtype", TRAJECTORY)
+    def test_trajectory_matches_mxnet(self, case, dtype):
+        """100 steps with lr_mult/wd_mult groups, a frozen layer, clipping, rescale_grad and a schedule agree."""
+        ref = R.mx_reference(case, dtype)
+        model = R.torch_model(ref["initial"])
+        optimizer = migrate.torch_optimizer(model, ref["settings"], R.MAPPING)
+        R.torch_train(model, optimizer, migrate.torch_lr_scheduler(optimizer, ref["settings"]), ref["data"])
+        worst_name, worst = R.largest_difference(ref["final"], model)
+        atol = LAMB_FLOAT64_ATOL if (case, dtype) == ("lamb", "float64") else R.TOLERANCE[dtype]
+        assert worst <= atol, f"{case} {dtype}: {worst_name} differs by {worst:.3g} > {atol}"
+        moved = float(np.abs(ref["final"]["mlp_fc2_weight"] - ref["initial"]["mlp_fc2_weight"]).max())
+        assert moved > 1e-3, f"{case}: the trained head moved only {moved:.3g}"
+        frozen = ref["initial"]["mlp_fc1_weight"] - model.get_parameter("2.weight").detach().numpy()
+        assert np.all(frozen == 0) and not model.get_parameter("2.weight").requires_grad
+
+    @pytest.mark.parametrize("name", ["sgd", "nag", "signum"])
+    def test_without_momentum_matches_mxnet(self, name):
+        """The momentum-free kernels (multi_sgd_update, sgd_update, signsgd_update) agree in float64."""
+        kwargs, schedule = R.case_kwargs({"learning_rate": 0.01, "momentum": 0.0})
+        expected, model = _run_both(name, kwargs, "float64", schedule, steps=40)
+        worst_name, worst = R.largest_difference(expected, model)
+        assert worst <= 1e-12, f"{name}: {worst_name} differs by {worst:.3g}"
+
+    def test_exact_false_reports_differences(self):
+        """exact=False gives stock torch SGD (foreach) and names the momentum, clipping and rescale differences."""
+        net = R.mx_net("float32")
+        kwargs, schedule = R.case_kwargs({"learning_rate": 0.05, "momentum": 0.9})
+        settings = R.settings_of(net, "sgd", kwargs, schedule)
+        optimizer, differences = migrate.torch_optimizer(R.torch_net(net), settings, R.MAPPING, exact=False)
+        assert type(optimizer) is torch.optim.SGD and optimizer.defaults["foreach"] is True
+        text = " ".join(differences)
+        for needle in ("lr inside the momentum", "clip_grad_value_", "rescale_grad=0.125"):
+            assert needle in text, f"{needle!r} missing from {differences}"
+
+    @pytest.mark.parametrize("case, name, opt_kwargs", R.CASES, ids=[c[0] for c in R.CASES])
+    def test_exact_false_builds_stock_for_every_optimizer(self, case, name, opt_kwargs):
+        """Every optimizer has a closest stock torch.optim optimizer and a non-empty list of differences."""
+        net = R.mx_net("float32")
+        settings = R.settings_of(net, name, opt_kwargs, None)
+        optimizer, differences = migrate.torch_optimizer(R.torch_net(net), settings, R.MAPPING, exact=False)
+        assert type(optimizer).__module__.startswith("torch.optim") and differences
+
+
+class TestTorchLrScheduler:
+    @pytest.mark.parametrize("schedule", [
+        {"type": "FactorScheduler", "step": 7, "factor": 0.7, "warmup_steps": 5, "warmup_begin_lr": 0.001},
+        {"type": "MultiFactorScheduler", "step": [10, 25, 33], "factor": 0.3},
+        {"type": "PolyScheduler", "max_update": 30, "pwr": 2, "final_lr": 0.001, "warmup_steps": 4,
+         "warmup_mode": "constant", "warmup_begin_lr": 0.002},
+        {"type": "CosineScheduler", "max_update": 35, "final_lr": 0.0005},
+    ], ids=["factor-warmup", "multifactor", "poly-warmup", "cosine"])
+    def test_schedules_match_mxnet(self, schedule):
+        """Each MXNet scheduler, translated, drives SGD with momentum to MXNet's weights (float64, 40 steps)."""
+        kwargs = {"learning_rate": 0.05, "momentum": 0.9, "wd": 0.01}
+        expected, model = _run_both("sgd", kwargs, "float64", dict(schedule, base_lr=0.05), steps=40)
+        worst_name, worst = R.largest_difference(expected, model)
+        assert worst <= 1e-12, f"{schedule['type']}: {worst_name} differs by {worst:.3g}"
+
+    def test_lr_follows_schedule_and_multipliers(self):
+        """Group lr is schedule(num_update) * lr_mult: after 31 steps of Factor(30, 0.5) the head has 0.05*0.5*2."""
+        net = R.mx_net("float64")
+        kwargs, schedule = R.case_kwargs({"learning_rate": 0.05, "momentum": 0.9})
+        settings = R.settings_of(net, "sgd", kwargs, schedule)
+        optimizer = migrate.torch_optimizer(R.torch_net(net), settings, R.MAPPING)
+        scheduler = migrate.torch_lr_scheduler(optimizer, settings)
+        for _ in range(30):
+            optimizer.step()
+            scheduler.step()
+        lrs = {name: g["lr"] for g in optimizer.param_groups for name in g["mx_names"]}
+        assert lrs["mlp_fc2_weight"] == lrs["mlp_fc2_bias"] == pytest.approx(0.05 * 0.5 * 2.0, abs=1e-15)
+        assert lrs["mlp_fc0_weight"] == lrs["mlp_fc0_bias"] == pytest.approx(0.05 * 0.5 * 0.5, abs=1e-15)
+
+
+def _settings(**changes):
+    net = R.mx_net("float32")
+    settings = R.settings_of(net, "sgd", {"learning_rate": 0.1, "momentum": 0.9}, None)
+    for path, value in changes.items():
+        target, keys = settings, path.split("__")
+        for key in keys[:-1]:
+            target = target[key]
+        if value is _DELETE:
+            del target[keys[-1]]
+        else:
+            target[keys[-1]] = value
+    return settings
+
+
+_DELETE = object()
+ERRORS = [
+    ("unknown optimizer", dict(optimizer__name="ftml"), R.MAPPING, UnsupportedOptimizerError, r"'ftml'.*supported"),
+    ("unknown hyperparameter", dict(optimizer__hyperparameters={"momentum": 0.9, "gamma9": 1}), R.MAPPING,
+     UnsupportedOptimizerError, r"\['gamma9'\]"),
+    ("multi precision", dict(optimizer__multi_precision=True), R.MAPPING, UnsupportedOptimizerError,
+     "multi_precision"),
+    ("settings without optimizer", dict(optimizer=_DELETE), R.MAPPING, SettingsError, r"missing keys \['optimizer'\]"),
+    ("param entry without lr_mult", dict(params__mlp_fc0_weight={"index": 0, "wd_mult": 1.0, "frozen": False}),
+     R.MAPPING, SettingsError, r"mlp_fc0_weight.*\['lr_mult'\]"),
+    ("settings not a dict", None, R.MAPPING, SettingsError, "must be a dict or a path"),
+    ("mapping to a missing torch param", {}, dict(R.MAPPING, mlp_fc2_bias="9.bias"), MappingError,
+     r"mlp_fc2_bias -> 9.bias"),
+    ("mapping from an unknown MXNet name", {}, dict(R.MAPPING, mlp_fc9_bias="4.bias"), MappingError,
+     r"not in the settings: \['mlp_fc9_bias'\]"),
+]
+
+
+@pytest.mark.parametrize("description, changes, mapping, error, pattern", ERRORS, ids=[e[0] for e in ERRORS])
+def test_torch_optimizer_errors(description, changes, mapping, error, pattern):
+    """Bad inputs raise migrate's own errors with a message naming the culprit."""
+    settings = 42 if changes is None else _settings(**changes)
+    with pytest.raises(error, match=pattern):
+        migrate.torch_optimizer(R.torch_net(R.mx_net("float32")), settings, mapping)
+
+
+def test_bad_scheduler_type_raises():
+    """A scheduler type MXNet does not have raises SettingsError naming it and the known ones."""
+    settings = _settings(lr_scheduler={"type": "StepLR", "step_size": 3})
+    optimizer = migrate.torch_optimizer(R.torch_net(R.mx_net("float32")), settings, R.MAPPING)
+    with pytest.raises(SettingsError, match=r"'StepLR'.*CosineScheduler"):
+        migrate.torch_lr_scheduler(optimizer, settings)
