@@ -150,13 +150,14 @@ def mx_phase(case: str, folder: Path) -> dict:
     return {"migrated": migrated_weights, "final": mx_weights(net), "mapping": mapping}
 
 
-def migrated(folder: Path, rescale_grad: float = None) -> tuple:
+def migrated(folder: Path, rescale_grad: float = None, convert_state: bool = True) -> tuple:
     """``(model, optimizer, scheduler)`` rebuilt from the files of :func:`mx_phase` with migrate's public functions.
 
     Args:
         folder: Where ``mx_phase`` wrote its files.
         rescale_grad: None keeps the settings' ``1 / BATCH``. Under DDP pass ``1 / (BATCH // world_size)``: DDP
             averages the ranks' gradients, each summed over BATCH // world_size samples.
+        convert_state: Fill the optimizer state from MXNet's states file (False: start from empty state, a control).
 
     Note:
         ``torch_optimizer`` sets ``requires_grad=False`` on frozen parameters: wrap the model in DDP only after it.
@@ -169,7 +170,8 @@ def migrated(folder: Path, rescale_grad: float = None) -> tuple:
     model = TorchTwin()
     model.load_state_dict(migrate.convert_weights(str(folder / FILES["params"]), mapping, model))
     optimizer = migrate.torch_optimizer(model, settings, mapping, rescale_grad=rescale_grad)
-    migrate.convert_optimizer_state(states, settings, mapping, optimizer)
+    if convert_state:
+        migrate.convert_optimizer_state(states, settings, mapping, optimizer)
     return model, optimizer, migrate.torch_lr_scheduler(optimizer, settings)
 
 
