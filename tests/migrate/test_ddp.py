@@ -32,8 +32,6 @@ def cases(tmp_path_factory):
         folder = tmp_path_factory.mktemp("mx") / case
         folder.mkdir()
         out[case] = (folder, W.mx_phase(case, folder))
-        from gluon_lr.states import read_states  # TEMP until optim merges LrTrainer states support
-        (folder / "trainer.states").write_bytes(read_states(folder / "trainer.states")[1])  # TEMP
     return out
 
 
