@@ -26,8 +26,8 @@ WD_MULT = {"stem": 1.0, "body": 1.0, "head": 2.0}  # biases: 0
 BATCH = 8  # samples per step in MXNet and in the one-process run; each DDP rank takes BATCH // world_size
 MX_STEPS = 3  # steps trained in MXNet before the migration
 STEPS = 4  # steps after it: in MXNet (the reference), in one torch process, under DDP
-#: case -> (MXNet optimizer, its arguments, lr scheduler class, its arguments); both schedules change the rate at
-#: every step after the migration (Factor: it halves at updates 4 and 7).
+#: case -> (MXNet optimizer, its arguments, lr scheduler class, its arguments). The rate changes after the migration:
+#: Factor halves it at updates 4 and 7 (SGD's momentum must follow), Cosine lowers it at every update.
 CASES = {
     "sgd": ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}, "FactorScheduler", {"step": 3, "factor": 0.5}),
     "adam": ("adam", {"learning_rate": 0.02, "wd": 0.01}, "CosineScheduler", {"max_update": 10, "final_lr": 0.001}),
@@ -42,9 +42,10 @@ FILES = {"settings": "settings.json", "states": "trainer.states", "params": "net
 def rules() -> list:
     """LrTrainer rules giving LR_MULT and WD_MULT, no weight decay on biases, and the middle layer frozen."""
     from gluon_lr import Rule
-    return [Rule("net_stem_*", lr_mult=LR_MULT["stem"]), Rule("net_head_*", lr_mult=LR_MULT["head"],
-                                                                wd_mult=WD_MULT["head"]),
-            Rule("bias", wd_mult=0.0), Rule("net_mid_*", freeze=True)]
+    return [Rule("net_stem_*", lr_mult=LR_MULT["stem"]),
+            Rule("net_head_*", lr_mult=LR_MULT["head"], wd_mult=WD_MULT["head"]),
+            Rule("bias", wd_mult=0.0),
+            Rule("net_mid_*", freeze=True)]
 
 
 def expected_multipliers() -> dict:
