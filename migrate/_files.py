@@ -39,8 +39,13 @@ def write_text(path, text: str) -> None:
 
 def torch_save(obj, path) -> None:
     """``torch.save(obj, path)``, atomically."""
+    import io
+
     import torch
-    atomic_write(path, lambda tmp: torch.save(obj, tmp))
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    data = buffer.getvalue()
+    atomic_write(path, lambda tmp: _write_bytes(tmp, data))
 
 
 def sha256(path) -> str:
@@ -55,3 +60,8 @@ def sha256(path) -> str:
 def _write_text(path, text):
     with open(path, "w", encoding="utf-8") as out:
         out.write(text)
+
+
+def _write_bytes(path, data):
+    with open(path, "wb") as out:
+        out.write(data)
