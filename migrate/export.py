@@ -193,7 +193,8 @@ def export_mxnet(source: MxSource, shapes, dtypes):
         ExportError: MXNet's exporter has no translation for an op (names it).
 
     Example:
-        >>> model = export_mxnet(load_mxnet(net, [(1, 3, 32, 32)], [np.float32]), [(1, 3, 32, 32)], [np.float32])  # doctest: +SKIP
+        >>> shapes, dtypes = [(1, 3, 32, 32)], [np.float32]
+        >>> model = export_mxnet(load_mxnet(net, shapes, dtypes), shapes, dtypes)  # doctest: +SKIP
     """
     import mxnet as mx
     import onnx
@@ -236,7 +237,8 @@ def export_torch(module, shapes, dtypes):
 
     Returns:
         An ``onnx.ModelProto`` exported in training mode without constant folding, so that BatchNorm stays a
-        node of its own. The module's training flag is restored afterwards.
+        node of its own. The module's training flag and its state (running statistics the training-mode trace
+        updates) are restored afterwards.
 
     Raises:
         InputShapeError: the module rejects the inputs.
@@ -261,7 +263,8 @@ def export_torch(module, shapes, dtypes):
     finally:
         module.train(was_training)
     buf = io.BytesIO()
-    try:
+    saved = {k: v.detach().clone() for k, v in module.state_dict().items()}  # a training-mode trace updates
+    try:                                                                       # BatchNorm running statistics
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(module, args, buf, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
@@ -272,6 +275,7 @@ def export_torch(module, shapes, dtypes):
                           f"register_custom_op_symbolic)") from None
     finally:
         module.train(was_training)
+        module.load_state_dict(saved)
     return onnx.load_from_string(buf.getvalue())
 
 

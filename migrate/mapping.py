@@ -1,4 +1,4 @@
-"""``NameMapping``: MXNet parameter name -> torch ``state_dict`` key, with layout transforms, saved as versioned JSON."""
+"""``NameMapping``: MXNet parameter name -> torch ``state_dict`` key with layout transforms, as versioned JSON."""
 from __future__ import annotations
 
 import json
@@ -184,7 +184,7 @@ class NameMapping(Mapping):
         doc = _read_json(os.fspath(path))
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise MappingError(f"mapping file {path!r}: expected a JSON object with format {FORMAT!r}, received "
-                               f"{type(doc).__name__} with format {doc.get('format') if isinstance(doc, dict) else None!r}; "
+                               f"{type(doc).__name__} with format {_format_of(doc)!r}; "
                                f"write it with NameMapping.save or `migrate map`")
         if doc.get("schema_version") != SCHEMA_VERSION:
             raise MappingError(f"mapping file {path!r}: schema_version {doc.get('schema_version')!r} is not supported "
@@ -213,6 +213,10 @@ class NameMapping(Mapping):
 
     def __repr__(self) -> str:
         return f"NameMapping({len(self)} entries, ok={self.ok})"
+
+
+def _format_of(doc):
+    return doc.get("format") if isinstance(doc, dict) else None
 
 
 def _shapes_before(e: dict) -> list:

@@ -1,4 +1,5 @@
 """MXNet trainer states (``gluon.Trainer.save_states``) -> the state of migrate's exact torch optimizers."""
+import json
 import os
 import pickle
 
@@ -8,6 +9,7 @@ import torch
 from migrate._settings import as_settings
 from migrate.errors import InputFileError, StateConversionError
 
+_LR_MAGIC = b"GLUON-LR-STATES\n"  # gluon_lr.states.MAGIC: LrTrainer.save_states wraps MXNet's bytes in a header
 _STATE_NAMES = {"sgd": ("momentum_buffer",), "nag": ("momentum_buffer",), "signum": ("momentum_buffer",),
                 "adam": ("mean", "var"), "adamax": ("mean", "var"), "nadam": ("mean", "var"), "lamb": ("mean", "var"),
                 "adagrad": ("history",), "adadelta": ("acc_g", "acc_delta"), "ftrl": ("z", "n"),
@@ -21,7 +23,8 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
     (the ``step`` that Adam-like bias corrections use); for Nadam also the shared momentum schedule.
 
     Args:
-        mx_states: The file written by ``gluon.Trainer.save_states(path)`` (a path) or its bytes.
+        mx_states: The file written by ``LrTrainer.save_states`` or ``gluon.Trainer.save_states`` (a path), or
+            its bytes. LrTrainer's file also names the parameters, which are checked against the settings.
         settings: The settings document (dict) or a path to the settings file.
         mapping: MXNet parameter name -> torch state_dict key; its ``to_torch(mx_name, array)`` is applied when
             present (layout changes), identity otherwise.
@@ -44,11 +47,12 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
         MXNet's ``save_states`` does not store lr_mult or wd_mult; they come from the settings.
     """
     settings = as_settings(settings)
-    states, mx_optimizer = _load_states(mx_states)
+    header_names, states, mx_optimizer = _load_states(mx_states)
     name = settings["optimizer"]["name"]
     _check_optimizer(name, mx_optimizer, optimizer)
     targets = _targets(optimizer)
     by_index = {entry["index"]: mx_name for mx_name, entry in settings["params"].items()}
+    _check_names(header_names, by_index)
     counts = getattr(mx_optimizer, "_index_update_count", {}) if mx_optimizer is not None else {}
     filled = 0
     for index, state in sorted(states.items(), key=lambda item: str(item[0])):
@@ -65,7 +69,7 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
 
 
 def _load_states(mx_states):
-    """(states by index, pickled MXNet optimizer or None) from a path or bytes."""
+    """(parameter names or None, states by index, pickled MXNet optimizer or None) from a path or bytes."""
     if isinstance(mx_states, (str, os.PathLike)):
         try:
             with open(mx_states, "rb") as handle:
@@ -76,18 +80,45 @@ def _load_states(mx_states):
     if not isinstance(mx_states, (bytes, bytearray)):
         raise InputFileError(f"mx_states must be a path or bytes, got {type(mx_states).__name__}; pass the file "
                              f"written by gluon.Trainer.save_states")
+    names, mx_states = _unwrap(bytes(mx_states))
     import mxnet  # noqa: F401  (unpickling NDArrays needs mxnet)
     try:
-        loaded = pickle.loads(bytes(mx_states))
+        loaded = pickle.loads(mx_states)
     except Exception as err:  # pickle raises many kinds on foreign data
         raise InputFileError(f"MXNet states could not be unpickled ({type(err).__name__}: {err}); pass the file "
                              f"written by gluon.Trainer.save_states") from None
     if isinstance(loaded, tuple) and len(loaded) == 2 and isinstance(loaded[0], dict):
-        return loaded
+        return (names,) + loaded
     if isinstance(loaded, dict):
-        return loaded, None
+        return names, loaded, None
     raise InputFileError(f"MXNet states hold a {type(loaded).__name__}, expected a dict of states or "
                          f"(states, optimizer); pass the file written by gluon.Trainer.save_states")
+
+
+def _unwrap(data):
+    """(parameter names in index order, MXNet's states bytes) of an LrTrainer states file; (None, data) otherwise."""
+    if not data.startswith(_LR_MAGIC):
+        return None, data
+    start = len(_LR_MAGIC) + 8
+    size = int.from_bytes(data[len(_LR_MAGIC):start], "big")
+    try:
+        header = json.loads(data[start:start + size].decode("utf-8"))
+        names = [str(param["name"]) for param in header["params"]]
+    except (ValueError, KeyError, TypeError) as err:
+        raise InputFileError(f"LrTrainer states file has a corrupt header ({type(err).__name__}: {err}); save the "
+                             f"states again with LrTrainer.save_states") from None
+    return names, data[start + size:]
+
+
+def _check_names(header_names, by_index):
+    """StateConversionError unless the states file's parameter names (LrTrainer files) match the settings'."""
+    if header_names is None:
+        return
+    wrong = [f"{i}: {name!r} in the states, {by_index.get(i)!r} in the settings"
+             for i, name in enumerate(header_names) if by_index.get(i) != name]
+    if wrong:
+        raise StateConversionError(f"the states file names other parameters than the settings ({wrong[:5]}); these "
+                                   f"states belong to another model: pass the settings exported with them")
 
 
 def _check_optimizer(name, mx_optimizer, optimizer):

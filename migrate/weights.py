@@ -73,15 +73,17 @@ def _read_params(mx_params) -> dict:
         try:
             raw = mx.nd.load(path)
         except Exception as exc:
+            reason = str(exc).splitlines()[0][:200]
             raise InputFileError(f"MXNet params file {path!r}: expected an NDArray dict written by mx.nd.save "
-                                 f"or HybridBlock.export, could not read it ({str(exc).splitlines()[0][:200]})") from None
+                                 f"or HybridBlock.export, could not read it ({reason})") from None
         if not isinstance(raw, dict):
             raise InputFileError(f"MXNet params file {path!r}: expected named arrays, received a list of "
                                  f"{len(raw)}; save a dict name -> NDArray")
         mx_params = raw
     if not isinstance(mx_params, dict):
         raise MappingError(f"mx_params: expected a dict name -> array or a .params path, received "
-                           f"{type(mx_params).__name__}; pass {{p.name: p.data() for p in net.collect_params().values()}}")
+                           f"{type(mx_params).__name__}; pass "
+                           f"{{p.name: p.data() for p in net.collect_params().values()}}")
     return {k.split(":", 1)[1] if k.startswith(("arg:", "aux:")) else k: v for k, v in mx_params.items()}
 
 

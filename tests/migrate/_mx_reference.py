@@ -1,8 +1,4 @@
-"""Test helper: a small seeded MLP trained by a stock ``gluon.Trainer`` and its torch twin.
-
-The settings dict built here follows the settings file format of README.md; it stands in for
-``LrTrainer.export_settings`` until that lands.
-"""
+"""Test helper: a small seeded MLP trained by ``gluon_lr.LrTrainer``, its settings and states, and its torch twin."""
 import functools
 import os
 import tempfile
@@ -11,6 +7,8 @@ import mxnet as mx
 import numpy as np
 import torch
 from mxnet import autograd, gluon
+
+import gluon_lr
 
 SIZES = (5, 7, 6, 3)
 BATCH = 8
@@ -92,23 +90,17 @@ def torch_train(model, optimizer, scheduler, data):
             scheduler.step()
 
 
-def settings_of(net, opt_name, opt_kwargs, sched_kwargs, num_update=0):
-    """A settings dict (README format) for ``net`` trained by ``gluon.Trainer(opt_name, opt_kwargs)``."""
-    kwargs = dict(opt_kwargs)
-    hyper = {k: v for k, v in kwargs.items() if k not in ("learning_rate", "wd", "clip_gradient")}
-    params = {}
-    params_dict = net.collect_params()
-    for index, name in enumerate(sorted(params_dict.keys())):  # gluon.Trainer indexes a dict's params by sorted name
-        param = params_dict[name]
-        params[name] = {"index": index, "shape": list(param.shape), "dtype": np.dtype(param.dtype).name,
-                        "lr_mult": param.lr_mult, "wd_mult": param.wd_mult,
-                        "frozen": param.grad_req == "null", "masked_elements": 0}
-    return {"format": "gluon-lr-settings", "schema_version": 1, "mxnet_version": mx.__version__,
-            "optimizer": {"name": opt_name, "learning_rate": kwargs.get("learning_rate"), "wd": kwargs.get("wd", 0.0),
-                          "rescale_grad": 1.0 / BATCH, "clip_gradient": kwargs.get("clip_gradient"),
-                          "multi_precision": False, "hyperparameters": hyper},
-            "lr_scheduler": dict(sched_kwargs) if sched_kwargs else None,
-            "num_update": num_update, "params": params}
+def exported_settings(trainer):
+    """The settings document ``trainer`` (an LrTrainer) exports, read back with ``gluon_lr.load_settings``."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "settings.json")
+        trainer.export_settings(path)
+        return gluon_lr.load_settings(path)
+
+
+def settings_of(net, opt_name, opt_kwargs, sched_kwargs):
+    """The settings an LrTrainer over ``net`` exports before training (rescale_grad is still 1.0 then)."""
+    return exported_settings(mx_trainer(net, opt_name, opt_kwargs, sched_kwargs))
 
 
 def mx_scheduler(sched_kwargs):
@@ -120,9 +112,9 @@ def mx_scheduler(sched_kwargs):
 
 
 def mx_trainer(net, opt_name, opt_kwargs, sched_kwargs):
-    """A stock ``gluon.Trainer`` for ``net`` (all parameters, frozen ones with grad_req='null')."""
+    """An ``LrTrainer`` for ``net`` (multipliers from the Parameters, frozen ones with grad_req='null')."""
     kwargs = dict(opt_kwargs, lr_scheduler=mx_scheduler(sched_kwargs))
-    return gluon.Trainer(net.collect_params(), opt_name, kwargs, kvstore=None)
+    return gluon_lr.LrTrainer(net.collect_params(), opt_name, kwargs, kvstore=None)
 
 
 SCHEDULE = {"type": "FactorScheduler", "step": 30, "factor": 0.5, "stop_factor_lr": 1e-8, "warmup_steps": 0,
@@ -166,8 +158,8 @@ def largest_difference(expected, model):
 def mx_reference(case, dtype, steps=100):
     """One MXNet run of CASES[case], shared by the tests: weights at 0, steps/2 and steps, states at steps/2.
 
-    Returns a dict: settings (at the start), settings_mid (num_update = steps/2), data, initial, middle, final
-    (MXNet name -> array) and states (the bytes of trainer.save_states after steps/2 steps).
+    Returns a dict: settings (exported after steps/2), data, initial, middle, final (MXNet name -> array),
+    states and stock_states (the bytes of LrTrainer.save_states and of gluon.Trainer.save_states at steps/2).
     """
     name, opt_kwargs = {c: (n, k) for c, n, k in CASES}[case]
     kwargs, schedule = case_kwargs(opt_kwargs)
@@ -177,12 +169,15 @@ def mx_reference(case, dtype, steps=100):
     initial = weights_of(net)
     mx_train(net, trainer, data[:steps // 2])
     middle = weights_of(net)
+    settings = exported_settings(trainer)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "trainer.states")
         trainer.save_states(path)
         with open(path, "rb") as handle:
             states = handle.read()
+        gluon.Trainer.save_states(trainer, path)
+        with open(path, "rb") as handle:
+            stock_states = handle.read()
     mx_train(net, trainer, data[steps // 2:])
-    return {"settings": settings_of(net, name, kwargs, schedule),
-            "settings_mid": settings_of(net, name, kwargs, schedule, num_update=steps // 2),
-            "data": data, "initial": initial, "middle": middle, "final": weights_of(net), "states": states}
+    return {"settings": settings, "data": data, "initial": initial, "middle": middle, "final": weights_of(net),
+            "states": states, "stock_states": stock_states}

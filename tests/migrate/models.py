@@ -145,7 +145,8 @@ class TorchResidual(torch.nn.Module):
         super().__init__()
         self.body_first = body_first
         self.fc = torch.nn.Linear(8, 5)
-        self.short = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 1, stride1 * stride2, bias=False), torch.nn.BatchNorm2d(8))
+        self.short = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 1, stride1 * stride2, bias=False),
+                                         torch.nn.BatchNorm2d(8))
         self.conv2, self.bn2 = torch.nn.Conv2d(8, 8, 3, stride2, 1, bias=False), torch.nn.BatchNorm2d(8)
         self.conv1, self.bn1 = torch.nn.Conv2d(8, 8, 3, stride1, 1, bias=False), torch.nn.BatchNorm2d(8)
         self.stem, self.stem_bn = torch.nn.Conv2d(3, 8, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(8)
@@ -222,6 +223,8 @@ class TorchExtraLayer(torch.nn.Module):
         super().__init__()
         self.c1 = torch.nn.Conv2d(3, 4, 3, padding=1)
         self.extra = torch.nn.BatchNorm2d(4)
+        self.extra.running_mean.fill_(0.5)  # not an identity in eval mode
+        self.extra.running_var.fill_(2.0)
         self.c2 = torch.nn.Conv2d(4, 4, 3, padding=1)
         self.fc = torch.nn.Linear(4 * 8 * 8, 2)
 

@@ -92,3 +92,16 @@ def test_files_map_like_the_block(tmp_path):
     from_files = migrate.name_mapping((sym, par), model, (1, 16))
     assert from_files.ok and from_files["d0_weight"] == "layers.3.weight" and len(from_files) == 9
     assert np.isclose(migrate.verify((sym, par), model, from_files, (1, 16)).max_abs_diff, 0.0, atol=1e-6)
+
+
+def test_models_are_left_unchanged():
+    """name_mapping leaves both models' values alone (the training-mode torch trace would move BN statistics)."""
+    net, model = M.gluon(M.MxResidual), M.TorchResidual()
+    mx_before = {p.name: p.data().asnumpy().copy() for p in net.collect_params().values()}
+    t_before = {k: v.clone() for k, v in model.state_dict().items()}
+    migrate.name_mapping(net, model, (2, 3, 8, 8))
+    moved = [k for k, v in model.state_dict().items() if not torch.equal(v, t_before[k])]
+    moved += [p.name for p in net.collect_params().values()
+              if not np.array_equal(p.data().asnumpy(), mx_before[p.name])]
+    assert not moved, f"changed by name_mapping: {moved}"
+    assert model.training

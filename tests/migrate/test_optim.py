@@ -18,11 +18,12 @@ def _run_both(name, opt_kwargs, dtype, schedule, steps):
     """Train the MLP ``steps`` steps in MXNet and, migrated, in torch; return (MXNet weights, torch model)."""
     net = R.mx_net(dtype)
     model = R.torch_net(net)
-    settings = R.settings_of(net, name, opt_kwargs, schedule)
     data = R.batches(steps, dtype)
-    R.mx_train(net, R.mx_trainer(net, name, opt_kwargs, schedule), data)
+    trainer = R.mx_trainer(net, name, opt_kwargs, schedule)
+    R.mx_train(net, trainer, data)
+    settings = R.exported_settings(trainer)
     optimizer = migrate.torch_optimizer(model, settings, R.MAPPING)
-    R.torch_train(model, optimizer, migrate.torch_lr_scheduler(optimizer, settings), data)
+    R.torch_train(model, optimizer, migrate.torch_lr_scheduler(optimizer, settings, num_update=0), data)
     return R.weights_of(net), model
 
 
@@ -33,7 +34,8 @@ class TestTorchOptimizer:
         ref = R.mx_reference(case, dtype)
         model = R.torch_model(ref["initial"])
         optimizer = migrate.torch_optimizer(model, ref["settings"], R.MAPPING)
-        R.torch_train(model, optimizer, migrate.torch_lr_scheduler(optimizer, ref["settings"]), ref["data"])
+        scheduler = migrate.torch_lr_scheduler(optimizer, ref["settings"], num_update=0)
+        R.torch_train(model, optimizer, scheduler, ref["data"])
         worst_name, worst = R.largest_difference(ref["final"], model)
         atol = LAMB_FLOAT64_ATOL if (case, dtype) == ("lamb", "float64") else R.TOLERANCE[dtype]
         assert worst <= atol, f"{case} {dtype}: {worst_name} differs by {worst:.3g} > {atol}"
@@ -52,10 +54,9 @@ class TestTorchOptimizer:
 
     def test_exact_false_reports_differences(self):
         """exact=False gives stock torch SGD (foreach) and names the momentum, clipping and rescale differences."""
-        net = R.mx_net("float32")
-        kwargs, schedule = R.case_kwargs({"learning_rate": 0.05, "momentum": 0.9})
-        settings = R.settings_of(net, "sgd", kwargs, schedule)
-        optimizer, differences = migrate.torch_optimizer(R.torch_net(net), settings, R.MAPPING, exact=False)
+        ref = R.mx_reference("sgd", "float32")
+        model = R.torch_model(ref["initial"])
+        optimizer, differences = migrate.torch_optimizer(model, ref["settings"], R.MAPPING, exact=False)
         assert type(optimizer) is torch.optim.SGD and optimizer.defaults["foreach"] is True
         text = " ".join(differences)
         for needle in ("lr inside the momentum", "clip_grad_value_", "rescale_grad=0.125"):

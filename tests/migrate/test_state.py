@@ -13,7 +13,7 @@ from tests.migrate.test_optim import LAMB_FLOAT64_ATOL, TRAJECTORY
 def _handed_over(ref, mx_states=None, settings=None, mapping=R.MAPPING):
     """The torch model and optimizer after the hand-over at step 50 (weights copied, states converted)."""
     model = R.torch_model(ref["middle"])
-    settings = settings or ref["settings_mid"]
+    settings = settings or ref["settings"]
     optimizer = migrate.torch_optimizer(model, settings, mapping)
     migrate.convert_optimizer_state(ref["states"] if mx_states is None else mx_states, settings, mapping, optimizer)
     return model, optimizer
@@ -25,7 +25,7 @@ class TestConvertOptimizerState:
         """50 MXNet steps + save_states + convert + 50 torch steps equals 100 MXNet steps."""
         ref = R.mx_reference(case, dtype)
         model, optimizer = _handed_over(ref)
-        scheduler = migrate.torch_lr_scheduler(optimizer, ref["settings_mid"])
+        scheduler = migrate.torch_lr_scheduler(optimizer, ref["settings"])
         R.torch_train(model, optimizer, scheduler, ref["data"][50:])
         worst_name, worst = R.largest_difference(ref["final"], model)
         atol = LAMB_FLOAT64_ATOL if (case, dtype) == ("lamb", "float64") else R.TOLERANCE[dtype]
@@ -44,7 +44,7 @@ class TestConvertOptimizerState:
             assert torch_state["step"] == 50
             np.testing.assert_array_equal(torch_state["mean"].numpy(), states[index][0].asnumpy())
             np.testing.assert_array_equal(torch_state["var"].numpy(), states[index][1].asnumpy())
-        scheduler = migrate.torch_lr_scheduler(optimizer, ref["settings_mid"])
+        scheduler = migrate.torch_lr_scheduler(optimizer, ref["settings"])
         assert scheduler.num_update == 50
         assert path.read_bytes() == ref["states"], "the states file must not be modified"
 
@@ -90,6 +90,6 @@ def test_stock_optimizer_is_refused():
     """A stock torch optimizer (exact=False) cannot take MXNet states: the error says to use exact=True."""
     ref = R.mx_reference("adam", "float32")
     model = R.torch_model(ref["middle"])
-    optimizer, _ = migrate.torch_optimizer(model, ref["settings_mid"], R.MAPPING, exact=False)
+    optimizer, _ = migrate.torch_optimizer(model, ref["settings"], R.MAPPING, exact=False)
     with pytest.raises(StateConversionError, match="exact=True"):
-        migrate.convert_optimizer_state(ref["states"], ref["settings_mid"], R.MAPPING, optimizer)
+        migrate.convert_optimizer_state(ref["states"], ref["settings"], R.MAPPING, optimizer)

@@ -42,7 +42,8 @@ EQUIVALENT = [
     ("densenet121", "densenet121", (1, 3, 224, 224),
      {"stage1_conv0_weight": "features.denseblock1.denselayer1.conv1.weight",
       "stage4_batchnorm31_running_mean": "features.denseblock4.denselayer16.norm2.running_mean",
-      "batchnorm4_gamma": "features.norm5.weight", "dense0_weight": "classifier.weight"}),    ("inception_v3", "inception_v3", (1, 3, 299, 299), {"conv0_weight": "Conv2d_1a_3x3.conv.weight",
+      "batchnorm4_gamma": "features.norm5.weight", "dense0_weight": "classifier.weight"}),
+    ("inception_v3", "inception_v3", (1, 3, 299, 299), {"conv0_weight": "Conv2d_1a_3x3.conv.weight",
                                                          "dense0_weight": "fc.weight"}),
 ]
 
