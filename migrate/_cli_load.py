@@ -93,32 +93,6 @@ def settings(path: str) -> dict:
         raise InputFileError(f"--settings {path!r}: {exc}") from None
 
 
-def mx_states(path: str, document: dict) -> bytes:
-    """MXNet's states bytes from ``--states`` (``LrTrainer.save_states`` or ``gluon.Trainer.save_states``).
-
-    A gluon-lr states file must list the same parameters, in the same order and shapes, as the settings.
-    """
-    from gluon_lr.states import MAGIC, read_states
-    from gluon_lr import StatesFileError
-    existing_file("--states", path, "the file LrTrainer.save_states wrote")
-    with open(path, "rb") as source:
-        data = source.read()
-    if not data.startswith(MAGIC):
-        return data  # a stock gluon.Trainer.save_states file: convert_optimizer_state checks it
-    try:
-        header, raw = read_states(path)
-    except StatesFileError as exc:
-        raise InputFileError(f"--states {path!r}: {exc}") from None
-    theirs = [(p["name"], list(p["shape"])) for p in header]
-    ours = [(name, list(entry["shape"])) for name, entry in document["params"].items()]
-    if theirs != ours:
-        differ = [f"{a} vs {b}" for a, b in zip(theirs, ours) if a != b][:4]
-        raise InputFileError(f"--states {path!r}: saved for another model: its {len(theirs)} parameters differ "
-                             f"from the {len(ours)} of --settings (first differences, states vs settings: "
-                             f"{differ or 'count'}); pass the states saved by the trainer that exported the settings")
-    return raw
-
-
 def output_paths(paths, inputs, force: bool) -> None:
     """Refuse to write over an input (always) or over an existing file (unless ``--force``)."""
     given = {os.path.realpath(p): flag for flag, p in inputs.items() if p and os.path.exists(p)}
@@ -152,7 +126,7 @@ def loaded_mapping(path: str, model, document=None):
     existing_file("--mapping", path, "the mapping file `migrate map` wrote")
     try:
         mapping = NameMapping.load(path)
-    except MappingError as exc:
+    except (MappingError, InputFileError) as exc:
         raise InputFileError(f"--mapping {path!r}: {exc}") from None
     target = model.state_dict()
     wrong = [f"{mapping[k]} (absent)" if mapping[k] not in target else

@@ -266,9 +266,9 @@ def _optimizer(args, model, document, mapping, report) -> dict:
     optimizer, filled = torch_optimizer(model, document, mapping), 0
     if getattr(args, "states", None):
         with _stage(args, "converting the optimizer state"):
-            raw = L.mx_states(args.states, document)
+            path = L.existing_file("--states", args.states, "the file LrTrainer.save_states wrote")
             try:
-                filled = convert_optimizer_state(raw, document, mapping, optimizer)
+                filled = convert_optimizer_state(path, document, mapping, optimizer)
             except MigrateError as exc:
                 raise L.InputFileError(f"--states {args.states!r}: {exc}") from None
     scheduler = torch_lr_scheduler(optimizer, document)
