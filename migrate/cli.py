@@ -272,13 +272,14 @@ def _optimizer(args, model, document, mapping, report) -> dict:
             except MigrateError as exc:
                 raise L.InputFileError(f"--states {args.states!r}: {exc}") from None
     scheduler = torch_lr_scheduler(optimizer, document)
-    lrs = [group["lr"] for group in optimizer.param_groups]
+    lrs, rescale = [group["lr"] for group in optimizer.param_groups], document["optimizer"]["rescale_grad"]
     report.sections["optimizer"] = {"class": f"migrate.{type(optimizer).__name__}", "mxnet": document["optimizer"]
                                     ["name"], "states": getattr(args, "states", None), "states_converted": filled,
-                                    "num_update": scheduler.num_update, "next_lr": lrs}
+                                    "num_update": scheduler.num_update, "next_lr": lrs, "rescale_grad": rescale}
     report.text.append(f"optimizer: migrate {type(optimizer).__name__} (MXNet {document['optimizer']['name']}, "
                        f"exact); {filled} parameter states converted; resumes at update {scheduler.num_update}; "
-                       f"next lr per group: {', '.join(f'{lr:.4g}' for lr in lrs)}")
+                       f"next lr per group: {', '.join(f'{lr:.4g}' for lr in lrs)}; gradients times "
+                       f"rescale_grad {rescale:g} (MXNet's 1/batch_size: sum the loss over the batch)")
     return optimizer_document(optimizer, scheduler, document, mapping)
 
 
