@@ -104,7 +104,8 @@ class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):
         """Learning rates of the next optimizer step, one per group."""
         count = self.num_update + self.last_epoch + 1
         lr = self.schedule(count) if self.schedule is not None else self.base_lr
-        return [lr * group.get("lr_mult", group["initial_lr"] / self.base_lr) for group in self.optimizer.param_groups]
+        return [lr * (group["lr_mult"] if "lr_mult" in group else group["initial_lr"] / self.base_lr)
+                for group in self.optimizer.param_groups]
 
 
 def torch_lr_scheduler(optimizer, settings, num_update=None):

@@ -52,6 +52,17 @@ class TestTorchOptimizer:
         worst_name, worst = R.largest_difference(expected, model)
         assert worst <= 1e-12, f"{name}: {worst_name} differs by {worst:.3g}"
 
+    def test_settings_file_path(self, tmp_path):
+        """A settings file path works like the dict: same groups, lr and hyperparameters."""
+        net = R.mx_net("float32")
+        trainer = R.mx_trainer(net, "adam", {"learning_rate": 0.01, "beta1": 0.8, "wd": 0.01}, None)
+        path = tmp_path / "settings.json"
+        trainer.export_settings(str(path))
+        optimizer = migrate.torch_optimizer(R.torch_net(net), str(path), R.MAPPING)
+        groups = {name: g for g in optimizer.param_groups for name in g["mx_names"]}
+        assert (groups["mlp_fc2_weight"]["lr"], groups["mlp_fc2_weight"]["weight_decay"]) == (0.02, 0.02)
+        assert groups["mlp_fc0_bias"]["beta1"] == 0.8 and groups["mlp_fc0_bias"]["weight_decay"] == 0.0
+
     def test_exact_false_reports_differences(self):
         """exact=False gives stock torch SGD (foreach) and names the momentum, clipping and rescale differences."""
         ref = R.mx_reference("sgd", "float32")
