@@ -29,6 +29,9 @@ def optimizer_document(optimizer, scheduler, settings: dict, mapping) -> dict:
 
     Returns:
         A dict of tensors and plain values, loadable with ``torch.load(..., weights_only=True)``.
+
+    Example:
+        >>> torch.save(optimizer_document(opt, sched, settings, mapping), "migrated/optimizer.pt")  # doctest: +SKIP
     """
     return {"format": OPTIMIZER_FORMAT, "schema_version": SCHEMA_VERSION,
             "optimizer_class": type(optimizer).__name__, "settings": settings,

@@ -177,7 +177,8 @@ class TestSubcommands:
         model = M.torch_residual()
         optimizer, scheduler = migrate.load_migration(tmp_path, model)
         _continue(model, optimizer, scheduler, trained["data"][STEPS:])
-        name, worst = _largest_difference(trained["final"], model, migrate.NameMapping.load(migrated[1] / "mapping.json"))
+        mapping = migrate.NameMapping.load(migrated[1] / "mapping.json")
+        name, worst = _largest_difference(trained["final"], model, mapping)
         assert worst > 1e-4, f"without the momentum state {name} still within {worst:.3g}"
 
     def test_verify_not_equivalent_exits_1(self, trained):
@@ -215,9 +216,12 @@ def test_verify_torchscript_file(trained, migrated, capsys):
 
 
 def test_all_not_equivalent_writes_only_mapping_and_report(trained, tmp_path, capsys):
-    """Exit 1; weights, groups and optimizer are not written for a model that is not equivalent."""
+    """Exit 1; weights, groups and optimizer are not written for a model that is not equivalent, and with --force
+    the weights.pt of an earlier run is removed (it would belong to another model)."""
+    (tmp_path / "weights.pt").write_bytes(b"earlier run")
     code = main(["all", *_files(trained["folder"], "symbol", "params", "settings", "states"), "--torch", TORCH,
-                 "--kwargs", '{"stride1": 1, "stride2": 2}', "--input-shape", "1,3,8,8", "--out", str(tmp_path)])
+                 "--kwargs", '{"stride1": 1, "stride2": 2}', "--input-shape", "1,3,8,8", "--out", str(tmp_path),
+                 "--force"])
     assert code == 1
     assert sorted(os.listdir(tmp_path)) == ["mapping.json", "report.json", "report.txt"]
     report = json.loads((tmp_path / "report.json").read_text())
