@@ -15,8 +15,16 @@ import os
 import sys
 
 from migrate import _cli_load as L
+from migrate import _files as files
+from migrate import migration as layout
 from migrate._cli_report import Report
-from migrate.errors import MigrateError
+from migrate.errors import CliUsageError, MigrateError
+from migrate.groups import param_groups
+from migrate.match import name_mapping
+from migrate.optim import torch_lr_scheduler, torch_optimizer
+from migrate.state import convert_optimizer_state
+from migrate.verify import verify
+from migrate.weights import convert_weights
 
 __all__ = ["main"]
 
@@ -115,7 +123,7 @@ def _run_groups(args, report):
     mapping = _mapping(args, model, report, document)
     if not report.names_unmapped:
         groups = _groups(model, document, mapping, report)
-        _write(report, args.out, lambda path: _files().write_json(path, groups))
+        _write(report, args.out, lambda path: files.write_json(path, groups))
 
 
 def _run_weights(args, report):
@@ -124,7 +132,7 @@ def _run_weights(args, report):
     mapping = _mapping(args, model, report)
     if not report.names_unmapped:
         state_dict = _weights(args, model, mapping, report)
-        _write(report, args.out, lambda path: _files().torch_save(state_dict, path))
+        _write(report, args.out, lambda path: files.torch_save(state_dict, path))
 
 
 def _run_optim(args, report):
@@ -133,7 +141,7 @@ def _run_optim(args, report):
     mapping = _mapping(args, model, report, document)
     if not report.names_unmapped:
         saved = _optimizer(args, model, document, mapping, report)
-        _write(report, args.out, lambda path: _files().torch_save(saved, path))
+        _write(report, args.out, lambda path: files.torch_save(saved, path))
 
 
 def _run_verify(args, report):
@@ -142,29 +150,30 @@ def _run_verify(args, report):
 
 
 def _run_all(args, report):
-    from migrate import migration as layout
     document, model = L.settings(args.settings), _model(args)
     names = (layout.MAPPING, layout.WEIGHTS, layout.GROUPS, layout.OPTIMIZER, layout.REPORT_JSON, layout.REPORT_TXT)
     paths = {name: os.path.join(args.out, name) for name in names}
     if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise L.CliUsageError(f"--out {args.out!r}: exists and is not a folder; give a folder path")
+        raise CliUsageError(f"--out {args.out!r}: exists and is not a folder; give a folder path")
     L.output_paths(paths.values(), _inputs(args), args.force)
     report.sections["inputs"] = _fingerprints(args)
-    os.makedirs(args.out, exist_ok=True)
     mapping = _mapping(args, model, report, document, show=True)
-    _write(report, paths[layout.MAPPING], mapping.save)
     _verify(args, model, mapping, report)
-    if report.exit_code == 0:
+    writes = {layout.MAPPING: mapping.save}
+    if report.exit_code == 0:  # no weights or optimizer for a model that is not equivalent
         state_dict = _weights(args, model, mapping, report)
         groups = _groups(model, document, mapping, report)
         saved = _optimizer(args, model, document, mapping, report)
-        _write(report, paths[layout.WEIGHTS], lambda path: _files().torch_save(state_dict, path))
-        _write(report, paths[layout.GROUPS], lambda path: _files().write_json(path, groups))
-        _write(report, paths[layout.OPTIMIZER], lambda path: _files().torch_save(saved, path))
+        writes.update({layout.WEIGHTS: lambda path: files.torch_save(state_dict, path),
+                       layout.GROUPS: lambda path: files.write_json(path, groups),
+                       layout.OPTIMIZER: lambda path: files.torch_save(saved, path)})
+    os.makedirs(args.out, exist_ok=True)
+    for name, write in writes.items():
+        _write(report, paths[name], write)
     _remove_stale(report, [paths[n] for n in (layout.WEIGHTS, layout.GROUPS, layout.OPTIMIZER)])
     report.outputs += [paths[layout.REPORT_JSON], paths[layout.REPORT_TXT]]
-    _files().write_json(paths[layout.REPORT_JSON], _jsonable(report.to_dict()))
-    _files().write_text(paths[layout.REPORT_TXT], report.render() + "\n")
+    files.write_json(paths[layout.REPORT_JSON], _jsonable(report.to_dict()))
+    files.write_text(paths[layout.REPORT_TXT], report.render() + "\n")
 
 
 _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim": _run_optim,
@@ -190,7 +199,6 @@ def _mapping(args, model, report, document=None, show=False):
     if getattr(args, "mapping", None):
         mapping, source = L.loaded_mapping(args.mapping, model, document), args.mapping
     else:
-        from migrate.match import name_mapping
         L.mapping_needs(args)
         shapes, dtypes = L.input_shapes(args.input_shape)
         with _stage(args, "exporting both models to ONNX and matching"):
@@ -207,7 +215,6 @@ def _mapping(args, model, report, document=None, show=False):
 
 def _verify(args, model, mapping, report):
     """Numeric verification (skipped while names are unmapped: the weights cannot be copied)."""
-    from migrate.verify import verify
     if report.names_unmapped:
         report.text.append("verification skipped: names are unmapped, the weights cannot be copied")
         return
@@ -225,7 +232,6 @@ def _verify(args, model, mapping, report):
 
 def _weights(args, model, mapping, report) -> dict:
     """The model's whole state_dict after copying the MXNet weights in by the mapping."""
-    from migrate.weights import convert_weights
     with _stage(args, "converting the weights"):
         path = L.existing_file("--params", args.params, "the NAME-0000.params HybridBlock.export wrote")
         converted = convert_weights(path, mapping, model)
@@ -241,7 +247,6 @@ def _weights(args, model, mapping, report) -> dict:
 
 def _groups(model, document, mapping, report) -> dict:
     """The param groups as JSON (torch names, absolute lr and weight_decay, multipliers) plus the frozen set."""
-    from migrate.groups import param_groups
     groups = param_groups(model, document, mapping)
     names = {id(param): name for name, param in model.named_parameters()}
     rows = [{"params": [names[id(p)] for p in g["params"]], "mx_names": g["mx_names"], "lr": g["lr"],
@@ -260,9 +265,6 @@ def _groups(model, document, mapping, report) -> dict:
 
 def _optimizer(args, model, document, mapping, report) -> dict:
     """The exact torch optimizer with the converted MXNet state and its scheduler, as ``optimizer.pt`` holds them."""
-    from migrate.migration import optimizer_document
-    from migrate.optim import torch_lr_scheduler, torch_optimizer
-    from migrate.state import convert_optimizer_state
     optimizer, filled = torch_optimizer(model, document, mapping), 0
     if getattr(args, "states", None):
         with _stage(args, "converting the optimizer state"):
@@ -280,7 +282,7 @@ def _optimizer(args, model, document, mapping, report) -> dict:
                        f"exact); {filled} parameter states converted; resumes at update {scheduler.num_update}; "
                        f"next lr per group: {', '.join(f'{lr:.4g}' for lr in lrs)}; gradients times "
                        f"rescale_grad {rescale:g} (MXNet's 1/batch_size: sum the loss over the batch)")
-    return optimizer_document(optimizer, scheduler, document, mapping)
+    return layout.optimizer_document(optimizer, scheduler, document, mapping)
 
 
 def _write(report, path, write):
@@ -298,14 +300,8 @@ def _remove_stale(report, paths):
 
 
 def _fingerprints(args) -> dict:
-    files = _files()
     return {flag: {"path": path, "sha256": files.sha256(path)} for flag, path in _inputs(args).items()
             if os.path.isfile(path)}
-
-
-def _files():
-    from migrate import _files
-    return _files
 
 
 def _jsonable(value):
