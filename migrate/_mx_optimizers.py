@@ -210,9 +210,7 @@ class Adam(_MXNetOptimizer):
         torch._foreach_add_(denom, _f32(group["epsilon"]))
         steps = [-_f32(group["lr"] * math.sqrt(1.0 - beta2 ** s["step"]) / (1.0 - beta1 ** s["step"]))
                  for s in states]
-        update = torch._foreach_div(_buffers(states, "mean"), denom)
-        torch._foreach_mul_(update, steps)
-        torch._foreach_add_(params, update)
+        torch._foreach_addcdiv_(params, _buffers(states, "mean"), denom, steps)
 
 
 class RMSProp(_MXNetOptimizer):
