@@ -5,7 +5,8 @@ import importlib
 import json
 import os
 
-from migrate.errors import CliUsageError, InputFileError, OutputExistsError
+from migrate.errors import CliUsageError, InputFileError, MappingError, OutputExistsError
+from migrate.mapping import NameMapping
 
 _MATCH_FLAGS = ("--symbol", "--params", "--input-shape")
 
@@ -121,24 +122,30 @@ def mapping_needs(args) -> None:
 
 def loaded_mapping(path: str, model, document=None):
     """The ``NameMapping`` of ``--mapping``, checked to fit the torch model (and the settings, when given)."""
-    from migrate.mapping import NameMapping
-    from migrate.errors import MappingError
     existing_file("--mapping", path, "the mapping file `migrate map` wrote")
     try:
         mapping = NameMapping.load(path)
     except (MappingError, InputFileError) as exc:
         raise InputFileError(f"--mapping {path!r}: {exc}") from None
-    target = model.state_dict()
-    wrong = [f"{mapping[k]} (absent)" if mapping[k] not in target else
-             f"{mapping[k]} {tuple(target[mapping[k]].shape)} vs {tuple(mapping.entry(k)['torch_shape'])}"
-             for k in mapping if mapping[k] not in target or not mapping.entry(k).get("fold") and
-             tuple(target[mapping[k]].shape) != tuple(mapping.entry(k)["torch_shape"])]
+    wrong = _misfits(mapping, model.state_dict())
     foreign = [k for k in mapping if document is not None and k not in document["params"]]
     if wrong or foreign:
         raise InputFileError(f"--mapping {path!r}: made for another model: torch keys that do not fit "
                              f"{type(model).__name__} (model vs mapping): {wrong[:5]}; MXNet names not in "
                              f"--settings: {foreign[:5]}; run `migrate map` on these models")
     return mapping
+
+
+def _misfits(mapping, target) -> list:
+    """Mapped torch keys the model lacks or holds in another shape (a folded bias targets a running mean)."""
+    wrong = []
+    for name in mapping:
+        key, entry = mapping[name], mapping.entry(name)
+        if key not in target:
+            wrong.append(f"{key} (absent)")
+        elif not entry.get("fold") and tuple(target[key].shape) != tuple(entry["torch_shape"]):
+            wrong.append(f"{key} {tuple(target[key].shape)} vs {tuple(entry['torch_shape'])}")
+    return wrong
 
 
 def unmapped_names(mapping, model, document=None) -> dict:

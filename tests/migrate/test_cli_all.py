@@ -316,3 +316,40 @@ def test_errors(trained, migrated, tmp_path, capsys, description, command, chang
     assert re.search(pattern, err), f"{description}: {pattern!r} not in {err[-1500:]!r}"
     assert "Traceback" not in err
     assert set(os.listdir(tmp_path)) == before and _sha(folder) == trained["sha"]
+
+
+def _folder_with(tmp_path, migrated, **replace):
+    """A copy of the ``all`` folder's weights.pt and optimizer.pt, some replaced by the given bytes."""
+    for name in ("weights.pt", "optimizer.pt"):
+        data = replace.get(name.replace(".pt", ""), (migrated[1] / name).read_bytes())
+        if data is not None:
+            (tmp_path / name).write_bytes(data)
+    return tmp_path
+
+
+def _saved(obj):
+    import io
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+# (description, replaced files, model factory, error type, message pattern)
+LOAD_ERRORS = [
+    ("no optimizer.pt", {"optimizer": None}, M.torch_residual, migrate.errors.InputFileError,
+     r"optimizer.pt'?: not found"),
+    ("weights of another model", {}, lambda: M.TorchDenseStack(), migrate.errors.InputFileError,
+     r"weights.pt' does not fit the TorchDenseStack model"),
+    ("foreign optimizer.pt", {"optimizer": _saved({"format": "other"})}, M.torch_residual,
+     migrate.errors.InputFileError, r"expected format 'gluon-lr-torch-optimizer'"),
+    ("not a torch file", {"weights": b"not torch"}, M.torch_residual, migrate.errors.InputFileError,
+     r"weights.pt'?: expected a file torch.save wrote"),
+]
+
+
+@pytest.mark.parametrize("description, replace, factory, error, pattern", LOAD_ERRORS, ids=[e[0] for e in LOAD_ERRORS])
+def test_load_migration_errors(migrated, tmp_path, description, replace, factory, error, pattern):
+    """load_migration names the file, what was wrong and what to do."""
+    folder = _folder_with(tmp_path, migrated, **replace)
+    with pytest.raises(error, match=pattern):
+        migrate.load_migration(folder, factory())
