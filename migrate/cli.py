@@ -18,7 +18,7 @@ from migrate import _cli_load as L
 from migrate import _files as files
 from migrate import migration as layout
 from migrate._cli_report import Report
-from migrate.errors import CliUsageError, MigrateError
+from migrate.errors import CliUsageError, InputFileError, MigrateError
 from migrate.groups import param_groups
 from migrate.match import name_mapping
 from migrate.optim import torch_lr_scheduler, torch_optimizer
@@ -90,9 +90,9 @@ def main(argv=None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="migrate", description=__doc__.split("\n\n")[0],
-                                     epilog="exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, "
-                                            "input or IO error")
+    parser = argparse.ArgumentParser(
+        prog="migrate", description="Carry an MXNet Gluon model, its gluon-lr settings and optimizer state to PyTorch.",
+        epilog="exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, required, optional, out) in _COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
@@ -248,11 +248,12 @@ def _weights(args, model, mapping, report) -> dict:
 def _groups(model, document, mapping, report) -> dict:
     """The param groups as JSON (torch names, absolute lr and weight_decay, multipliers) plus the frozen set."""
     groups = param_groups(model, document, mapping)
-    names = {id(param): name for name, param in model.named_parameters()}
+    named = dict(model.named_parameters())
+    names = {id(param): name for name, param in named.items()}
     rows = [{"params": [names[id(p)] for p in g["params"]], "mx_names": g["mx_names"], "lr": g["lr"],
              "weight_decay": g["weight_decay"], "lr_mult": g["lr_mult"], "wd_mult": g["wd_mult"]} for g in groups]
     frozen = [{"torch": mapping[name], "mxnet": name} for name, entry in document["params"].items()
-              if entry["frozen"] and mapping[name] in dict(model.named_parameters())]
+              if entry["frozen"] and mapping[name] in named]
     report.sections["groups"] = {"count": len(rows), "params": sum(len(r["params"]) for r in rows),
                                  "frozen": len(frozen)}
     table = [f"{'group':>5}  {'lr':>10}  {'weight_decay':>12}  {'lr_mult':>7}  {'wd_mult':>7}  params"]
@@ -272,7 +273,7 @@ def _optimizer(args, model, document, mapping, report) -> dict:
             try:
                 filled = convert_optimizer_state(path, document, mapping, optimizer)
             except MigrateError as exc:
-                raise L.InputFileError(f"--states {args.states!r}: {exc}") from None
+                raise InputFileError(f"--states {args.states!r}: {exc}") from None
     scheduler = torch_lr_scheduler(optimizer, document)
     lrs, rescale = [group["lr"] for group in optimizer.param_groups], document["optimizer"]["rescale_grad"]
     report.sections["optimizer"] = {"class": f"migrate.{type(optimizer).__name__}", "mxnet": document["optimizer"]
