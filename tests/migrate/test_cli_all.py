@@ -206,13 +206,20 @@ def test_subcommand_help(capsys, command, flags):
     assert flags in capsys.readouterr().out
 
 
-def test_verify_torchscript_file(trained, migrated, capsys):
-    """A TorchScript file as --torch: verified at the final output (TorchScript has no forward hooks)."""
-    code = main(["verify", *_files(trained["folder"], "symbol", "params"), "--torch",
-                 str(trained["folder"] / "res.ts"), "--mapping", str(migrated[1] / "mapping.json"),
-                 "--input-shape", "1,3,8,8", "--json"])
+def test_all_with_torchscript_file(trained, migrated, tmp_path, capsys):
+    """A TorchScript file as --torch: verified at the final output (no forward hooks in TorchScript), and the
+    loaded TorchScript model continues the MXNet training within 1e-5."""
+    script = str(trained["folder"] / "res.ts")
+    code = main(["all", *_files(trained["folder"], "symbol", "params", "settings", "states"), "--torch", script,
+                 "--mapping", str(migrated[1] / "mapping.json"), "--input-shape", "1,3,8,8", "--out",
+                 str(tmp_path), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["verify"]["max_abs_diff"] <= ATOL, doc["status"]
+    model = torch.jit.load(script)
+    optimizer, scheduler = migrate.load_migration(tmp_path, model)
+    _continue(model, optimizer, scheduler, trained["data"][STEPS:])
+    name, worst = _largest_difference(trained["final"], model, migrate.NameMapping.load(tmp_path / "mapping.json"))
+    assert worst <= ATOL, f"{name} differs from MXNet by {worst:.3g} > {ATOL}"
 
 
 def test_all_not_equivalent_writes_only_mapping_and_report(trained, tmp_path, capsys):
