@@ -360,3 +360,39 @@ def test_load_migration_errors(migrated, tmp_path, description, replace, factory
     folder = _folder_with(tmp_path, migrated, **replace)
     with pytest.raises(error, match=pattern):
         migrate.load_migration(folder, factory())
+
+
+class _Terminal:
+    """A stderr that says it is a terminal and keeps what is written."""
+
+    def __init__(self):
+        self.parts = []
+
+    def write(self, text):
+        self.parts.append(text)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_on_a_terminal(trained, migrated, monkeypatch, capsys):
+    """With stderr a terminal, the stages show in a progress bar there; stdout keeps only the report."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    code = main(["verify", *_files(trained["folder"], "symbol", "params"), "--torch", TORCH, "--mapping",
+                 str(migrated[1] / "mapping.json"), "--input-shape", "1,3,8,8"])
+    shown = "".join(terminal.parts)
+    assert code == 0 and "migrate verify: verifying node by node" in shown and "stages done" in shown
+    assert "stages done" not in capsys.readouterr().out
+
+
+def test_json_error_document(trained, capsys):
+    """--json with an input error still prints one document: exit_code 2 and the error naming the flag."""
+    code = main(["optim", "--settings", str(trained["folder"] / "absent.json"), "--torch", TORCH, "--mapping",
+                 "m.json", "--out", "o.pt", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 2 and doc["exit_code"] == 2 and doc["schema_version"] == 1
+    assert doc["error"].startswith("--settings ") and "file not found" in doc["error"]
