@@ -226,7 +226,8 @@ def _verify(args, model, mapping, report):
     report.sections["verify"] = {"ok": result.ok, "max_abs_diff": result.max_abs_diff, "atol": result.atol,
                                  "nodes": len(result.rows), "first_divergence": first and {
                                      "mxnet": first.mx_node, "torch": first.torch_node,
-                                     "max_abs_diff": first.max_abs_diff, "note": first.note}}
+                                     "max_abs_diff": first.max_abs_diff, "note": first.note},
+                                 "rows": result.to_dict()["rows"]}
     report.text.append(str(result))
 
 

@@ -114,6 +114,8 @@ class TestAll:
         assert sorted(os.listdir(out)) == ["mapping.json", "optimizer.pt", "param_groups.json", "report.json",
                                            "report.txt", "weights.pt"]
         assert doc["verify"]["max_abs_diff"] <= ATOL and doc["unmapped"] == {"mxnet": [], "torch": []}
+        rows = doc["verify"]["rows"]
+        assert len(rows) == 9 and all(r["max_abs_diff"] <= ATOL for r in rows), rows
         assert doc["optimizer"]["states_converted"] == 13 and doc["optimizer"]["num_update"] == STEPS
         assert "migrate all: OK (exit 0)" in (out / "report.txt").read_text()
         assert "stages done" not in done.stderr and "\r" not in done.stderr, "no progress bar without a terminal"
