@@ -84,11 +84,11 @@ def migrated(trained):
     return done, out
 
 
-def _continue(model, optimizer, scheduler, data):
+def _continue(model, optimizer, scheduler, data, reduce=torch.sum):
     model.train()
     for x, y in data:
         optimizer.zero_grad()
-        ((model(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).sum().backward()
+        reduce(((model(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).sum(dim=1)).backward()
         optimizer.step()
         scheduler.step()
 
@@ -150,6 +150,16 @@ class TestAll:
         np.testing.assert_array_equal(model.stem.weight.detach().numpy(), trained["middle"]["stem_weight"])
         assert not model.stem.weight.requires_grad
         assert {g["lr"] for g in optimizer.param_groups} == {0.025, 0.05}, "the schedule stepped down at update 6"
+
+
+    def test_mean_loss_with_rescale_grad_1(self, trained, migrated):
+        """A loss averaged over the batch with load_migration(..., rescale_grad=1.0) continues the same way."""
+        model = M.torch_residual()
+        optimizer, scheduler = migrate.load_migration(migrated[1], model, rescale_grad=1.0)
+        _continue(model, optimizer, scheduler, trained["data"][STEPS:], reduce=torch.mean)
+        mapping = migrate.NameMapping.load(migrated[1] / "mapping.json")
+        name, worst = _largest_difference(trained["final"], model, mapping)
+        assert worst <= ATOL, f"{name} differs from MXNet by {worst:.3g} > {ATOL}"
 
 
 class TestSubcommands:
