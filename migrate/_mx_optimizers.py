@@ -164,12 +164,13 @@ class NAG(_MXNetOptimizer):
             return
         moms = _buffers(states, "momentum_buffer")
         torch._foreach_mul_(moms, mom)
-        step = torch._foreach_add(clipped, params, alpha=wd)
-        torch._foreach_mul_(step, -lr)
-        torch._foreach_add_(step, moms)
-        torch._foreach_sub_(params, moms)
-        torch._foreach_add_(params, step, alpha=mom + 1.0)
-        torch._foreach_add_(moms, torch._foreach_add(clipped, params, alpha=wd), alpha=-lr)
+        decayed = torch._foreach_add(clipped, params, alpha=wd) if wd else clipped
+        # w - m1 + (mu+1)*(m1 - lr*gg) == w + mu*m1 - (mu+1)*lr*gg: two passes instead of four
+        torch._foreach_add_(params, moms, alpha=mom)
+        torch._foreach_add_(params, decayed, alpha=-(mom + 1.0) * lr)
+        torch._foreach_add_(moms, clipped, alpha=-lr)
+        if wd:
+            torch._foreach_add_(moms, params, alpha=-lr * wd)
 
 
 def _decayed(grads, params, group, clip=True):
@@ -185,9 +186,8 @@ def _decayed(grads, params, group, clip=True):
 
 
 def _moments_(means, variances, grads, beta1, beta2):
-    """Adam's moment updates in place: ``m = b1*m + (1-b1)*g``, ``v = b2*v + (1-b2)*g^2``."""
-    torch._foreach_mul_(means, beta1)
-    torch._foreach_add_(means, grads, alpha=1.0 - beta1)
+    """Adam's moment updates in place: ``m = b1*m + (1-b1)*g`` (as one lerp_), ``v = b2*v + (1-b2)*g^2``."""
+    torch._foreach_lerp_(means, grads, 1.0 - beta1)
     torch._foreach_mul_(variances, beta2)
     torch._foreach_addcmul_(variances, grads, grads, value=1.0 - beta2)
 
@@ -420,9 +420,9 @@ class Nadam(_MXNetOptimizer):
         denom = torch._foreach_div(variances, [1.0 - pow(beta2, s["step"]) for s in states])
         torch._foreach_sqrt_(denom)
         torch._foreach_add_(denom, group["epsilon"])
-        m_bar = torch._foreach_mul(grads, [(1.0 - m[0]) / (1.0 - m[2]) for m in schedule])
-        torch._foreach_add_(m_bar, torch._foreach_mul(means, [m[1] / (1.0 - m[3]) for m in schedule]))
-        torch._foreach_addcdiv_(params, m_bar, denom, value=-group["lr"])
+        lr = group["lr"]  # w -= lr*((1-mu_t)*g/(1-m_sched) + mu_t1*m/(1-m_sched_next)) / denom, as two addcdiv_
+        torch._foreach_addcdiv_(params, grads, denom, [-lr * (1.0 - m[0]) / (1.0 - m[2]) for m in schedule])
+        torch._foreach_addcdiv_(params, means, denom, [-lr * m[1] / (1.0 - m[3]) for m in schedule])
 
 
 class LAMB(_MXNetOptimizer):
