@@ -2,6 +2,7 @@
 from migrate.groups import param_groups
 from migrate.mapping import NameMapping
 from migrate.match import name_mapping
+from migrate.migration import load_migration
 from migrate.optim import MXNetLRScheduler, StockTranslation, torch_lr_scheduler, torch_optimizer
 from migrate.state import convert_optimizer_state
 from migrate.verify import NodeCheck, VerifyReport, verify
@@ -15,6 +16,7 @@ __all__ = [
     "VerifyReport",
     "convert_optimizer_state",
     "convert_weights",
+    "load_migration",
     "name_mapping",
     "param_groups",
     "torch_lr_scheduler",

@@ -54,3 +54,7 @@ class CliUsageError(MigrateError, ValueError):
 
 class SettingsError(MigrateError, ValueError):
     """A settings document lacks a key migrate needs or holds a value of the wrong kind."""
+
+
+class OutputExistsError(MigrateError, ValueError):
+    """An output file exists and ``--force`` was not given (names the file and the flag)."""
