@@ -203,14 +203,38 @@ class Adam(_MXNetOptimizer):
     _state_names = ("mean", "var")
 
     def _update(self, group, params, grads, states):
-        beta1, beta2 = group["beta1"], group["beta2"]
-        grads = _decayed(grads, params, group)
-        _moments_(_buffers(states, "mean"), _buffers(states, "var"), grads, _f32(beta1), _f32(beta2))
-        denom = torch._foreach_sqrt(_buffers(states, "var"))
-        torch._foreach_add_(denom, _f32(group["epsilon"]))
-        steps = [-_f32(group["lr"] * math.sqrt(1.0 - beta2 ** s["step"]) / (1.0 - beta1 ** s["step"]))
-                 for s in states]
-        torch._foreach_addcdiv_(params, _buffers(states, "mean"), denom, steps)
+        beta1, beta2 = _f32(group["beta1"]), _f32(group["beta2"])
+        wd = _f32(group["weight_decay"])
+        if group["rescale_grad"] != 1.0 or _clips(group):  # wd goes inside the clip: a pre-pass
+            grads, wd = _decayed(grads, params, group), 0.0
+        for step, index in _by_step(states).items():
+            # torch's kernel: w -= lr_k/(1-b1^t) * m/(sqrt(v)/sqrt(1-b2^t) + eps_k); MXNet's update is
+            # w -= f32(lr*sqrt(1-b2^t)/(1-b1^t)) * m/(sqrt(v) + eps): choose lr_k and eps_k to make them equal
+            mx_step = _f32(group["lr"] * math.sqrt(1.0 - group["beta2"] ** step) / (1.0 - group["beta1"] ** step))
+            root2 = math.sqrt(1.0 - beta2 ** step)
+            torch._fused_adam_(
+                _pick(params, index), _pick(grads, index), _pick(_buffers(states, "mean"), index),
+                _pick(_buffers(states, "var"), index), [], [_step_tensor(step)] * len(index),
+                lr=mx_step * (1.0 - beta1 ** step) / root2, beta1=beta1, beta2=beta2, weight_decay=wd,
+                eps=_f32(group["epsilon"]) / root2, amsgrad=False, maximize=False)
+
+
+def _by_step(states):
+    """Positions of ``states`` grouped by update count, so each count takes one fused kernel call."""
+    out = {}
+    for position, state in enumerate(states):
+        out.setdefault(state["step"], []).append(position)
+    return out
+
+
+def _pick(items, index):
+    """``items`` at positions ``index`` (the list itself when ``index`` covers all of it in order)."""
+    return items if len(index) == len(items) else [items[i] for i in index]
+
+
+def _step_tensor(step):
+    """The update count as the float32 scalar tensor torch's fused kernels read."""
+    return torch.tensor(float(step), dtype=torch.float32)
 
 
 class RMSProp(_MXNetOptimizer):
