@@ -463,23 +463,34 @@ class LAMB(_MXNetOptimizer):
     _state_names = ("mean", "var")
 
     def _update(self, group, params, grads, states):
-        beta1, beta2 = _f32(group["beta1"]), _f32(group["beta2"])
         grads = self._scaled(grads, group)
-        means, variances = _buffers(states, "mean"), _buffers(states, "var")
-        _moments_(means, variances, grads, beta1, beta2)
-        if group["bias_correction"]:
-            mean_hat = torch._foreach_div(means, [1.0 - beta1 ** s["step"] for s in states])
-            denom = torch._foreach_div(variances, [1.0 - beta2 ** s["step"] for s in states])
-            torch._foreach_sqrt_(denom)
-        else:
-            mean_hat, denom = means, torch._foreach_sqrt(variances)
-        torch._foreach_add_(denom, _f32(group["epsilon"]))
-        direction = torch._foreach_div(mean_hat, denom)
-        torch._foreach_add_(direction, params, alpha=_f32(group["weight_decay"]))
-        if direction[0].dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
-            direction = [d.to(torch.float32).to(d.dtype) for d in direction]
-        torch._foreach_mul_(direction, _trust_steps(params, direction, group))
-        torch._foreach_add_(params, direction)
+        negated = self._negated_directions(group, params, grads, states)
+        torch._foreach_add_(negated, params, alpha=-_f32(group["weight_decay"]))
+        if negated[0].dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
+            for buffer in negated:
+                buffer.copy_(buffer.to(torch.float32))
+        torch._foreach_mul_(negated, [-step for step in _trust_steps(params, negated, group)])
+        torch._foreach_add_(params, negated)
+
+    def _negated_directions(self, group, params, grads, states):
+        """Scratch buffers holding ``-m_hat/(sqrt(v_hat) + eps)``, the moments updated, by torch's fused Adam.
+
+        The kernel writes ``d -= lr_k/(1-b1^t) * m/(sqrt(v)/sqrt(1-b2^t) + eps_k)`` into zeroed buffers ``d``;
+        lr_k and eps_k are chosen so that this is MXNet's (optionally bias-corrected) direction.
+        """
+        scratch = self.__dict__.setdefault("_scratch", {})  # reused every step, kept out of the state_dict
+        negated = [scratch[p] if p in scratch else scratch.setdefault(p, torch.empty_like(p)) for p in params]
+        torch._foreach_zero_(negated)
+        beta1, beta2 = _f32(group["beta1"]), _f32(group["beta2"])
+        for step, index in _by_step(states).items():
+            root2 = math.sqrt(1.0 - beta2 ** step)
+            lr = 1.0 if group["bias_correction"] else (1.0 - beta1 ** step) / root2
+            eps = _f32(group["epsilon"]) / (1.0 if group["bias_correction"] else root2)
+            torch._fused_adam_(
+                _pick(negated, index), _pick(grads, index), _pick(_buffers(states, "mean"), index),
+                _pick(_buffers(states, "var"), index), [], [_step_tensor(step)] * len(index),
+                lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
+        return negated
 
 
 def _f32_norms(tensors):
