@@ -556,31 +556,48 @@ class Ftrl(_MXNetOptimizer):
     _state_names = ("z", "n")
 
     def _update(self, group, params, grads, states):
-        lr, wd = _f32(group["lr"]), _f32(group["weight_decay"])
-        lamda1, beta = _f32(group["lamda1"]), _f32(group["beta"])
+        hyper = tuple(_f32(group[key]) for key in ("lr", "weight_decay", "lamda1", "beta"))
         grads = self._scaled(grads, group)
-        zs, ns = _buffers(states, "z"), _buffers(states, "n")
-        old_sqrt = torch._foreach_sqrt(ns)
-        torch._foreach_addcmul_(ns, grads, grads)
-        new_sqrt = torch._foreach_sqrt(ns)
-        sigma = torch._foreach_sub(new_sqrt, old_sqrt)
-        torch._foreach_mul_(sigma, params)
-        torch._foreach_div_(sigma, lr)
-        torch._foreach_add_(zs, grads)
-        torch._foreach_sub_(zs, sigma)
-        shrunk = torch._foreach_sign(zs)
-        torch._foreach_mul_(shrunk, lamda1)
-        torch._foreach_sub_(shrunk, zs)
-        torch._foreach_add_(new_sqrt, beta)
-        torch._foreach_div_(new_sqrt, lr)
-        torch._foreach_add_(new_sqrt, wd)
-        torch._foreach_div_(shrunk, new_sqrt)
-        keep = torch._foreach_abs(zs)  # 1 where |z| > lamda1, else 0: sign(max(|z| - lamda1, 0))
-        torch._foreach_sub_(keep, lamda1)
-        torch._foreach_clamp_min_(keep, 0.0)
-        torch._foreach_sign_(keep)
-        torch._foreach_mul_(shrunk, keep)
-        torch._foreach_copy_(params, shrunk)
+        for piece in _pieces((params, grads, _buffers(states, "z"), _buffers(states, "n"))):
+            _ftrl_piece(*piece, *hyper)
+
+
+_PIECE = 1 << 18
+"""Elements per piece in cache-blocked updates: ten passes over a piece stay in cache instead of memory."""
+
+
+def _pieces(columns):
+    """Tuples of matching flat views, at most ``_PIECE`` elements each, of the tensors in ``columns``.
+
+    Tensors that are not all contiguous are yielded whole.
+    """
+    for row in zip(*columns):
+        if row[0].numel() <= _PIECE or not all(t.is_contiguous() for t in row):
+            yield row
+        else:
+            yield from zip(*(t.view(-1).split(_PIECE) for t in row))
+
+
+def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):
+    """MXNet's FTRL kernel on one piece, in ten passes.
+
+    ``z += g - (sqrt(n + g^2) - sqrt(n))*w/lr; n += g^2``, then the weight
+    ``(sign(z)*lamda1 - z)/((beta + sqrt(n))/lr + wd)`` where ``|z| > lamda1``, else 0, written as
+    ``-softshrink(z, lamda1)*lr/(sqrt(n) + beta + lr*wd)``.
+    """
+    sigma = n.sqrt()
+    n.addcmul_(grad, grad)
+    root = n.sqrt()
+    sigma.sub_(root)
+    z.addcmul_(sigma, weight, value=1.0 / lr)
+    z.add_(grad)
+    root.add_(beta + lr * wd)
+    if lamda1 >= 0:
+        shrunk = torch.nn.functional.softshrink(z, lamda1)
+    else:  # |z| > lamda1 everywhere
+        shrunk = z - torch.sign(z) * lamda1
+    shrunk.mul_(-lr)
+    torch.div(shrunk, root, out=weight)
 
 
 OPTIMIZERS = {"sgd": SGD, "nag": NAG, "adam": Adam, "rmsprop": RMSProp, "adagrad": AdaGrad,
