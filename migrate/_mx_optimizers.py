@@ -579,7 +579,7 @@ def _pieces(columns):
 
 
 def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):
-    """MXNet's FTRL kernel on one piece, in ten passes.
+    """MXNet's FTRL kernel on one piece, in nine passes.
 
     ``z += g - (sqrt(n + g^2) - sqrt(n))*w/lr; n += g^2``, then the weight
     ``(sign(z)*lamda1 - z)/((beta + sqrt(n))/lr + wd)`` where ``|z| > lamda1``, else 0, written as
@@ -596,8 +596,10 @@ def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):
         shrunk = torch.nn.functional.softshrink(z, lamda1)
     else:  # |z| > lamda1 everywhere
         shrunk = z - torch.sign(z) * lamda1
-    shrunk.mul_(-lr)
-    torch.div(shrunk, root, out=weight)
+    torch.addcdiv(_ZERO[weight.dtype], shrunk, root, value=-lr, out=weight)
+
+
+_ZERO = {dtype: torch.zeros((), dtype=dtype) for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 
 
 OPTIMIZERS = {"sgd": SGD, "nag": NAG, "adam": Adam, "rmsprop": RMSProp, "adagrad": AdaGrad,
