@@ -110,6 +110,22 @@ def _buffers(states, name):
     return [state[name] for state in states]
 
 
+_PIECE = 1 << 18
+"""Elements per piece in cache-blocked updates: ten passes over a piece stay in cache instead of memory."""
+
+
+def _pieces(columns):
+    """Tuples of matching flat views, at most ``_PIECE`` elements each, of the tensors in ``columns``.
+
+    Tensors that are not all contiguous are yielded whole.
+    """
+    for row in zip(*columns):
+        if row[0].numel() <= _PIECE or not all(t.is_contiguous() for t in row):
+            yield row
+        else:
+            yield from zip(*(t.view(-1).split(_PIECE) for t in row))
+
+
 class SGD(_MXNetOptimizer):
     """MXNet ``sgd``: ``m = momentum*m - lr*wd*w - lr*clip(rescale_grad*g); w += m`` (lr inside the momentum).
 
@@ -162,15 +178,19 @@ class NAG(_MXNetOptimizer):
             torch._foreach_mul_(params, 1.0 - lr * wd)
             torch._foreach_add_(params, clipped, alpha=-lr)
             return
-        moms = _buffers(states, "momentum_buffer")
-        torch._foreach_mul_(moms, mom)
-        decayed = torch._foreach_add(clipped, params, alpha=wd) if wd else clipped
-        # w - m1 + (mu+1)*(m1 - lr*gg) == w + mu*m1 - (mu+1)*lr*gg: two passes instead of four
-        torch._foreach_add_(params, moms, alpha=mom)
-        torch._foreach_add_(params, decayed, alpha=-(mom + 1.0) * lr)
-        torch._foreach_add_(moms, clipped, alpha=-lr)
-        if wd:
-            torch._foreach_add_(moms, params, alpha=-lr * wd)
+        for weight, grad, moment in _pieces((params, clipped, _buffers(states, "momentum_buffer"))):
+            _nag_piece(weight, grad, moment, lr, wd, mom)
+
+
+def _nag_piece(weight, grad, moment, lr, wd, mom):
+    """MXNet's nag_mom_update on one piece: ``w - m1 + (mu+1)*(m1 - lr*gg) == w + mu*m1 - (mu+1)*lr*gg``."""
+    moment.mul_(mom)
+    decayed = torch.add(grad, weight, alpha=wd) if wd else grad
+    weight.add_(moment, alpha=mom)
+    weight.add_(decayed, alpha=-(mom + 1.0) * lr)
+    moment.add_(grad, alpha=-lr)
+    if wd:
+        moment.add_(weight, alpha=-lr * wd)
 
 
 def _decayed(grads, params, group, clip=True):
@@ -560,22 +580,6 @@ class Ftrl(_MXNetOptimizer):
         grads = self._scaled(grads, group)
         for piece in _pieces((params, grads, _buffers(states, "z"), _buffers(states, "n"))):
             _ftrl_piece(*piece, *hyper)
-
-
-_PIECE = 1 << 18
-"""Elements per piece in cache-blocked updates: ten passes over a piece stay in cache instead of memory."""
-
-
-def _pieces(columns):
-    """Tuples of matching flat views, at most ``_PIECE`` elements each, of the tensors in ``columns``.
-
-    Tensors that are not all contiguous are yielded whole.
-    """
-    for row in zip(*columns):
-        if row[0].numel() <= _PIECE or not all(t.is_contiguous() for t in row):
-            yield row
-        else:
-            yield from zip(*(t.view(-1).split(_PIECE) for t in row))
 
 
 def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):
