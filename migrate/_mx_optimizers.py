@@ -111,7 +111,7 @@ def _buffers(states, name):
 
 
 _PIECE = 1 << 18
-"""Elements per piece in cache-blocked updates: ten passes over a piece stay in cache instead of memory."""
+"""Elements per piece in cache-blocked updates: several passes over a piece stay in cache, not in memory."""
 
 
 def _pieces(columns):
