@@ -310,18 +310,20 @@ class AdaGrad(_MXNetOptimizer):
     _state_names = ("history",)
 
     def _update(self, group, params, grads, states):
-        lr, wd = group["lr"], group["weight_decay"]
         grads = self._scaled(grads, group)
-        history = _buffers(states, "history")
-        torch._foreach_addcmul_(history, grads, grads)
-        denom = torch._foreach_add(history, group["eps"])
-        torch._foreach_sqrt_(denom)
-        if wd:
-            div = torch._foreach_div(grads, denom)
-            torch._foreach_add_(div, params, alpha=wd)
-            torch._foreach_add_(params, div, alpha=-lr)
-        else:
-            torch._foreach_addcdiv_(params, grads, denom, value=-lr)
+        for piece in _pieces((params, grads, _buffers(states, "history"))):
+            _adagrad_piece(*piece, group["lr"], group["weight_decay"], group["eps"])
+
+
+def _adagrad_piece(weight, grad, history, lr, wd, eps):
+    """MXNet's adagrad update on one piece (python-double hyperparameters, as MXNet's python AdaGrad)."""
+    history.addcmul_(grad, grad)
+    denom = history.add(eps).sqrt_()
+    if wd:
+        step = grad.div(denom).add_(weight, alpha=wd)
+        weight.add_(step, alpha=-lr)
+    else:
+        weight.addcdiv_(grad, denom, value=-lr)
 
 
 class AdaDelta(_MXNetOptimizer):
@@ -555,14 +557,20 @@ class Signum(_MXNetOptimizer):
             torch._foreach_add_(params, signs, alpha=-lr)
             return
         grads = self._scaled(grads, group)
-        moms = _buffers(states, "momentum_buffer")
-        torch._foreach_mul_(moms, mom)
-        torch._foreach_add_(moms, params, alpha=-(1.0 - mom) * wd)
-        torch._foreach_add_(moms, grads, alpha=-(1.0 - mom))
-        signs = torch._foreach_sign(moms)
-        if group["wd_lh"]:
-            torch._foreach_mul_(params, 1.0 - lr * _f32(group["wd_lh"]))
-        torch._foreach_add_(params, signs, alpha=lr)
+        wd_lh = _f32(group["wd_lh"]) if group["wd_lh"] else 0.0
+        for piece in _pieces((params, grads, _buffers(states, "momentum_buffer"))):
+            _signum_piece(*piece, lr, wd, mom, wd_lh)
+
+
+def _signum_piece(weight, grad, moment, lr, wd, mom, wd_lh):
+    """MXNet's signum_update on one piece: ``m = mu*m - (1-mu)*(wd*w + g); w = (1 - lr*wd_lh)*w + lr*sign(m)``."""
+    moment.mul_(mom)
+    moment.add_(weight, alpha=-(1.0 - mom) * wd)
+    moment.add_(grad, alpha=-(1.0 - mom))
+    signs = moment.sign()
+    if wd_lh:
+        weight.mul_(1.0 - lr * wd_lh)
+    weight.add_(signs, alpha=lr)
 
 
 class Ftrl(_MXNetOptimizer):

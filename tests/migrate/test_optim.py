@@ -163,7 +163,8 @@ def test_bad_scheduler_type_raises():
 # Larger than migrate's cache-blocking piece (2**18 elements) and not a multiple of it, plus a small tensor.
 LARGE_SHAPES = [(600, 500), (7,)]
 LARGE_CASES = [(name, hyper, scaling) for name, hyper in [
-    ("adam", {}), ("lamb", {}), ("nag", {"momentum": 0.9}), ("ftrl", {"lamda1": 0.01, "beta": 1.0})]
+    ("adam", {}), ("lamb", {}), ("nag", {"momentum": 0.9}), ("ftrl", {"lamda1": 0.01, "beta": 1.0}),
+    ("adagrad", {}), ("signum", {"momentum": 0.9, "wd_lh": 0.01})]
     for scaling in ({"rescale_grad": 1.0}, {"rescale_grad": 0.5, "clip_gradient": 0.3})]
 
 
