@@ -1,7 +1,7 @@
 """Benchmark: one step of each exact MXNet optimizer against the closest stock torch optimizer (foreach).
 
 Parameters have resnet50's shapes (torchvision, no weights downloaded), gradients are random, float32, CPU.
-Run: PYTHONPATH=$PWD python bench/bench_optim.py [--repeat N] [--threads N]
+Run: PYTHONPATH=$PWD python bench/bench_optim.py [--repeat N] [--threads N] [--only adam ftrl ...]
 Prints one table: median step time of each (measured interleaved, in one run), and the ratio exact / stock
 (target: within 1.3x). LAMB, Signum and FTRL have no torch counterpart: their "stock" column is the stand-in
 that ``torch_optimizer(..., exact=False)`` returns (AdamW, SGD, Adagrad), which does less work.
