@@ -337,21 +337,19 @@ class AdaDelta(_MXNetOptimizer):
     _state_names = ("acc_g", "acc_delta")
 
     def _update(self, group, params, grads, states):
-        rho, eps = group["rho"], group["epsilon"]
         grads = self._scaled(grads, group)
-        acc_g, acc_delta = _buffers(states, "acc_g"), _buffers(states, "acc_delta")
-        torch._foreach_mul_(acc_g, rho)
-        torch._foreach_addcmul_(acc_g, grads, grads, value=1.0 - rho)
-        delta = torch._foreach_add(acc_delta, eps)
-        torch._foreach_sqrt_(delta)
-        denom = torch._foreach_add(acc_g, eps)
-        torch._foreach_sqrt_(denom)
-        torch._foreach_div_(delta, denom)
-        torch._foreach_mul_(delta, grads)
-        torch._foreach_mul_(acc_delta, rho)
-        torch._foreach_addcmul_(acc_delta, delta, delta, value=1.0 - rho)
-        torch._foreach_add_(delta, params, alpha=group["weight_decay"])
-        torch._foreach_sub_(params, delta)
+        for piece in _pieces((params, grads, _buffers(states, "acc_g"), _buffers(states, "acc_delta"))):
+            _adadelta_piece(*piece, group["rho"], group["epsilon"], group["weight_decay"])
+
+
+def _adadelta_piece(weight, grad, acc_g, acc_delta, rho, eps, wd):
+    """MXNet's adadelta update on one piece: ``delta = sqrt(acc_delta + eps)/sqrt(acc_g + eps)*g``."""
+    acc_g.mul_(rho).addcmul_(grad, grad, value=1.0 - rho)
+    delta = acc_delta.add(eps).sqrt_()
+    delta.div_(acc_g.add(eps).sqrt_()).mul_(grad)
+    acc_delta.mul_(rho).addcmul_(delta, delta, value=1.0 - rho)
+    delta.add_(weight, alpha=wd)
+    weight.sub_(delta)
 
 
 class Adamax(_MXNetOptimizer):

@@ -164,7 +164,7 @@ def test_bad_scheduler_type_raises():
 LARGE_SHAPES = [(600, 500), (7,)]
 LARGE_CASES = [(name, hyper, scaling) for name, hyper in [
     ("adam", {}), ("lamb", {}), ("nag", {"momentum": 0.9}), ("ftrl", {"lamda1": 0.01, "beta": 1.0}),
-    ("adagrad", {}), ("signum", {"momentum": 0.9, "wd_lh": 0.01})]
+    ("adagrad", {}), ("adadelta", {}), ("signum", {"momentum": 0.9, "wd_lh": 0.01})]
     for scaling in ({"rescale_grad": 1.0}, {"rescale_grad": 0.5, "clip_gradient": 0.3})]
 
 
