@@ -610,6 +610,7 @@ def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):
 
 
 _ZERO = {dtype: torch.zeros((), dtype=dtype) for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+"""0-dim zeros: ``addcdiv(zero, a, b, value, out=w)`` writes ``value*a/b`` into ``w`` in one pass."""
 
 
 OPTIMIZERS = {"sgd": SGD, "nag": NAG, "adam": Adam, "rmsprop": RMSProp, "adagrad": AdaGrad,
