@@ -1,7 +1,7 @@
 """Benchmark: one step of each exact MXNet optimizer against the closest stock torch optimizer (foreach).
 
 Parameters have resnet50's shapes (torchvision, no weights downloaded), gradients are random, float32, CPU.
-Run: PYTHONPATH=$PWD python bench/bench_optim.py [--repeat N] [--threads N]
+Run: PYTHONPATH=$PWD python bench/bench_optim.py [--repeat N] [--threads N] [--only adam ftrl ...]
 Prints one table: median step time of each (measured interleaved, in one run), and the ratio exact / stock
 (target: within 1.3x). LAMB, Signum and FTRL have no torch counterpart: their "stock" column is the stand-in
 that ``torch_optimizer(..., exact=False)`` returns (AdamW, SGD, Adagrad), which does less work.
@@ -51,6 +51,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--only", nargs="*", default=None, help="rows to run (e.g. adam lamb rmsprop-centered)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     params = _params(0)
@@ -59,13 +60,15 @@ def main():
           f"{args.threads} threads, median of {args.repeat}")
     print(f"{'optimizer':<18}{'exact ms':>10}{'stock ms':>10}{'ratio':>8}  stock")
     for name, hyper in CASES:
+        label = name + ("-centered" if hyper.get("centered") else "")
+        if args.only and label not in args.only:
+            continue
         options = _options(hyper)
         exact_opt = OPTIMIZERS[name]([{"params": params}], **options)
         stock_opt, _ = _stock.stock_optimizer(name, [{"params": params}], options)
         exact, stock = _time_pair(exact_opt, stock_opt, args.repeat)
         stock_name = type(stock_opt).__name__
         del exact_opt, stock_opt
-        label = name + ("-centered" if hyper.get("centered") else "")
         print(f"{label:<18}{exact * 1e3:>10.1f}{stock * 1e3:>10.1f}{exact / stock:>8.2f}  {stock_name}")
 
 

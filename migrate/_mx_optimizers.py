@@ -110,6 +110,22 @@ def _buffers(states, name):
     return [state[name] for state in states]
 
 
+_PIECE = 1 << 18
+"""Elements per piece in cache-blocked updates: several passes over a piece stay in cache, not in memory."""
+
+
+def _pieces(columns):
+    """Tuples of matching flat views, at most ``_PIECE`` elements each, of the tensors in ``columns``.
+
+    Tensors that are not all contiguous are yielded whole.
+    """
+    for row in zip(*columns):
+        if row[0].numel() <= _PIECE or not all(t.is_contiguous() for t in row):
+            yield row
+        else:
+            yield from zip(*(t.view(-1).split(_PIECE) for t in row))
+
+
 class SGD(_MXNetOptimizer):
     """MXNet ``sgd``: ``m = momentum*m - lr*wd*w - lr*clip(rescale_grad*g); w += m`` (lr inside the momentum).
 
@@ -162,15 +178,19 @@ class NAG(_MXNetOptimizer):
             torch._foreach_mul_(params, 1.0 - lr * wd)
             torch._foreach_add_(params, clipped, alpha=-lr)
             return
-        moms = _buffers(states, "momentum_buffer")
-        torch._foreach_mul_(moms, mom)
-        decayed = torch._foreach_add(clipped, params, alpha=wd) if wd else clipped
-        # w - m1 + (mu+1)*(m1 - lr*gg) == w + mu*m1 - (mu+1)*lr*gg: two passes instead of four
-        torch._foreach_add_(params, moms, alpha=mom)
-        torch._foreach_add_(params, decayed, alpha=-(mom + 1.0) * lr)
-        torch._foreach_add_(moms, clipped, alpha=-lr)
-        if wd:
-            torch._foreach_add_(moms, params, alpha=-lr * wd)
+        for weight, grad, moment in _pieces((params, clipped, _buffers(states, "momentum_buffer"))):
+            _nag_piece(weight, grad, moment, lr, wd, mom)
+
+
+def _nag_piece(weight, grad, moment, lr, wd, mom):
+    """MXNet's nag_mom_update on one piece: ``w - m1 + (mu+1)*(m1 - lr*gg) == w + mu*m1 - (mu+1)*lr*gg``."""
+    moment.mul_(mom)
+    decayed = torch.add(grad, weight, alpha=wd) if wd else grad
+    weight.add_(moment, alpha=mom)
+    weight.add_(decayed, alpha=-(mom + 1.0) * lr)
+    moment.add_(grad, alpha=-lr)
+    if wd:
+        moment.add_(weight, alpha=-lr * wd)
 
 
 def _decayed(grads, params, group, clip=True):
@@ -203,14 +223,38 @@ class Adam(_MXNetOptimizer):
     _state_names = ("mean", "var")
 
     def _update(self, group, params, grads, states):
-        beta1, beta2 = group["beta1"], group["beta2"]
-        grads = _decayed(grads, params, group)
-        _moments_(_buffers(states, "mean"), _buffers(states, "var"), grads, _f32(beta1), _f32(beta2))
-        denom = torch._foreach_sqrt(_buffers(states, "var"))
-        torch._foreach_add_(denom, _f32(group["epsilon"]))
-        steps = [-_f32(group["lr"] * math.sqrt(1.0 - beta2 ** s["step"]) / (1.0 - beta1 ** s["step"]))
-                 for s in states]
-        torch._foreach_addcdiv_(params, _buffers(states, "mean"), denom, steps)
+        beta1, beta2 = _f32(group["beta1"]), _f32(group["beta2"])
+        wd = _f32(group["weight_decay"])
+        if group["rescale_grad"] != 1.0 or _clips(group):  # wd goes inside the clip: a pre-pass
+            grads, wd = _decayed(grads, params, group), 0.0
+        for step, index in _by_step(states).items():
+            # torch's kernel: w -= lr_k/(1-b1^t) * m/(sqrt(v)/sqrt(1-b2^t) + eps_k); MXNet's update is
+            # w -= f32(lr*sqrt(1-b2^t)/(1-b1^t)) * m/(sqrt(v) + eps): choose lr_k and eps_k to make them equal
+            mx_step = _f32(group["lr"] * math.sqrt(1.0 - group["beta2"] ** step) / (1.0 - group["beta1"] ** step))
+            root2 = math.sqrt(1.0 - beta2 ** step)
+            torch._fused_adam_(
+                _pick(params, index), _pick(grads, index), _pick(_buffers(states, "mean"), index),
+                _pick(_buffers(states, "var"), index), [], [_step_tensor(step)] * len(index),
+                lr=mx_step * (1.0 - beta1 ** step) / root2, beta1=beta1, beta2=beta2, weight_decay=wd,
+                eps=_f32(group["epsilon"]) / root2, amsgrad=False, maximize=False)
+
+
+def _by_step(states):
+    """Positions of ``states`` grouped by update count, so each count takes one fused kernel call."""
+    out = {}
+    for position, state in enumerate(states):
+        out.setdefault(state["step"], []).append(position)
+    return out
+
+
+def _pick(items, index):
+    """``items`` at positions ``index`` (the list itself when ``index`` covers all of it in order)."""
+    return items if len(index) == len(items) else [items[i] for i in index]
+
+
+def _step_tensor(step):
+    """The update count as the float32 scalar tensor torch's fused kernels read."""
+    return torch.tensor(float(step), dtype=torch.float32)
 
 
 class RMSProp(_MXNetOptimizer):
@@ -266,18 +310,20 @@ class AdaGrad(_MXNetOptimizer):
     _state_names = ("history",)
 
     def _update(self, group, params, grads, states):
-        lr, wd = group["lr"], group["weight_decay"]
         grads = self._scaled(grads, group)
-        history = _buffers(states, "history")
-        torch._foreach_addcmul_(history, grads, grads)
-        denom = torch._foreach_add(history, group["eps"])
-        torch._foreach_sqrt_(denom)
-        if wd:
-            div = torch._foreach_div(grads, denom)
-            torch._foreach_add_(div, params, alpha=wd)
-            torch._foreach_add_(params, div, alpha=-lr)
-        else:
-            torch._foreach_addcdiv_(params, grads, denom, value=-lr)
+        for piece in _pieces((params, grads, _buffers(states, "history"))):
+            _adagrad_piece(*piece, group["lr"], group["weight_decay"], group["eps"])
+
+
+def _adagrad_piece(weight, grad, history, lr, wd, eps):
+    """MXNet's adagrad update on one piece (python-double hyperparameters, as MXNet's python AdaGrad)."""
+    history.addcmul_(grad, grad)
+    denom = history.add(eps).sqrt_()
+    if wd:
+        step = grad.div(denom).add_(weight, alpha=wd)
+        weight.add_(step, alpha=-lr)
+    else:
+        weight.addcdiv_(grad, denom, value=-lr)
 
 
 class AdaDelta(_MXNetOptimizer):
@@ -291,21 +337,19 @@ class AdaDelta(_MXNetOptimizer):
     _state_names = ("acc_g", "acc_delta")
 
     def _update(self, group, params, grads, states):
-        rho, eps = group["rho"], group["epsilon"]
         grads = self._scaled(grads, group)
-        acc_g, acc_delta = _buffers(states, "acc_g"), _buffers(states, "acc_delta")
-        torch._foreach_mul_(acc_g, rho)
-        torch._foreach_addcmul_(acc_g, grads, grads, value=1.0 - rho)
-        delta = torch._foreach_add(acc_delta, eps)
-        torch._foreach_sqrt_(delta)
-        denom = torch._foreach_add(acc_g, eps)
-        torch._foreach_sqrt_(denom)
-        torch._foreach_div_(delta, denom)
-        torch._foreach_mul_(delta, grads)
-        torch._foreach_mul_(acc_delta, rho)
-        torch._foreach_addcmul_(acc_delta, delta, delta, value=1.0 - rho)
-        torch._foreach_add_(delta, params, alpha=group["weight_decay"])
-        torch._foreach_sub_(params, delta)
+        for piece in _pieces((params, grads, _buffers(states, "acc_g"), _buffers(states, "acc_delta"))):
+            _adadelta_piece(*piece, group["rho"], group["epsilon"], group["weight_decay"])
+
+
+def _adadelta_piece(weight, grad, acc_g, acc_delta, rho, eps, wd):
+    """MXNet's adadelta update on one piece: ``delta = sqrt(acc_delta + eps)/sqrt(acc_g + eps)*g``."""
+    acc_g.mul_(rho).addcmul_(grad, grad, value=1.0 - rho)
+    delta = acc_delta.add(eps).sqrt_()
+    delta.div_(acc_g.add(eps).sqrt_()).mul_(grad)
+    acc_delta.mul_(rho).addcmul_(delta, delta, value=1.0 - rho)
+    delta.add_(weight, alpha=wd)
+    weight.sub_(delta)
 
 
 class Adamax(_MXNetOptimizer):
@@ -439,23 +483,34 @@ class LAMB(_MXNetOptimizer):
     _state_names = ("mean", "var")
 
     def _update(self, group, params, grads, states):
-        beta1, beta2 = _f32(group["beta1"]), _f32(group["beta2"])
         grads = self._scaled(grads, group)
-        means, variances = _buffers(states, "mean"), _buffers(states, "var")
-        _moments_(means, variances, grads, beta1, beta2)
-        if group["bias_correction"]:
-            mean_hat = torch._foreach_div(means, [1.0 - beta1 ** s["step"] for s in states])
-            denom = torch._foreach_div(variances, [1.0 - beta2 ** s["step"] for s in states])
-            torch._foreach_sqrt_(denom)
-        else:
-            mean_hat, denom = means, torch._foreach_sqrt(variances)
-        torch._foreach_add_(denom, _f32(group["epsilon"]))
-        direction = torch._foreach_div(mean_hat, denom)
-        torch._foreach_add_(direction, params, alpha=_f32(group["weight_decay"]))
-        if direction[0].dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
-            direction = [d.to(torch.float32).to(d.dtype) for d in direction]
-        torch._foreach_mul_(direction, _trust_steps(params, direction, group))
-        torch._foreach_add_(params, direction)
+        negated = self._negated_directions(group, params, grads, states)
+        torch._foreach_add_(negated, params, alpha=-_f32(group["weight_decay"]))
+        if negated[0].dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
+            for buffer in negated:
+                buffer.copy_(buffer.to(torch.float32))
+        torch._foreach_mul_(negated, [-step for step in _trust_steps(params, negated, group)])
+        torch._foreach_add_(params, negated)
+
+    def _negated_directions(self, group, params, grads, states):
+        """Scratch buffers holding ``-m_hat/(sqrt(v_hat) + eps)``, the moments updated, by torch's fused Adam.
+
+        The kernel writes ``d -= lr_k/(1-b1^t) * m/(sqrt(v)/sqrt(1-b2^t) + eps_k)`` into zeroed buffers ``d``;
+        lr_k and eps_k are chosen so that this is MXNet's (optionally bias-corrected) direction.
+        """
+        scratch = self.__dict__.setdefault("_scratch", {})  # reused every step, kept out of the state_dict
+        negated = [scratch[p] if p in scratch else scratch.setdefault(p, torch.empty_like(p)) for p in params]
+        torch._foreach_zero_(negated)
+        beta1, beta2 = _f32(group["beta1"]), _f32(group["beta2"])
+        for step, index in _by_step(states).items():
+            root2 = math.sqrt(1.0 - beta2 ** step)
+            lr = 1.0 if group["bias_correction"] else (1.0 - beta1 ** step) / root2
+            eps = _f32(group["epsilon"]) / (1.0 if group["bias_correction"] else root2)
+            torch._fused_adam_(
+                _pick(negated, index), _pick(grads, index), _pick(_buffers(states, "mean"), index),
+                _pick(_buffers(states, "var"), index), [], [_step_tensor(step)] * len(index),
+                lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
+        return negated
 
 
 def _f32_norms(tensors):
@@ -500,14 +555,20 @@ class Signum(_MXNetOptimizer):
             torch._foreach_add_(params, signs, alpha=-lr)
             return
         grads = self._scaled(grads, group)
-        moms = _buffers(states, "momentum_buffer")
-        torch._foreach_mul_(moms, mom)
-        torch._foreach_add_(moms, params, alpha=-(1.0 - mom) * wd)
-        torch._foreach_add_(moms, grads, alpha=-(1.0 - mom))
-        signs = torch._foreach_sign(moms)
-        if group["wd_lh"]:
-            torch._foreach_mul_(params, 1.0 - lr * _f32(group["wd_lh"]))
-        torch._foreach_add_(params, signs, alpha=lr)
+        wd_lh = _f32(group["wd_lh"]) if group["wd_lh"] else 0.0
+        for piece in _pieces((params, grads, _buffers(states, "momentum_buffer"))):
+            _signum_piece(*piece, lr, wd, mom, wd_lh)
+
+
+def _signum_piece(weight, grad, moment, lr, wd, mom, wd_lh):
+    """MXNet's signum_update on one piece: ``m = mu*m - (1-mu)*(wd*w + g); w = (1 - lr*wd_lh)*w + lr*sign(m)``."""
+    moment.mul_(mom)
+    moment.add_(weight, alpha=-(1.0 - mom) * wd)
+    moment.add_(grad, alpha=-(1.0 - mom))
+    signs = moment.sign()
+    if wd_lh:
+        weight.mul_(1.0 - lr * wd_lh)
+    weight.add_(signs, alpha=lr)
 
 
 class Ftrl(_MXNetOptimizer):
@@ -521,31 +582,35 @@ class Ftrl(_MXNetOptimizer):
     _state_names = ("z", "n")
 
     def _update(self, group, params, grads, states):
-        lr, wd = _f32(group["lr"]), _f32(group["weight_decay"])
-        lamda1, beta = _f32(group["lamda1"]), _f32(group["beta"])
+        hyper = tuple(_f32(group[key]) for key in ("lr", "weight_decay", "lamda1", "beta"))
         grads = self._scaled(grads, group)
-        zs, ns = _buffers(states, "z"), _buffers(states, "n")
-        old_sqrt = torch._foreach_sqrt(ns)
-        torch._foreach_addcmul_(ns, grads, grads)
-        new_sqrt = torch._foreach_sqrt(ns)
-        sigma = torch._foreach_sub(new_sqrt, old_sqrt)
-        torch._foreach_mul_(sigma, params)
-        torch._foreach_div_(sigma, lr)
-        torch._foreach_add_(zs, grads)
-        torch._foreach_sub_(zs, sigma)
-        shrunk = torch._foreach_sign(zs)
-        torch._foreach_mul_(shrunk, lamda1)
-        torch._foreach_sub_(shrunk, zs)
-        torch._foreach_add_(new_sqrt, beta)
-        torch._foreach_div_(new_sqrt, lr)
-        torch._foreach_add_(new_sqrt, wd)
-        torch._foreach_div_(shrunk, new_sqrt)
-        keep = torch._foreach_abs(zs)  # 1 where |z| > lamda1, else 0: sign(max(|z| - lamda1, 0))
-        torch._foreach_sub_(keep, lamda1)
-        torch._foreach_clamp_min_(keep, 0.0)
-        torch._foreach_sign_(keep)
-        torch._foreach_mul_(shrunk, keep)
-        torch._foreach_copy_(params, shrunk)
+        for piece in _pieces((params, grads, _buffers(states, "z"), _buffers(states, "n"))):
+            _ftrl_piece(*piece, *hyper)
+
+
+def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):
+    """MXNet's FTRL kernel on one piece, in nine passes.
+
+    ``z += g - (sqrt(n + g^2) - sqrt(n))*w/lr; n += g^2``, then the weight
+    ``(sign(z)*lamda1 - z)/((beta + sqrt(n))/lr + wd)`` where ``|z| > lamda1``, else 0, written as
+    ``-softshrink(z, lamda1)*lr/(sqrt(n) + beta + lr*wd)``.
+    """
+    sigma = n.sqrt()
+    n.addcmul_(grad, grad)
+    root = n.sqrt()
+    sigma.sub_(root)
+    z.addcmul_(sigma, weight, value=1.0 / lr)
+    z.add_(grad)
+    root.add_(beta + lr * wd)
+    if lamda1 >= 0:
+        shrunk = torch.nn.functional.softshrink(z, lamda1)
+    else:  # |z| > lamda1 everywhere
+        shrunk = z - torch.sign(z) * lamda1
+    torch.addcdiv(_ZERO[weight.dtype], shrunk, root, value=-lr, out=weight)
+
+
+_ZERO = {dtype: torch.zeros((), dtype=dtype) for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+"""0-dim zeros: ``addcdiv(zero, a, b, value, out=w)`` writes ``value*a/b`` into ``w`` in one pass."""
 
 
 OPTIMIZERS = {"sgd": SGD, "nag": NAG, "adam": Adam, "rmsprop": RMSProp, "adagrad": AdaGrad,

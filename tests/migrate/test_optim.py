@@ -158,3 +158,41 @@ def test_bad_scheduler_type_raises():
     optimizer = migrate.torch_optimizer(R.torch_net(R.mx_net("float32")), settings, R.MAPPING)
     with pytest.raises(SettingsError, match=r"'StepLR'.*CosineScheduler"):
         migrate.torch_lr_scheduler(optimizer, settings)
+
+
+# Larger than migrate's cache-blocking piece (2**18 elements) and not a multiple of it, plus a small tensor.
+LARGE_SHAPES = [(600, 500), (7,)]
+LARGE_CASES = [(name, hyper, scaling) for name, hyper in [
+    ("adam", {}), ("lamb", {}), ("nag", {"momentum": 0.9}), ("ftrl", {"lamda1": 0.01, "beta": 1.0}),
+    ("adagrad", {}), ("adadelta", {}), ("signum", {"momentum": 0.9, "wd_lh": 0.01})]
+    for scaling in ({"rescale_grad": 1.0}, {"rescale_grad": 0.5, "clip_gradient": 0.3})]
+
+
+class TestLargeTensors:
+    @pytest.mark.parametrize("name, hyper, scaling", LARGE_CASES,
+                             ids=[f"{c[0]}-{'clip' if len(c[2]) > 1 else 'plain'}" for c in LARGE_CASES])
+    def test_large_tensor_matches_mxnet_updater(self, name, hyper, scaling):
+        """A 300k-element tensor (in pieces or a fused kernel) follows MXNet's updater, update counts unequal."""
+        import mxnet as mx
+        from migrate._mx_optimizers import OPTIMIZERS
+
+        rng = np.random.RandomState(5)
+        initial = [rng.randn(*shape).astype("float32") for shape in LARGE_SHAPES]
+        updater = mx.optimizer.get_updater(mx.optimizer.create(name, learning_rate=0.01, wd=0.01, **hyper, **scaling))
+        mx_weights = [mx.nd.array(w) for w in initial]
+        params = [torch.nn.Parameter(torch.from_numpy(w.copy())) for w in initial]
+        optimizer = OPTIMIZERS[name]([{"params": params}], lr=0.01, weight_decay=0.01,
+                                     clip_gradient=scaling.get("clip_gradient"),
+                                     rescale_grad=scaling["rescale_grad"], **hyper)
+        for step in range(6):  # the small tensor has no gradient at step 0, so the update counts differ
+            grads = [rng.randn(*shape).astype("float32") for shape in LARGE_SHAPES]
+            used = [0] if step == 0 else list(range(len(grads)))
+            updater(used, [mx.nd.array(grads[i]) for i in used], [mx_weights[i] for i in used])
+            for index, (param, grad) in enumerate(zip(params, grads)):
+                param.grad = torch.from_numpy(grad) if index in used else None
+            optimizer.step()
+        for index, (expected, param) in enumerate(zip(mx_weights, params)):
+            worst = float(np.abs(expected.asnumpy() - param.detach().numpy()).max())
+            moved = float(np.abs(initial[index] - param.detach().numpy()).max())
+            assert worst <= 1e-5, f"{name} tensor {index} {LARGE_SHAPES[index]}: differs by {worst:.3g} > 1e-5"
+            assert moved > 1e-3, f"{name} tensor {index}: moved only {moved:.3g}"
