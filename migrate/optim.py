@@ -53,6 +53,9 @@ def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=Non
     Note:
         Call ``scheduler.step()`` after each ``optimizer.step()``: the lr of step k is MXNet's
         ``schedule(num_update + k) * lr_mult``.
+        Under ``DistributedDataParallel``, wrap the model AFTER this call: it sets ``requires_grad=False`` on frozen
+        parameters, and a DDP wrapper built before that averages no gradients on the first step. DDP averages the
+        ranks' gradients, so with a loss summed per rank pass ``rescale_grad=1 / per_rank_batch``.
     """
     settings = as_settings(settings)
     name = settings["optimizer"]["name"]
