@@ -25,7 +25,6 @@ import glob
 import hashlib
 import os
 import pickle
-import tempfile
 import uuid
 import weakref
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 from mxnet.kvstore.kvstore import KVStore, _get_kvstore_server_command_type
 
 from .errors import LrTrainerError, StatesFileError
+from .settings import atomic_write
 
 __all__ = []
 
@@ -176,7 +176,7 @@ class _ServerStatesKVStore(KVStore):
         finally:
             for part in glob.glob(os.path.join(directory, f".{token}.*")):
                 os.remove(part)
-        _write_atomic(fname, pickle.dumps((states, optimizer) if dump_optimizer else states))
+        atomic_write(fname, pickle.dumps((states, optimizer) if dump_optimizer else states), error=StatesFileError)
 
     def load_optimizer_states(self, fname):
         """Load the states (and optimizer, when saved with it) in `fname` into every server."""
@@ -261,18 +261,5 @@ def _merge_optimizers(optimizers: list):
     merged._index_update_count = counts.setdefault(0, {})
     merged.num_update = max(o.num_update for o in optimizers)
     return merged
-
-
-def _write_atomic(path, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".states")
-    try:
-        with os.fdopen(fd, "wb") as fout:
-            fout.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 

@@ -8,11 +8,15 @@ Inside a buffer the parameters are ordered by (lr_mult, wd_mult, index); a step 
 exactly as the optimizer does (update counts, schedule, Adam's bias correction) and calls one kernel per run of
 consecutive parameters with equal values, so multipliers may change at any time.
 
-Packing happens when the trainer is built (if the parameters are initialized), else at the first step, and again
-whenever arrays were replaced (``grad_req`` changed, ``initialize(force_reinit=True)``, ...); ``load_states`` only
-copies the loaded states into the views. A ``hybridize(static_alloc=True)`` graph built BEFORE packing keeps writing
-the old gradient arrays: that is detected on the next update, the original arrays are given back, a warning says so,
-and the stock loop runs from then on.
+Packing happens when the trainer is built (if the parameters are initialized and the kvstore will not update them),
+else at the first update; later only for parameters whose ``grad_req`` leaves ``'null'`` through ``trainer.unfreeze``
+(``FusedUpdate.regrad``). Packed arrays are never replaced again, because a ``hybridize(static_alloc=True,
+static_shape=True)`` graph keeps writing the gradient arrays it bound (``FusedUpdate`` says when it rebinds): a
+parameter frozen with ``grad_req='null'`` stays in its buffer, dormant, and gets its views back on unfreeze; arrays
+replaced behind the trainer's back (``grad_req`` set directly, ``initialize(force_reinit=True)``) send that parameter
+to the stock Updater. ``load_states`` only copies the loaded states into the views. A static_alloc graph built BEFORE
+packing keeps writing the old gradient arrays: that is detected on the next update, the original arrays are given
+back, a warning says so, and the stock loop runs from then on.
 
 Kernels, with the same arithmetic as the stock loop (tests check each against the stock trainer):
 
@@ -29,9 +33,10 @@ Kernels, with the same arithmetic as the stock loop (tests check each against th
 Falls back to the stock loop (``gluon.Trainer._update``) for the whole step when: the kvstore updates the weights
 (``update_on_kvstore=True``); an AMP loss scaler is attached; numpy-array mode is on; the optimizer is not exactly
 one of ``SGD, NAG, Adam, RMSProp, AdaGrad`` (a subclass may change ``update``); an lr scheduler meets parameters
-with unequal update counts; an array was replaced since the last ``prepare()``; or after the static_alloc case above.
-Falls back per parameter (the stock Updater updates it, in the same step) for: sparse storage, dtypes other than
-float32 (float16 only with ``multi_precision=True``), uninitialized parameters, ``grad_req='null'`` (not updated).
+with unequal update counts; or after the static_alloc case above. Falls back per parameter (the stock Updater updates
+it, in the same step) for: sparse storage, dtypes other than float32 (float16 only with ``multi_precision=True``),
+uninitialized parameters, arrays replaced behind the trainer's back, states of another structure loaded by
+``load_states``; ``grad_req='null'`` parameters are not updated.
 """
 import ctypes
 import math
@@ -90,10 +95,15 @@ def _rebuild(state, leaves: list):
 def _numpy_view(array: nd.NDArray) -> np.ndarray:
     """A writable numpy view of a dense CPU NDArray's memory (no copy); the caller keeps ``array`` alive."""
     array.wait_to_read()
+    ctype = np.ctypeslib.as_ctypes_type(np.dtype(array.dtype))
+    return np.ctypeslib.as_array((ctype * array.size).from_address(_data_pointer(array)))
+
+
+def _data_pointer(array: nd.NDArray) -> int:
+    """The address of a dense NDArray's first element (views of one buffer differ by their offsets)."""
     pointer = ctypes.c_void_p()
     check_call(_LIB.MXNDArrayGetData(array.handle, ctypes.byref(pointer)))
-    ctype = np.ctypeslib.as_ctypes_type(np.dtype(array.dtype))
-    return np.ctypeslib.as_array((ctype * array.size).from_address(pointer.value))
+    return pointer.value
 
 
 def _wait_to_write(arrays) -> None:
@@ -175,6 +185,42 @@ def _pack(ctx, k: int, entries: list, updater) -> _Group:
     for m, flag in zip(members, fresh):
         m.weight._fresh_grad = flag
     return group
+
+
+def _reinstall(k: int, m: _Member) -> None:
+    """Give ``m``'s Parameter its views on context ``k`` back, with the values of the arrays it holds now.
+
+    For a ``grad_req`` that just left ``'null'``: MXNet then made a new gradient array and marked the detached data
+    with it (the detached data is the view's memory unless it was replaced while frozen). A Parameter whose data no
+    longer fits the view is left to the stock Updater (``FusedUpdate._live`` is False for it).
+    """
+    param = m.param
+    data, grad = param._data[k], param._grad[k]
+    if data is m.weight and grad is m.grad:
+        return
+    fits = data.shape == m.weight.shape and data.dtype == m.weight.dtype
+    if not fits or data.stype != "default" or grad.stype != "default":
+        return
+    fresh = data._fresh_grad
+    if _data_pointer(data) != _data_pointer(m.weight):
+        data.copyto(m.weight)
+    grad.copyto(m.grad)
+    param._data[k], param._grad[k], m.old = m.weight, m.grad, None
+    autograd.mark_variables([m.weight], [m.grad], [param.grad_req])
+    m.weight._fresh_grad = fresh
+
+
+def _kvstore_may_update(trainer) -> bool:
+    """Before the kvstore exists: whether it may update the weights (packing would then only cost memory).
+
+    Gluon's choice, mirrored from the settings: an explicit ``update_on_kvstore``; else no kvstore (None, or a non-dist
+    name with one context) never updates, and any other kvstore may (Gluon's default is to update there).
+    """
+    config = trainer._kvstore_params
+    if config["update_on_kvstore"] is not None:
+        return bool(config["update_on_kvstore"])
+    kvstore = config["kvstore"]
+    return not (kvstore is None or (isinstance(kvstore, str) and "dist" not in kvstore and len(trainer._contexts) == 1))
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
@@ -401,10 +447,25 @@ def _numpy_applies(optimizer, group) -> bool:
 class FusedUpdate:
     """The fast update path of one trainer: ``prepare()`` before the step, ``apply()`` in place of the stock loop.
 
-    ``prepare()`` may replace Parameter arrays and updater states by views (it packs new flat buffers); call it
-    only where nothing holds arrays across the call (LrTrainer calls it at the start of ``allreduce_grads`` and
-    ``update``). ``apply()`` never replaces an array; it returns False, having changed nothing, when the fast path
-    does not apply, and the caller then runs the stock loop.
+    ``prepare()`` and ``regrad()`` may replace Parameter arrays and updater states by views (they pack new flat
+    buffers); LrTrainer calls ``prepare()`` at the start of ``allreduce_grads`` and ``update``, and ``regrad()`` right
+    after ``freeze``/``unfreeze``/``load_states`` changed a ``grad_req``. ``apply()`` never replaces an array; it
+    returns False, having changed nothing, when the fast path does not apply, and the caller then runs the stock loop.
+
+    Which arrays may be replaced when (the contract with ``hybridize(static_alloc=True, static_shape=True)``): such a
+    graph binds the gradient arrays at its first backward and keeps writing them, also after ``Parameter._grad`` was
+    replaced, until its gradient requests change; then the next backward binds the arrays the Parameters hold at that
+    moment (MXNet 1.9.1 ``CachedOp::StaticBackward``; ``tests/gluon_lr/test_fused.py`` checks both halves). So:
+
+    - a parameter's arrays are replaced by views once, when it is first packed: when the trainer is built, at the first
+      update (what was not packed then, checked by ``_bound_elsewhere``), or in ``regrad()``;
+    - a parameter whose ``grad_req`` becomes ``'null'`` (MXNet drops its gradient array and detaches its data, which
+      stays in the flat buffer) keeps its place, dormant; the others keep their views, untouched;
+    - ``regrad()`` re-installs the views of exactly the parameters whose ``grad_req`` just left ``'null'`` (or packs
+      them, if never packed), before the next backward, which rebinds them because their requests changed;
+    - arrays replaced behind the trainer's back after the first update (``grad_req`` set directly,
+      ``initialize(force_reinit=True)``) are never replaced again: those parameters go to the stock Updater, in the
+      same step, with the same state arrays (``_live``).
     """
 
     def __init__(self, trainer):
@@ -412,12 +473,14 @@ class FusedUpdate:
         self._groups = {}
         self._disabled = False
         self._checks_left = 0
+        self._updated = False
 
     def names(self) -> tuple:
-        """Names of the parameters on the fast path now (packed, intact, and the step can take the path)."""
-        if not self._groups or not self.usable() or not self._intact():
+        """Names of the parameters on the fast path now (packed, live, trainable, and the step can take the path)."""
+        if not self.usable():
             return ()
-        indices = sorted({m.index for groups in self._groups.values() for group in groups for m in group.members})
+        indices = sorted({m.index for k, groups in self._groups.items() for group in groups for m in group.members
+                          if m.param.grad_req != "null" and self._live(k, m)})
         return tuple(self._trainer._params[i].name for i in indices)
 
     def usable(self) -> bool:
@@ -434,49 +497,76 @@ class FusedUpdate:
             return False
         return all(type(updater.optimizer) in _KERNELS for updater in trainer._updaters)
 
+    def _packable(self) -> bool:
+        """Whether packing pays now: the step takes the fast path, or (kvstore not created yet) it is expected to."""
+        if self._trainer._kv_initialized:
+            return self.usable()
+        return self._kernels_exist() and not _kvstore_may_update(self._trainer)
+
     def prepare(self, early: bool = False) -> None:
-        """Pack qualifying parameters into flat buffers, or re-sync them after arrays or states were replaced.
+        """Re-sync states replaced by ``load_states``; until the first update, pack what qualifies and is not packed.
 
         Args:
-            early: Called from the trainer's constructor: the kvstore mode is not known yet (packing is harmless
-                if the kvstore ends up updating), and float16 master copies are left to the first step (they copy
-                the weights as they are then).
+            early: Called from the trainer's constructor: float16 master copies are left to the first step (they
+                copy the weights as they are then).
         """
-        if self._disabled or not (self.usable() or (early and self._kernels_exist())):
+        if self._disabled or not self._packable():
             return
         trainer = self._trainer
-        signature = [(p.grad_req, id(p._data), id(p._grad)) for p in trainer._params]
-        signature.append(tuple(bool(u.optimizer.multi_precision) for u in trainer._updaters))
-        same, self._signature = signature == getattr(self, "_signature", None), signature
+        for k, (ctx, updater) in enumerate(zip(trainer._contexts, trainer._updaters)):
+            groups = self._groups.setdefault(k, [])
+            self._resync(k, groups, updater)
+            if self._updated:
+                continue  # a graph may have bound the arrays by now: see the class docstring
+            packed = {m.index for group in groups for m in group.members}
+            wanted = [(i, p) for i, p in enumerate(trainer._params) if i not in packed
+                      and _qualifies(p, k, updater.optimizer) and not (early and np.dtype(p.dtype) == np.float16)]
+            if wanted:
+                groups += self._build(k, ctx, updater, wanted)
+                self._checks_left = 2
+
+    def regrad(self, params: list) -> None:
+        """Follow a ``grad_req`` change of ``params`` made just now, before any backward (see the class docstring).
+
+        Parameters that left ``'null'`` get their views back (values copied in) or, if never packed, new flat groups
+        (float32 only: float16 master copies are made from the weights at the update, as stock). Parameters that
+        became ``'null'`` stay dormant in their groups.
+        """
+        params = [p for p in params if p.grad_req != "null"]
+        if self._disabled or not params or not self._packable():
+            return
+        trainer = self._trainer
+        index = {id(p): i for i, p in enumerate(trainer._params)}
         for k, (ctx, updater) in enumerate(zip(trainer._contexts, trainer._updaters)):
             groups = self._groups.get(k)
-            if same and groups is not None and self._resync(k, groups, updater):
-                continue
-            wanted = [(i, p) for i, p in enumerate(trainer._params) if _qualifies(p, k, updater.optimizer)
-                      and not (early and np.dtype(p.dtype) == np.float16)]
-            if groups is None or sorted(m.index for g in groups for m in g.members) != [i for i, _ in wanted] \
-                    or not self._resync(k, groups, updater):
-                self._groups[k] = self._build(k, ctx, updater, wanted)
-        if early:
-            self._signature = None  # the first step looks again (float16 parameters were left out)
+            if groups is None:
+                continue  # nothing packed yet: prepare() packs at the first step
+            members = {id(m.param): m for group in groups for m in group.members}
+            new = []
+            for param in params:
+                if id(param) in members:
+                    _reinstall(k, members[id(param)])
+                elif _qualifies(param, k, updater.optimizer) and np.dtype(param.dtype) == np.float32:
+                    new.append((index[id(param)], param))
+            for group in self._build(k, ctx, updater, new) if new else ():
+                for m in group.members:
+                    m.old = None  # nothing bound the replaced arrays (see the class docstring)
+                groups.append(group)
 
-    def _resync(self, k: int, groups: list, updater) -> bool:
-        """Re-install views after ``load_states``; False when the groups must be rebuilt."""
+    def _resync(self, k: int, groups: list, updater) -> None:
+        """Copy states replaced by ``load_states`` into the views and re-install them (where the structure fits)."""
         for group in groups:
             for m in group.members:
-                if m.param._data[k] is not m.weight or m.param._grad[k] is not m.grad:
-                    return False
                 state = updater.states.get(m.index)
                 if state is m.state:
                     continue
                 if state is None:
                     state = updater.optimizer.create_state_multi_precision(m.index, m.weight)
                 if _signature(state) != _signature(group.template):
-                    return False
+                    continue  # left to the stock Updater with the loaded state (``_live`` is False)
                 for view, leaf in zip(_leaves(m.state), _leaves(state)):
                     leaf.copyto(view)
                 updater.states[m.index], updater.states_synced[m.index] = m.state, True
-        return True
 
     def _build(self, k: int, ctx, updater, wanted: list) -> list:
         """New flat groups on context ``k`` for ``wanted`` [(index, param)], states created where missing."""
@@ -493,7 +583,6 @@ class FusedUpdate:
             if signature is None or any(leaf.size != data.size for leaf in _leaves(state)):
                 continue
             buckets.setdefault((np.dtype(data.dtype).name, signature), []).append((index, param))
-        self._checks_left = 2
         return [_pack(ctx, k, entries, updater) for entries in buckets.values()]
 
     def apply(self, ignore_stale_grad: bool = False) -> bool:
@@ -503,10 +592,11 @@ class FusedUpdate:
             UserWarning: a gradient is stale and ``ignore_stale_grad`` is False (stock Gluon's error, same text).
         """
         trainer = self._trainer
-        if not self._groups or not self.usable() or not self._intact():
+        if not any(self._groups.values()) or not self.usable():
             return False
-        if self._checks_left and self._bound_elsewhere():
-            self._unpack()
+        bound = self._bound_elsewhere() if self._checks_left else []
+        if bound:
+            self._unpack(bound)
             return False
         for param in trainer._params:
             if param.grad_req != "null" and not ignore_stale_grad:
@@ -515,50 +605,49 @@ class FusedUpdate:
                         raise UserWarning(_STALE % (param.name, str(data.context)))
         for k, updater in enumerate(trainer._updaters):
             self._update_context(k, updater, ignore_stale_grad)
+        self._updated = True
         return True
 
-    def _bound_elsewhere(self) -> bool:
-        """Whether backward wrote into the gradient arrays replaced at packing (a static_alloc graph bound them).
-
-        Checked on the first two updates after packing; the replaced arrays are released afterwards.
-        """
+    def _bound_elsewhere(self) -> list:
+        """(context, member) pairs whose gradient array replaced at packing was written by backward since (a
+        static_alloc graph had bound it). Checked on the first two updates after packing; the replaced arrays are
+        released afterwards."""
         self._checks_left -= 1
-        members = [m for groups in self._groups.values() for group in groups for m in group.members]
-        bound = any(m.old is not None and not np.array_equal(m.old[1].asnumpy(), m.old[2]) for m in members)
+        members = [(k, m) for k, groups in self._groups.items() for group in groups for m in group.members]
+        bound = [(k, m) for k, m in members if m.old is not None and not np.array_equal(m.old[1].asnumpy(), m.old[2])]
         if not self._checks_left and not bound:
-            for m in members:
+            for _, m in members:
                 m.old = None
         return bound
 
-    def _unpack(self) -> None:
-        """Give every Parameter its original arrays back (weights copied in) and leave the fast path for good."""
+    def _unpack(self, bound: list) -> None:
+        """Give the ``bound`` members their original arrays back (weights copied in); leave the fast path for good.
+
+        The other members keep their views as ordinary arrays: those are what their graphs write (e.g. parameters
+        packed when the trainer was built, before the graph existed, beside deferred ones packed at the first update).
+        """
         warnings.warn("LrTrainer: a static_alloc graph (hybridize(static_alloc=True)) was built before the fast "
                       "update path packed the parameters, so backward writes the original gradient arrays; the "
                       "stock update loop runs from now on. Build the trainer before the first forward (with "
                       "initialized, not deferred, parameters) to keep the fast path.")
-        for k, groups in self._groups.items():
-            for group in groups:
-                for m in group.members:
-                    old_data, old_grad, _ = m.old
-                    m.weight.copyto(old_data)
-                    m.param._data[k], m.param._grad[k] = old_data, old_grad
-                    old_data._fresh_grad = m.weight._fresh_grad
+        for k, m in bound:
+            if self._live(k, m, states=False):
+                old_data, old_grad, _ = m.old
+                m.weight.copyto(old_data)
+                m.param._data[k], m.param._grad[k] = old_data, old_grad
+                old_data._fresh_grad = m.weight._fresh_grad
         self._groups, self._disabled = {}, True
 
-    def _intact(self) -> bool:
-        """Whether every installed view is still the array its Parameter and Updater use."""
-        for k, groups in self._groups.items():
-            states = self._trainer._updaters[k].states
-            for group in groups:
-                for m in group.members:
-                    if (m.param._data is None or m.param._grad is None or m.param._data[k] is not m.weight
-                            or m.param._grad[k] is not m.grad or states.get(m.index) is not m.state):
-                        return False
-        return True
+    def _live(self, k: int, m: _Member, states: bool = True) -> bool:
+        """Whether member ``m`` is updated here on context ``k``: its Parameter and Updater still use its views."""
+        param = m.param
+        if param._data is None or param._grad is None or param._data[k] is not m.weight or param._grad[k] is not m.grad:
+            return False
+        return not states or self._trainer._updaters[k].states.get(m.index) is m.state
 
     def _update_context(self, k: int, updater, ignore_stale_grad: bool) -> None:
         """Update every parameter's copy on context ``k``: flat runs first, the rest through the stock Updater."""
-        fused = {m.index for group in self._groups.get(k, ()) for m in group.members}
+        fused = {m.index for group in self._groups.get(k, ()) for m in group.members if self._live(k, m)}
         todo = []
         for i, param in enumerate(self._trainer._params):
             if param.grad_req == "null":

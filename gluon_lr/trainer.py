@@ -1,4 +1,5 @@
 """LrTrainer: a ``gluon.Trainer`` whose per-parameter lr_mult/wd_mult live in one table that holds everywhere."""
+import contextlib
 import os
 import tempfile
 import types
@@ -64,8 +65,10 @@ class LrTrainer(gluon.Trainer):
         fused: If True (default), take the fast update path (``gluon_lr._fused``: flat buffers, one kernel per run
             of equal lr/wd, same results as the stock loop); it falls back to the stock loop where it does not
             apply (update_on_kvstore, AMP, optimizers other than sgd/nag/adam/rmsprop/adagrad, sparse or
-            float64 parameters). With it, ``param.data()``/``param.grad()`` become views into flat buffers at the
-            first step: take references to them after that, not before.
+            float64 parameters). With it, ``param.data()``/``param.grad()`` become views into flat buffers when the
+            trainer is built (at the first step if parameters are still deferred; on ``unfreeze`` for parameters
+            frozen until then): take references to them after that, not before. Set ``grad_req`` through
+            ``freeze``/``unfreeze``: a parameter whose ``grad_req`` is changed directly leaves the fast path.
 
     Raises:
         ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type, or ``fused`` is not a bool.
@@ -442,7 +445,8 @@ class LrTrainer(gluon.Trainer):
         for field, values in restored.items():
             self._set_explicit(field, values, replace=False, source="load_states")
         self._apply_table()
-        self._freezer.load_records(header)  # [freeze] frozen set and masks, by name
+        with self._grad_req_watch():  # [freeze x fused]
+            self._freezer.load_records(header)  # [freeze] frozen set and masks, by name
         missing = [name for name in old_names if name not in self._table]
         if missing:
             warnings.warn(f"load_states({str(fname)!r}): {len(missing)} parameter(s) in the file are not in this "
@@ -494,7 +498,8 @@ class LrTrainer(gluon.Trainer):
         """
         names = self._freezer.select(select)
         if mask is None:
-            self._freezer.freeze(names, hold_norm_stats)
+            with self._grad_req_watch():  # [freeze x fused]
+                self._freezer.freeze(names, hold_norm_stats)
             return names
         if len(names) != 1:
             raise MaskError(f"freeze(mask=...) needs exactly one parameter, {select!r:.60} selects {len(names)} "
@@ -523,8 +528,24 @@ class LrTrainer(gluon.Trainer):
             >>> trainer.unfreeze(net.features[-1])   # ULMFiT-style: thaw the last stage
         """
         names = self._freezer.select(select)
-        self._freezer.unfreeze(names)
+        with self._grad_req_watch():  # [freeze x fused]
+            self._freezer.unfreeze(names)
         return names
+
+    @contextlib.contextmanager
+    def _grad_req_watch(self):
+        """[freeze x fused] Tell the fast path, as soon as the block ends, whose ``grad_req`` changed in it.
+
+        The fast path must follow a ``grad_req`` change before the next backward: a ``static_shape`` graph binds
+        gradient arrays anew only at the backward that follows a change of its gradient requests (see
+        ``gluon_lr._fused.FusedUpdate``). Also on error, for the changes made before it.
+        """
+        before = [param.grad_req for param in self._params]
+        try:
+            yield
+        finally:
+            if self._fused is not None:
+                self._fused.regrad([p for p, req in zip(self._params, before) if p.grad_req != req])
 
     @property
     def frozen(self) -> frozenset:

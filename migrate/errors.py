@@ -50,3 +50,11 @@ class MappingKeyError(MappingError, KeyError):
 
 class CliUsageError(MigrateError, ValueError):
     """A command-line value is malformed (names the flag, what was expected and what was received)."""
+
+
+class SettingsError(MigrateError, ValueError):
+    """A settings document lacks a key migrate needs or holds a value of the wrong kind."""
+
+
+class OutputExistsError(MigrateError, ValueError):
+    """An output file exists and ``--force`` was not given (names the file and the flag)."""

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 
 import numpy as np
 
+from migrate._files import write_text
 from migrate.errors import InputFileError, MappingError, MappingKeyError, WeightShapeError
 
 __all__ = ["NameMapping", "FORMAT", "SCHEMA_VERSION"]
@@ -168,7 +168,7 @@ class NameMapping(Mapping):
         Example:
             >>> mapping.save("mapping.json")  # doctest: +SKIP
         """
-        _atomic_write(os.fspath(path), json.dumps(self.to_dict(), indent=1) + "\n")
+        write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path) -> "NameMapping":
@@ -255,15 +255,3 @@ def _read_json(path: str):
         raise InputFileError(f"mapping file {path!r}: expected JSON written by NameMapping.save, could not parse "
                              f"it ({exc}); regenerate it with `migrate map`") from None
 
-
-def _atomic_write(path: str, text: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

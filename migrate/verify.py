@@ -189,7 +189,8 @@ def _run_torch(model, inputs, modules) -> tuple[dict, list]:
     import torch
     found, handles = {}, []
     named = dict(model.named_modules())
-    for path in dict.fromkeys(modules):
+    hookable = not isinstance(model, torch.jit.ScriptModule)  # TorchScript has no forward hooks: final output only
+    for path in dict.fromkeys(modules) if hookable else ():
         if path in named:
             handles.append(named[path].register_forward_hook(
                 lambda _m, _i, out, path=path: found.__setitem__(path, _detached(out))))

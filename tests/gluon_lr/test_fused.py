@@ -13,7 +13,7 @@ import pytest
 import mxnet as mx
 from mxnet import autograd, gluon, nd
 
-from gluon_lr import LrTrainer, ParamsTypeError
+from gluon_lr import LrTrainer, ParamsTypeError, Rule
 
 STEPS = 20
 FAST = [  # (optimizer, hyperparameters, tolerance)
@@ -347,3 +347,129 @@ class TestErrors:
         net = make_net([mx.cpu(0)])
         with pytest.raises(error, match=pattern):
             LrTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1}, fused=value)
+
+
+#: Freeze/unfreeze schedule over 8 steps, applied before the step's forward: p_dense0_weight first keeps its gradient
+#: buffer (its bias trains; see gluon_lr/freeze.py), then goes to grad_req 'null' with its bias.
+SCHEDULE = {1: ("freeze", ["p_conv0_weight", "p_dense0_weight"]), 3: ("freeze", ["p_dense0_bias"]),
+            4: ("unfreeze", ["p_conv0_weight"]), 6: ("unfreeze", ["p_dense0_weight", "p_dense0_bias"])}
+SCHEDULE_STEPS = 8
+
+
+class TestGradReqChanges:
+    """freeze/unfreeze (grad_req changes) mid-run: the fast path equals the stock loop bit for bit, graphs included."""
+
+    @staticmethod
+    def _run(fused, hybrid, opt, n_ctx, rules=(), schedule=None):
+        """Train the partial-freeze conv net 8 steps under ``schedule``; per step the gradients and weights (numpy)."""
+        from .test_freeze_partial import OPTIMIZERS, backward, batches as conv_batches, build_net
+        ctx = [mx.cpu(i) for i in range(n_ctx)]
+        net = build_net(ctx)
+        if hybrid != "imperative":
+            net.hybridize(static_alloc=hybrid == "static_alloc", static_shape=hybrid == "static_alloc")
+        name, hyper = OPTIMIZERS[opt]
+        trainer = LrTrainer(net, name, dict(hyper), kvstore="device" if n_ctx > 1 else None,
+                            update_on_kvstore=False if n_ctx > 1 else None, rules=list(rules), fused=fused)
+        params, trace = net.collect_params(), []
+        for step, x in enumerate(conv_batches(SCHEDULE_STEPS)):
+            action, names = (schedule or SCHEDULE).get(step, (None, None))
+            if action:
+                getattr(trainer, action)(names)
+            backward(net, x, ctx)
+            grads = {(n, k): g.asnumpy() for n, p in params.items() if p.grad_req != "null"
+                     for k, g in enumerate(p.list_grad())}
+            trainer.step(len(x))
+            weights = {(n, k): d.asnumpy() for n, p in params.items() for k, d in enumerate(p.list_data())}
+            trace.append((grads, weights, set(trainer.fused_params)))
+        return trace
+
+    @staticmethod
+    def _assert_same_trace(stock, fast):
+        """Gradients read through param.grad() and weights after every step: bit-identical, named on failure."""
+        for step, ((stock_grads, stock_weights, _), (grads, weights, _)) in enumerate(zip(stock, fast)):
+            for kind, want, got in (("grad", stock_grads, grads), ("weight", stock_weights, weights)):
+                assert want.keys() == got.keys(), f"step {step}: {kind}s of {sorted(want)} vs {sorted(got)}"
+                for key in want:
+                    diff = float(np.abs(want[key] - got[key]).max())
+                    assert diff == 0.0, f"step {step}: {kind} of {key[0]} on context {key[1]}: max |diff| {diff:.3g}"
+
+    @pytest.mark.parametrize("hybrid, opt, n_ctx", [("imperative", "adam", 1), ("hybridized", "sgd_momentum", 1),
+                                                    ("static_alloc", "sgd_momentum", 1), ("static_alloc", "adam", 1),
+                                                    ("static_alloc", "adam", 2)])
+    def test_freeze_unfreeze_mid_run_equals_stock_loop(self, hybrid, opt, n_ctx):
+        """Freeze, re-freeze and unfreeze between steps: same gradients and weights as fused=False at every step."""
+        stock = self._run(False, hybrid, opt, n_ctx)
+        fast = self._run(True, hybrid, opt, n_ctx)
+        self._assert_same_trace(stock, fast)
+        everything = {"p_conv0_weight", "p_conv0_bias", "p_dense0_weight", "p_dense0_bias", "p_dense1_weight",
+                      "p_dense1_bias"}
+        assert fast[4][2] == everything - {"p_dense0_weight", "p_dense0_bias"}, "unfrozen conv0 weight not fused"
+        assert fast[-1][2] == everything, "after the last unfreeze every parameter is on the fast path again"
+
+    def test_frozen_by_rule_then_unfrozen_joins_fast_path(self):
+        """Frozen from the start by a Rule (never packed), unfrozen at step 3: packed then, bit-identical results."""
+        rules = [Rule("p_conv0_*", freeze=True)]
+        schedule = {3: ("unfreeze", ["p_conv0_weight", "p_conv0_bias"])}
+        stock = self._run(False, "static_alloc", "adam", 1, rules, schedule)
+        fast = self._run(True, "static_alloc", "adam", 1, rules, schedule)
+        self._assert_same_trace(stock, fast)
+        assert "p_conv0_weight" not in fast[2][2] and {"p_conv0_weight", "p_conv0_bias"} <= fast[3][2]
+
+    def test_grad_req_set_directly_goes_to_stock_updater(self):
+        """grad_req toggled on the Parameter itself (not trainer.freeze) under static_shape: stock results, and that
+        parameter leaves the fast path (its new arrays may be bound by the graph); the others stay."""
+        def run(cls):
+            from .test_freeze_partial import backward, batches as conv_batches, build_net
+            net = build_net([mx.cpu()])
+            net.hybridize(static_alloc=True, static_shape=True)
+            trainer = cls(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, kvstore=None)
+            bias, trace = net.collect_params()["p_conv0_bias"], []
+            for step, x in enumerate(conv_batches(6)):
+                bias.grad_req = {2: "null", 3: "write"}.get(step, bias.grad_req)
+                backward(net, x, [mx.cpu()])
+                grads = {(n, 0): p.grad().asnumpy() for n, p in net.collect_params().items() if p.grad_req != "null"}
+                trainer.step(len(x))
+                trace.append((grads, {(n, 0): p.data().asnumpy() for n, p in net.collect_params().items()}, None))
+            return trace, trainer
+
+        stock, _ = run(gluon.Trainer)
+        fast, trainer = run(LrTrainer)
+        self._assert_same_trace(stock, fast)
+        assert len(trainer.fused_params) == 5 and "p_conv0_bias" not in trainer.fused_params
+
+
+class TestMXNetStaticShape:
+    """The MXNet behaviour the fast path's packing rules rest on (``gluon_lr._fused.FusedUpdate``)."""
+
+    @staticmethod
+    def _written_after_replacing_bias_grad(static_shape, change_requests):
+        """Replace a bias's gradient array after one backward; which array does the next backward write?"""
+        mx.random.seed(0)
+        net = gluon.nn.HybridSequential()
+        net.add(gluon.nn.Conv2D(3, 3, in_channels=2), gluon.nn.Dense(2, in_units=27))
+        net.initialize(mx.init.Uniform(0.5))
+        net.hybridize(static_alloc=True, static_shape=static_shape)
+        x = nd.ones((2, 2, 5, 5))
+        for step in range(2):
+            if step:
+                bias = net[0].bias
+                old, new = bias._grad[0], nd.zeros_like(bias._grad[0])
+                old[:] = 0
+                bias._grad[0] = new
+                autograd.mark_variables([bias._data[0]], [new], ["write"])
+                if change_requests:
+                    net[0].weight.grad_req = "null"
+            with autograd.record():
+                (net(x) ** 2).sum().backward()
+        return {"new": bool(np.abs(new.asnumpy()).max() > 0), "old": bool(np.abs(old.asnumpy()).max() > 0)}
+
+    @pytest.mark.parametrize("static_shape, change_requests, written", [
+        (False, False, "new"), (True, False, "old"), (True, True, "new")])
+    def test_static_shape_graph_rebinds_gradients_only_when_requests_change(self, static_shape, change_requests,
+                                                                             written):
+        """static_shape keeps writing the gradient array it bound, until a grad_req in the graph changes.
+
+        If a later MXNet rebinds always, the fast path could repack freely; if it never rebinds, ``regrad`` breaks.
+        """
+        got = self._written_after_replacing_bias_grad(static_shape, change_requests)
+        assert got == {"new": written == "new", "old": written == "old"}, f"backward wrote {got}"

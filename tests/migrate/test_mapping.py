@@ -27,6 +27,15 @@ class TestSaveLoad:
         doc = json.loads(path.read_text())
         assert (doc["format"], doc["schema_version"]) == ("gluon-lr-name-mapping", 1)
 
+    def test_saved_file_is_readable_by_others(self, pair, tmp_path):
+        """The saved file gets the usual mode (0666 minus the umask), not the temp file's 0600: other ranks read it."""
+        umask = os.umask(0o022)
+        try:
+            pair("depthwise-bias-fold-1x1-vs-linear")[-1].save(tmp_path / "m.json")
+        finally:
+            os.umask(umask)
+        assert oct(os.stat(tmp_path / "m.json").st_mode & 0o777) == oct(0o644)
+
     def test_not_equivalent_round_trip(self, pair, tmp_path):
         """Unmatched names and differences survive the file."""
         mapping = pair("extra-layer")[-1]

@@ -1,0 +1,617 @@
+"""torch optimizers that reproduce MXNet 1.9.1's update operators exactly.
+
+Each class follows one MXNet optimizer (``mxnet/optimizer/optimizer.py`` and the kernels in
+``src/operator/optimizer_op-inl.h``): gradients are multiplied by ``rescale_grad`` and clipped elementwise to
+``+-clip_gradient``, every per-parameter update count ``step`` is kept, and the hyperparameters that MXNet's
+kernels take as C ``float`` are rounded to float32 before use, so float64 runs agree to ~1e-16 per step.
+A group's ``lr`` and ``weight_decay`` are absolute (MXNet's ``schedule(num_update) * lr_mult`` and
+``wd * wd_mult``); ``migrate.torch_lr_scheduler`` keeps ``lr`` on MXNet's schedule.
+"""
+import math
+
+import numpy as np
+import torch
+
+
+def _f32(value):
+    """``value`` rounded to float32, as MXNet passes it to a kernel, returned as a python float."""
+    return float(np.float32(value))
+
+
+class _MXNetOptimizer(torch.optim.Optimizer):
+    """Shared machinery: scaled and clipped gradients, per-parameter state and update counts."""
+
+    _state_names = ()
+    _hyper = {}
+
+    def __init__(self, params, lr, weight_decay=0.0, rescale_grad=1.0, clip_gradient=None, **hyper):
+        unknown = sorted(set(hyper) - set(self._hyper))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} got unknown hyperparameters {unknown}; "
+                            f"expected some of {sorted(self._hyper)}")
+        defaults = dict(self._hyper, lr=lr, weight_decay=weight_decay, rescale_grad=rescale_grad,
+                        clip_gradient=clip_gradient, **hyper)
+        super().__init__(params, defaults)
+
+    def _new_state(self, param, group):
+        """Fresh state of ``param``: its update count and zero buffers named by ``_state_names``."""
+        state = {"step": 0}
+        for name in self._state_names:
+            state[name] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        return state
+
+    def _gather(self, group):
+        """Parameters of ``group`` that have a gradient, their gradients and their states (count advanced)."""
+        params, grads, states = [], [], []
+        for param in group["params"]:
+            if param.grad is None:
+                continue
+            if param.grad.is_sparse:
+                raise TypeError(f"{type(self).__name__} does not support sparse gradients; use a dense embedding")
+            state = self.state[param]
+            if not state:
+                state.update(self._new_state(param, group))
+            state["step"] += 1
+            params.append(param)
+            grads.append(param.grad)
+            states.append(state)
+        return params, grads, states
+
+    @staticmethod
+    def _scaled(grads, group):
+        """``clip(rescale_grad * grad)`` (MXNet's kernels clip after rescaling); read-only.
+
+        Returns the gradients themselves (no copy) when rescale_grad is 1 and there is no clipping.
+        """
+        if group["rescale_grad"] == 1.0 and not _clips(group):
+            return grads
+        out = torch._foreach_mul(grads, _f32(group["rescale_grad"]))
+        _clip_(out, group)
+        return out
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Performs one MXNet update of every parameter that has a gradient.
+
+        Args:
+            closure: Optional callable that re-evaluates the model and returns the loss.
+
+        Returns:
+            The loss returned by ``closure``, or None.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params, grads, states = self._gather(group)
+            if params:
+                self._update(group, params, grads, states)
+        return loss
+
+    def _update(self, group, params, grads, states):
+        raise NotImplementedError
+
+
+def _clips(group):
+    """Whether MXNet clips gradients for ``group`` (clip_gradient None or <= 0 means no clipping)."""
+    return group["clip_gradient"] is not None and group["clip_gradient"] > 0
+
+
+def _clip_(tensors, group):
+    """Clip ``tensors`` in place to +-clip_gradient when it is set."""
+    if _clips(group):
+        clip = _f32(group["clip_gradient"])
+        torch._foreach_clamp_min_(tensors, -clip)
+        torch._foreach_clamp_max_(tensors, clip)
+
+
+def _buffers(states, name):
+    return [state[name] for state in states]
+
+
+_PIECE = 1 << 18
+"""Elements per piece in cache-blocked updates: several passes over a piece stay in cache, not in memory."""
+
+
+def _pieces(columns):
+    """Tuples of matching flat views, at most ``_PIECE`` elements each, of the tensors in ``columns``.
+
+    Tensors that are not all contiguous are yielded whole.
+    """
+    for row in zip(*columns):
+        if row[0].numel() <= _PIECE or not all(t.is_contiguous() for t in row):
+            yield row
+        else:
+            yield from zip(*(t.view(-1).split(_PIECE) for t in row))
+
+
+class SGD(_MXNetOptimizer):
+    """MXNet ``sgd``: ``m = momentum*m - lr*wd*w - lr*clip(rescale_grad*g); w += m`` (lr inside the momentum).
+
+    Example:
+        >>> opt = SGD(model.parameters(), lr=0.1, momentum=0.9, rescale_grad=1 / 32)
+    """
+
+    _hyper = {"momentum": 0.0, "lazy_update": True}
+
+    def _new_state(self, param, group):
+        state = {"step": 0}
+        if group["momentum"] != 0.0:
+            state["momentum_buffer"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        return state
+
+    def _update(self, group, params, grads, states):
+        lr, wd = _f32(group["lr"]), _f32(group["weight_decay"])
+        grads = self._scaled(grads, group)
+        if group["momentum"] > 0:
+            moms = _buffers(states, "momentum_buffer")
+            torch._foreach_mul_(moms, _f32(group["momentum"]))
+            torch._foreach_add_(moms, params, alpha=-lr * wd)
+            torch._foreach_add_(moms, grads, alpha=-lr)
+            torch._foreach_add_(params, moms)
+        else:  # multi_sgd_update: the momentum formula with a zero momentum
+            step = torch._foreach_mul(params, -lr * wd)
+            torch._foreach_add_(step, grads, alpha=-lr)
+            torch._foreach_add_(params, step)
+
+
+class NAG(_MXNetOptimizer):
+    """MXNet ``nag`` (nag_mom_update): ``m1 = mu*m; w += -m1 + (mu+1)*(m1 - lr*gg); m = m1 - lr*gg'``.
+
+    ``gg = clip(rescale_grad*g) + wd*w`` with the old weight, ``gg'`` the same with the new weight: MXNet's kernel
+    writes the weight in place before it updates the momentum.
+
+    Example:
+        >>> opt = NAG(model.parameters(), lr=0.1, momentum=0.9)
+    """
+
+    _hyper = {"momentum": 0.0}
+
+    def _new_state(self, param, group):
+        return SGD._new_state(self, param, group)
+
+    def _update(self, group, params, grads, states):
+        lr, wd, mom = _f32(group["lr"]), _f32(group["weight_decay"]), _f32(group["momentum"])
+        clipped = self._scaled(grads, group)
+        if mom <= 0:  # sgd_update: w = (1 - lr*wd)*w - lr*clip(rescale_grad*g)
+            torch._foreach_mul_(params, 1.0 - lr * wd)
+            torch._foreach_add_(params, clipped, alpha=-lr)
+            return
+        for weight, grad, moment in _pieces((params, clipped, _buffers(states, "momentum_buffer"))):
+            _nag_piece(weight, grad, moment, lr, wd, mom)
+
+
+def _nag_piece(weight, grad, moment, lr, wd, mom):
+    """MXNet's nag_mom_update on one piece: ``w - m1 + (mu+1)*(m1 - lr*gg) == w + mu*m1 - (mu+1)*lr*gg``."""
+    moment.mul_(mom)
+    decayed = torch.add(grad, weight, alpha=wd) if wd else grad
+    weight.add_(moment, alpha=mom)
+    weight.add_(decayed, alpha=-(mom + 1.0) * lr)
+    moment.add_(grad, alpha=-lr)
+    if wd:
+        moment.add_(weight, alpha=-lr * wd)
+
+
+def _decayed(grads, params, group, clip=True):
+    """New tensors ``rescale_grad*g + wd*w``, clipped when ``clip`` (MXNet clips after adding wd here)."""
+    if group["rescale_grad"] == 1.0:
+        out = torch._foreach_add(grads, params, alpha=_f32(group["weight_decay"]))
+    else:
+        out = torch._foreach_mul(grads, _f32(group["rescale_grad"]))
+        torch._foreach_add_(out, params, alpha=_f32(group["weight_decay"]))
+    if clip:
+        _clip_(out, group)
+    return out
+
+
+def _moments_(means, variances, grads, beta1, beta2):
+    """Adam's moment updates in place: ``m = b1*m + (1-b1)*g`` (as one lerp_), ``v = b2*v + (1-b2)*g^2``."""
+    torch._foreach_lerp_(means, grads, 1.0 - beta1)
+    torch._foreach_mul_(variances, beta2)
+    torch._foreach_addcmul_(variances, grads, grads, value=1.0 - beta2)
+
+
+class Adam(_MXNetOptimizer):
+    """MXNet ``adam``: ``gg = clip(rescale_grad*g + wd*w)``; bias correction folded into lr; eps outside the sqrt.
+
+    Example:
+        >>> opt = Adam(model.parameters(), lr=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8)
+    """
+
+    _hyper = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_update": True}
+    _state_names = ("mean", "var")
+
+    def _update(self, group, params, grads, states):
+        beta1, beta2 = _f32(group["beta1"]), _f32(group["beta2"])
+        wd = _f32(group["weight_decay"])
+        if group["rescale_grad"] != 1.0 or _clips(group):  # wd goes inside the clip: a pre-pass
+            grads, wd = _decayed(grads, params, group), 0.0
+        for step, index in _by_step(states).items():
+            # torch's kernel: w -= lr_k/(1-b1^t) * m/(sqrt(v)/sqrt(1-b2^t) + eps_k); MXNet's update is
+            # w -= f32(lr*sqrt(1-b2^t)/(1-b1^t)) * m/(sqrt(v) + eps): choose lr_k and eps_k to make them equal
+            mx_step = _f32(group["lr"] * math.sqrt(1.0 - group["beta2"] ** step) / (1.0 - group["beta1"] ** step))
+            root2 = math.sqrt(1.0 - beta2 ** step)
+            torch._fused_adam_(
+                _pick(params, index), _pick(grads, index), _pick(_buffers(states, "mean"), index),
+                _pick(_buffers(states, "var"), index), [], [_step_tensor(step)] * len(index),
+                lr=mx_step * (1.0 - beta1 ** step) / root2, beta1=beta1, beta2=beta2, weight_decay=wd,
+                eps=_f32(group["epsilon"]) / root2, amsgrad=False, maximize=False)
+
+
+def _by_step(states):
+    """Positions of ``states`` grouped by update count, so each count takes one fused kernel call."""
+    out = {}
+    for position, state in enumerate(states):
+        out.setdefault(state["step"], []).append(position)
+    return out
+
+
+def _pick(items, index):
+    """``items`` at positions ``index`` (the list itself when ``index`` covers all of it in order)."""
+    return items if len(index) == len(items) else [items[i] for i in index]
+
+
+def _step_tensor(step):
+    """The update count as the float32 scalar tensor torch's fused kernels read."""
+    return torch.tensor(float(step), dtype=torch.float32)
+
+
+class RMSProp(_MXNetOptimizer):
+    """MXNet ``rmsprop``: eps inside the sqrt; centered (Graves) keeps lr inside the momentum ``delta``.
+
+    Example:
+        >>> opt = RMSProp(model.parameters(), lr=1e-3, gamma1=0.9, gamma2=0.9, centered=True)
+    """
+
+    _hyper = {"gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8, "centered": False, "clip_weights": None}
+
+    def _new_state(self, param, group):
+        names = ("n", "g", "delta") if group["centered"] else ("n",)
+        state = {"step": 0}
+        state.update({name: torch.zeros_like(param, memory_format=torch.preserve_format) for name in names})
+        return state
+
+    def _update(self, group, params, grads, states):
+        lr, gamma1 = _f32(group["lr"]), _f32(group["gamma1"])
+        grads = _decayed(grads, params, group)
+        n = _buffers(states, "n")
+        torch._foreach_mul_(n, gamma1)
+        torch._foreach_addcmul_(n, grads, grads, value=1.0 - gamma1)
+        if group["centered"]:
+            gbar, delta = _buffers(states, "g"), _buffers(states, "delta")
+            torch._foreach_mul_(gbar, gamma1)
+            torch._foreach_add_(gbar, grads, alpha=1.0 - gamma1)
+            denom = torch._foreach_addcmul(n, gbar, gbar, value=-1.0)
+            torch._foreach_add_(denom, _f32(group["epsilon"]))
+        else:
+            denom = torch._foreach_add(n, _f32(group["epsilon"]))
+        torch._foreach_sqrt_(denom)
+        if group["centered"]:
+            torch._foreach_mul_(delta, _f32(group["gamma2"]))
+            torch._foreach_addcdiv_(delta, grads, denom, value=-lr)
+            torch._foreach_add_(params, delta)
+        else:
+            torch._foreach_addcdiv_(params, grads, denom, value=-lr)
+        if group["clip_weights"]:
+            clip = _f32(group["clip_weights"])
+            torch._foreach_clamp_min_(params, -clip)
+            torch._foreach_clamp_max_(params, clip)
+
+
+class AdaGrad(_MXNetOptimizer):
+    """MXNet ``adagrad``: ``h += clip(rescale_grad*g)^2; w -= lr*(g/sqrt(h + eps) + wd*w)`` (decoupled wd).
+
+    Example:
+        >>> opt = AdaGrad(model.parameters(), lr=0.01, eps=1e-7)
+    """
+
+    _hyper = {"eps": 1e-7}
+    _state_names = ("history",)
+
+    def _update(self, group, params, grads, states):
+        grads = self._scaled(grads, group)
+        for piece in _pieces((params, grads, _buffers(states, "history"))):
+            _adagrad_piece(*piece, group["lr"], group["weight_decay"], group["eps"])
+
+
+def _adagrad_piece(weight, grad, history, lr, wd, eps):
+    """MXNet's adagrad update on one piece (python-double hyperparameters, as MXNet's python AdaGrad)."""
+    history.addcmul_(grad, grad)
+    denom = history.add(eps).sqrt_()
+    if wd:
+        step = grad.div(denom).add_(weight, alpha=wd)
+        weight.add_(step, alpha=-lr)
+    else:
+        weight.addcdiv_(grad, denom, value=-lr)
+
+
+class AdaDelta(_MXNetOptimizer):
+    """MXNet ``adadelta``: lr is ignored entirely; ``w -= delta + wd*w`` (wd not scaled by lr).
+
+    Example:
+        >>> opt = AdaDelta(model.parameters(), lr=1.0, rho=0.9, epsilon=1e-5)
+    """
+
+    _hyper = {"rho": 0.9, "epsilon": 1e-5}
+    _state_names = ("acc_g", "acc_delta")
+
+    def _update(self, group, params, grads, states):
+        grads = self._scaled(grads, group)
+        for piece in _pieces((params, grads, _buffers(states, "acc_g"), _buffers(states, "acc_delta"))):
+            _adadelta_piece(*piece, group["rho"], group["epsilon"], group["weight_decay"])
+
+
+def _adadelta_piece(weight, grad, acc_g, acc_delta, rho, eps, wd):
+    """MXNet's adadelta update on one piece: ``delta = sqrt(acc_delta + eps)/sqrt(acc_g + eps)*g``."""
+    acc_g.mul_(rho).addcmul_(grad, grad, value=1.0 - rho)
+    delta = acc_delta.add(eps).sqrt_()
+    delta.div_(acc_g.add(eps).sqrt_()).mul_(grad)
+    acc_delta.mul_(rho).addcmul_(delta, delta, value=1.0 - rho)
+    delta.add_(weight, alpha=wd)
+    weight.sub_(delta)
+
+
+class Adamax(_MXNetOptimizer):
+    """MXNet ``adamax``: ``u = max(beta2*u, |gg|)`` with no epsilon; ``w -= lr/(1-beta1^t) * m/u``.
+
+    Example:
+        >>> opt = Adamax(model.parameters(), lr=2e-3, beta1=0.9, beta2=0.999)
+    """
+
+    _hyper = {"beta1": 0.9, "beta2": 0.999}
+    _state_names = ("mean", "var")
+
+    def _update(self, group, params, grads, states):
+        beta1 = group["beta1"]
+        grads = _python_decayed(grads, params, group)
+        means, norms = _buffers(states, "mean"), _buffers(states, "var")
+        torch._foreach_mul_(means, beta1)
+        torch._foreach_add_(means, grads, alpha=1.0 - beta1)
+        torch._foreach_mul_(norms, group["beta2"])
+        torch._foreach_maximum_(norms, torch._foreach_abs(grads))
+        steps = [-(group["lr"] / (1.0 - beta1 ** s["step"])) for s in states]
+        torch._foreach_addcdiv_(params, means, norms, steps)
+
+
+def _python_decayed(grads, params, group):
+    """``clip(g*rescale_grad + wd*w)`` computed as MXNet's python optimizers do (double scalars)."""
+    if group["rescale_grad"] == 1.0:
+        out = torch._foreach_add(grads, params, alpha=group["weight_decay"])
+    else:
+        out = torch._foreach_mul(grads, group["rescale_grad"])
+        torch._foreach_add_(out, params, alpha=group["weight_decay"])
+    _clip_(out, group)
+    return out
+
+
+class Nadam(_MXNetOptimizer):
+    """MXNet ``nadam``: one momentum schedule shared by all parameters, advanced once per parameter update.
+
+    Parameters are updated in MXNet's index order (the ``mx_indices`` of each group when present, else group
+    order), so the result depends on the parameter count and order exactly as in MXNet.
+
+    Example:
+        >>> opt = Nadam(model.parameters(), lr=1e-3, schedule_decay=0.004)
+    """
+
+    _hyper = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "schedule_decay": 0.004}
+    _state_names = ("mean", "var")
+
+    def __init__(self, params, lr, **kwargs):
+        super().__init__(params, lr, **kwargs)
+        self.state["m_schedule"] = 1.0
+
+    def _ordered(self):
+        """(mx index, group, param, grad, state) of every parameter with a gradient, in MXNet's update order."""
+        entries, position = [], 0
+        for group in self.param_groups:
+            indices = group.get("mx_indices") or list(range(position, position + len(group["params"])))
+            position += len(group["params"])
+            order = {id(p): i for p, i in zip(group["params"], indices)}
+            params, grads, states = self._gather(group)
+            entries += [(order[id(p)], group, p, g, s) for p, g, s in zip(params, grads, states)]
+        return sorted(entries, key=lambda entry: entry[0])
+
+    def _schedule(self, entries):
+        """Per-parameter (momentum_t, momentum_t_1, m_schedule, m_schedule_next), advancing the shared product."""
+        out, m_schedule = [], self.state["m_schedule"]
+        for _, group, _, _, state in entries:
+            t, beta1, decay = state["step"], group["beta1"], group["schedule_decay"]
+            momentum_t = beta1 * (1.0 - 0.5 * (pow(0.96, t * decay)))
+            momentum_t_1 = beta1 * (1.0 - 0.5 * (pow(0.96, (t + 1) * decay)))
+            m_schedule = m_schedule * momentum_t
+            out.append((momentum_t, momentum_t_1, m_schedule, m_schedule * momentum_t_1))
+        self.state["m_schedule"] = m_schedule
+        return out
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Performs one MXNet Nadam update of every parameter that has a gradient, in MXNet's order.
+
+        Args:
+            closure: Optional callable that re-evaluates the model and returns the loss.
+
+        Returns:
+            The loss returned by ``closure``, or None.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        entries = self._ordered()
+        if entries:
+            self._update_all(entries, self._schedule(entries))
+        return loss
+
+    def _update_all(self, entries, schedule):
+        """Apply the update group by group (foreach), each parameter with its own schedule values."""
+        by_group = {}
+        for (_, group, param, grad, state), values in zip(entries, schedule):
+            by_group.setdefault(id(group), (group, []))[1].append((param, grad, state, values))
+        for group, items in by_group.values():
+            self._update_group(group, *(list(column) for column in zip(*items)))
+
+    @staticmethod
+    def _update_group(group, params, grads, states, schedule):
+        beta1, beta2 = group["beta1"], group["beta2"]
+        grads = _python_decayed(grads, params, group)
+        means, variances = _buffers(states, "mean"), _buffers(states, "var")
+        torch._foreach_mul_(means, beta1)
+        torch._foreach_add_(means, grads, alpha=1.0 - beta1)
+        torch._foreach_mul_(variances, beta2)
+        torch._foreach_addcmul_(variances, grads, grads, value=1.0 - beta2)
+        denom = torch._foreach_div(variances, [1.0 - pow(beta2, s["step"]) for s in states])
+        torch._foreach_sqrt_(denom)
+        torch._foreach_add_(denom, group["epsilon"])
+        lr = group["lr"]  # w -= lr*((1-mu_t)*g/(1-m_sched) + mu_t1*m/(1-m_sched_next)) / denom, as two addcdiv_
+        torch._foreach_addcdiv_(params, grads, denom, [-lr * (1.0 - m[0]) / (1.0 - m[2]) for m in schedule])
+        torch._foreach_addcdiv_(params, means, denom, [-lr * m[1] / (1.0 - m[3]) for m in schedule])
+
+
+class LAMB(_MXNetOptimizer):
+    """MXNet ``lamb`` (multi_lamb_update): Adam direction plus ``wd*w``, scaled by the trust ratio ||w||/||g||.
+
+    The weight norm is bounded below by ``lower_bound`` and above by ``upper_bound`` when they are set.
+
+    Example:
+        >>> opt = LAMB(model.parameters(), lr=1e-3, epsilon=1e-6)
+    """
+
+    _hyper = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "lower_bound": None, "upper_bound": None,
+              "bias_correction": True}
+    _state_names = ("mean", "var")
+
+    def _update(self, group, params, grads, states):
+        grads = self._scaled(grads, group)
+        negated = self._negated_directions(group, params, grads, states)
+        torch._foreach_add_(negated, params, alpha=-_f32(group["weight_decay"]))
+        if negated[0].dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
+            for buffer in negated:
+                buffer.copy_(buffer.to(torch.float32))
+        torch._foreach_mul_(negated, [-step for step in _trust_steps(params, negated, group)])
+        torch._foreach_add_(params, negated)
+
+    def _negated_directions(self, group, params, grads, states):
+        """Scratch buffers holding ``-m_hat/(sqrt(v_hat) + eps)``, the moments updated, by torch's fused Adam.
+
+        The kernel writes ``d -= lr_k/(1-b1^t) * m/(sqrt(v)/sqrt(1-b2^t) + eps_k)`` into zeroed buffers ``d``;
+        lr_k and eps_k are chosen so that this is MXNet's (optionally bias-corrected) direction.
+        """
+        scratch = self.__dict__.setdefault("_scratch", {})  # reused every step, kept out of the state_dict
+        negated = [scratch[p] if p in scratch else scratch.setdefault(p, torch.empty_like(p)) for p in params]
+        torch._foreach_zero_(negated)
+        beta1, beta2 = _f32(group["beta1"]), _f32(group["beta2"])
+        for step, index in _by_step(states).items():
+            root2 = math.sqrt(1.0 - beta2 ** step)
+            lr = 1.0 if group["bias_correction"] else (1.0 - beta1 ** step) / root2
+            eps = _f32(group["epsilon"]) / (1.0 if group["bias_correction"] else root2)
+            torch._fused_adam_(
+                _pick(negated, index), _pick(grads, index), _pick(_buffers(states, "mean"), index),
+                _pick(_buffers(states, "var"), index), [], [_step_tensor(step)] * len(index),
+                lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
+        return negated
+
+
+def _f32_norms(tensors):
+    """L2 norms rounded to float32, as MXNet's multi_sum_sq stores them."""
+    return [_f32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
+
+
+def _trust_steps(params, direction, group):
+    """Per-parameter ``-lr * r1/r2`` (or ``-lr`` when a norm is 0), r1 bounded as MXNet's multi_lamb does."""
+    r1 = _f32_norms(params)
+    r2 = _f32_norms(direction)
+    lr, lower, upper = _f32(group["lr"]), group["lower_bound"], group["upper_bound"]
+    steps = []
+    for w_norm, g_norm in zip(r1, r2):
+        if lower is not None and lower >= 0:
+            w_norm = max(w_norm, _f32(lower))
+        if upper is not None and upper >= 0:
+            w_norm = min(w_norm, _f32(upper))
+        steps.append(-lr if w_norm == 0 or g_norm == 0 else -lr * _f32(w_norm / g_norm))
+    return steps
+
+
+class Signum(_MXNetOptimizer):
+    """MXNet ``signum``: ``m = mu*m - (1-mu)*(wd*w + clip(rescale_grad*g)); w = (1 - lr*wd_lh)*w + lr*sign(m)``.
+
+    With ``momentum=0`` it is MXNet's signsgd_update: ``w = (1 - lr*wd)*w - lr*sign(g)`` (raw gradient).
+
+    Example:
+        >>> opt = Signum(model.parameters(), lr=0.01, momentum=0.9, wd_lh=0.0)
+    """
+
+    _hyper = {"momentum": 0.9, "wd_lh": 0.0}
+
+    def _new_state(self, param, group):
+        return SGD._new_state(self, param, group)
+
+    def _update(self, group, params, grads, states):
+        lr, wd, mom = _f32(group["lr"]), _f32(group["weight_decay"]), _f32(group["momentum"])
+        if mom <= 0:  # signsgd_update: the raw gradient's sign; rescale, clip and wd_lh play no part
+            signs = torch._foreach_sign(grads)
+            torch._foreach_mul_(params, 1.0 - lr * wd)
+            torch._foreach_add_(params, signs, alpha=-lr)
+            return
+        grads = self._scaled(grads, group)
+        wd_lh = _f32(group["wd_lh"]) if group["wd_lh"] else 0.0
+        for piece in _pieces((params, grads, _buffers(states, "momentum_buffer"))):
+            _signum_piece(*piece, lr, wd, mom, wd_lh)
+
+
+def _signum_piece(weight, grad, moment, lr, wd, mom, wd_lh):
+    """MXNet's signum_update on one piece: ``m = mu*m - (1-mu)*(wd*w + g); w = (1 - lr*wd_lh)*w + lr*sign(m)``."""
+    moment.mul_(mom)
+    moment.add_(weight, alpha=-(1.0 - mom) * wd)
+    moment.add_(grad, alpha=-(1.0 - mom))
+    signs = moment.sign()
+    if wd_lh:
+        weight.mul_(1.0 - lr * wd_lh)
+    weight.add_(signs, alpha=lr)
+
+
+class Ftrl(_MXNetOptimizer):
+    """MXNet ``ftrl``: FTRL-proximal with L1 ``lamda1``, ``beta`` and L2 ``wd``; weights are recomputed from z, n.
+
+    Example:
+        >>> opt = Ftrl(model.parameters(), lr=0.1, lamda1=0.01, beta=1.0)
+    """
+
+    _hyper = {"lamda1": 0.01, "beta": 1.0}
+    _state_names = ("z", "n")
+
+    def _update(self, group, params, grads, states):
+        hyper = tuple(_f32(group[key]) for key in ("lr", "weight_decay", "lamda1", "beta"))
+        grads = self._scaled(grads, group)
+        for piece in _pieces((params, grads, _buffers(states, "z"), _buffers(states, "n"))):
+            _ftrl_piece(*piece, *hyper)
+
+
+def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):
+    """MXNet's FTRL kernel on one piece, in nine passes.
+
+    ``z += g - (sqrt(n + g^2) - sqrt(n))*w/lr; n += g^2``, then the weight
+    ``(sign(z)*lamda1 - z)/((beta + sqrt(n))/lr + wd)`` where ``|z| > lamda1``, else 0, written as
+    ``-softshrink(z, lamda1)*lr/(sqrt(n) + beta + lr*wd)``.
+    """
+    sigma = n.sqrt()
+    n.addcmul_(grad, grad)
+    root = n.sqrt()
+    sigma.sub_(root)
+    z.addcmul_(sigma, weight, value=1.0 / lr)
+    z.add_(grad)
+    root.add_(beta + lr * wd)
+    if lamda1 >= 0:
+        shrunk = torch.nn.functional.softshrink(z, lamda1)
+    else:  # |z| > lamda1 everywhere
+        shrunk = z - torch.sign(z) * lamda1
+    torch.addcdiv(_ZERO[weight.dtype], shrunk, root, value=-lr, out=weight)
+
+
+_ZERO = {dtype: torch.zeros((), dtype=dtype) for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+"""0-dim zeros: ``addcdiv(zero, a, b, value, out=w)`` writes ``value*a/b`` into ``w`` in one pass."""
+
+
+OPTIMIZERS = {"sgd": SGD, "nag": NAG, "adam": Adam, "rmsprop": RMSProp, "adagrad": AdaGrad,
+              "adadelta": AdaDelta, "adamax": Adamax, "nadam": Nadam, "lamb": LAMB, "signum": Signum, "ftrl": Ftrl}

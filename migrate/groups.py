@@ -1,0 +1,122 @@
+"""torch.optim param groups that carry the per-parameter lr, weight decay and freezing of a gluon-lr settings file."""
+import warnings
+from collections.abc import Mapping
+
+from migrate._settings import as_settings
+from migrate.errors import MappingError, SettingsError
+
+_DEFAULT_LR = {"sgd": 0.01, "nag": 0.01, "adam": 0.001, "rmsprop": 0.001, "adagrad": 0.01, "adadelta": 0.01,
+               "adamax": 0.002, "nadam": 0.001, "lamb": 0.001, "signum": 0.01, "ftrl": 0.1}
+_UNMAPPED = ("error", "freeze", "default")
+
+
+def base_lr(settings):
+    """MXNet's base learning rate: ``learning_rate``, else the scheduler's ``base_lr``, else the optimizer default."""
+    optimizer = settings["optimizer"]
+    if optimizer.get("learning_rate") is not None:
+        return float(optimizer["learning_rate"])
+    if settings.get("lr_scheduler"):
+        return float(settings["lr_scheduler"].get("base_lr", 0.01))
+    return _DEFAULT_LR.get(optimizer["name"], 0.01)
+
+
+def param_groups(torch_model, settings, mapping, unmapped="error"):
+    """torch.optim param groups, one per distinct (lr, weight_decay), from the settings of an MXNet model.
+
+    Every trainable torch parameter lands in exactly one group; groups come in MXNet index order of their first
+    parameter. Frozen parameters get ``requires_grad=False`` and stay out of every group. Each group holds the
+    absolute ``lr`` (``learning_rate * lr_mult``) and ``weight_decay`` (``wd * wd_mult``), plus ``lr_mult``,
+    ``wd_mult``, ``mx_names`` and ``mx_indices`` so schedulers keep the ratios and migrate can match states.
+
+    Args:
+        torch_model: The torch model whose parameters the groups hold.
+        settings: The settings document (dict) or a path to the settings file.
+        mapping: MXNet parameter name -> torch state_dict key (``migrate.NameMapping`` or any Mapping).
+        unmapped: What to do with trainable torch parameters no MXNet parameter maps to: ``"error"`` raises,
+            ``"freeze"`` sets ``requires_grad=False``, ``"default"`` trains them with lr_mult = wd_mult = 1.
+            Both of the latter warn with their names.
+
+    Returns:
+        A list of param group dicts, ready for any ``torch.optim.Optimizer``.
+
+    Raises:
+        SettingsError: The settings lack a key, or ``unmapped`` is not one of the choices.
+        MappingError: The mapping names an MXNet parameter the settings lack or a torch key the model lacks, or
+            (with ``unmapped="error"``) trainable torch parameters have no MXNet source.
+
+    Example:
+        >>> groups = param_groups(model, "settings.json", {"dense0_weight": "fc.weight", "dense0_bias": "fc.bias"})
+        >>> torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+
+    Note:
+        Parameters are matched by the mapping, never by position; BatchNorm running statistics map to torch
+        buffers and are skipped here (``convert_weights`` copies them).
+    """
+    settings = as_settings(settings)
+    if unmapped not in _UNMAPPED:
+        raise SettingsError(f"param_groups got unmapped={unmapped!r}; expected one of {list(_UNMAPPED)}")
+    sources = _torch_sources(torch_model, settings, mapping)
+    groups, by_key = [], {}
+    for param, mx_name, entry in sources:
+        if entry["frozen"]:
+            param.requires_grad_(False)
+            continue
+        lr_mult, wd_mult = float(entry["lr_mult"]), float(entry["wd_mult"])
+        key = (base_lr(settings) * lr_mult, float(settings["optimizer"]["wd"]) * wd_mult, lr_mult)
+        if key not in by_key:
+            by_key[key] = {"params": [], "lr": key[0], "weight_decay": key[1], "lr_mult": lr_mult,
+                           "wd_mult": wd_mult, "mx_names": [], "mx_indices": []}
+            groups.append(by_key[key])
+        by_key[key]["params"].append(param)
+        by_key[key]["mx_names"].append(mx_name)
+        by_key[key]["mx_indices"].append(entry["index"])
+    _add_unmapped(torch_model, settings, sources, groups, unmapped)
+    return groups
+
+
+def _torch_sources(torch_model, settings, mapping):
+    """(torch parameter, MXNet name, settings entry) in MXNet index order, checking the mapping both ways."""
+    if not isinstance(mapping, Mapping):
+        raise MappingError(f"mapping must be a Mapping from MXNet name to torch key, got {type(mapping).__name__}; "
+                           f"pass migrate.NameMapping or a dict")
+    named = dict(torch_model.named_parameters())
+    buffers = dict(torch_model.named_buffers())
+    unknown_mx = sorted(name for name in mapping if name not in settings["params"])
+    missing = sorted(f"{name} -> {mapping[name]}" for name in mapping
+                     if mapping[name] not in named and mapping[name] not in buffers)
+    problems = ([f"MXNet names not in the settings: {unknown_mx[:10]}"] if unknown_mx else []) + (
+        [f"torch keys not in the {type(torch_model).__name__} model: {missing[:10]}"] if missing else [])
+    if problems:
+        raise MappingError(f"mapping does not fit the models ({'; '.join(problems)}); rebuild the mapping "
+                           f"from these two models")
+    targets = {}
+    for name in mapping:
+        targets.setdefault(mapping[name], []).append(name)
+    shared = sorted(f"{key} <- {names}" for key, names in targets.items() if len(names) > 1)
+    if shared:
+        raise MappingError(f"mapping sends several MXNet parameters to one torch key: {shared[:10]}; "
+                           f"each torch parameter needs exactly one MXNet source")
+    entries = sorted(settings["params"].items(), key=lambda item: item[1]["index"])
+    return [(named[mapping[name]], name, entry) for name, entry in entries
+            if name in mapping and mapping[name] in named]
+
+
+def _add_unmapped(torch_model, settings, sources, groups, unmapped):
+    """Handle trainable torch parameters that no MXNet parameter maps to, as ``unmapped`` says."""
+    mapped = {id(param) for param, _, _ in sources}
+    orphans = [(name, p) for name, p in torch_model.named_parameters() if p.requires_grad and id(p) not in mapped]
+    if not orphans:
+        return
+    names = [name for name, _ in orphans]
+    if unmapped == "error":
+        raise MappingError(f"torch parameters {names[:10]} ({len(names)} in all) have no MXNet source in the "
+                           f"mapping; extend the mapping, or pass unmapped='freeze' or unmapped='default'")
+    warnings.warn(f"torch parameters {names} have no MXNet source; unmapped={unmapped!r}", stacklevel=3)
+    if unmapped == "freeze":
+        for _, param in orphans:
+            param.requires_grad_(False)
+        return
+    start = 1 + max((entry["index"] for entry in settings["params"].values()), default=-1)
+    groups.append({"params": [p for _, p in orphans], "lr": base_lr(settings),
+                   "weight_decay": float(settings["optimizer"]["wd"]), "lr_mult": 1.0, "wd_mult": 1.0,
+                   "mx_names": [], "mx_indices": list(range(start, start + len(orphans)))})

@@ -1,0 +1,115 @@
+"""The output folder of ``migrate all`` and ``load_migration``, which continues the training from it in torch.
+
+Layout (file names below): ``mapping.json`` (``NameMapping``), ``weights.pt`` (the torch model's whole
+``state_dict``), ``param_groups.json`` (readable groups), ``optimizer.pt`` (optimizer ``state_dict``, the settings,
+the name mapping and the scheduler's update count), ``report.json`` and ``report.txt``.
+"""
+import os
+
+from migrate.errors import InputFileError
+from migrate.optim import torch_lr_scheduler, torch_optimizer
+
+__all__ = ["load_migration", "optimizer_document", "MAPPING", "WEIGHTS", "GROUPS", "OPTIMIZER", "REPORT_JSON",
+           "REPORT_TXT"]
+
+MAPPING, WEIGHTS, GROUPS, OPTIMIZER = "mapping.json", "weights.pt", "param_groups.json", "optimizer.pt"
+REPORT_JSON, REPORT_TXT = "report.json", "report.txt"
+OPTIMIZER_FORMAT = "gluon-lr-torch-optimizer"
+SCHEMA_VERSION = 1
+
+
+def optimizer_document(optimizer, scheduler, settings: dict, mapping) -> dict:
+    """The content of ``optimizer.pt``: what ``load_migration`` needs to rebuild the optimizer and scheduler.
+
+    Args:
+        optimizer: The optimizer from ``torch_optimizer`` (state converted or fresh).
+        scheduler: Its ``torch_lr_scheduler``.
+        settings: The settings document it was built from.
+        mapping: MXNet name -> torch key (only the names are kept).
+
+    Returns:
+        A dict of tensors and plain values, loadable with ``torch.load(..., weights_only=True)``.
+
+    Example:
+        >>> torch.save(optimizer_document(opt, sched, settings, mapping), "migrated/optimizer.pt")  # doctest: +SKIP
+    """
+    return {"format": OPTIMIZER_FORMAT, "schema_version": SCHEMA_VERSION,
+            "optimizer_class": type(optimizer).__name__, "settings": settings,
+            "mapping": {name: mapping[name] for name in mapping}, "num_update": int(scheduler.num_update),
+            "optimizer": optimizer.state_dict()}
+
+
+def load_migration(out_dir, torch_model, rescale_grad=None):
+    """Load the weights of a ``migrate all`` (or ``weights`` + ``optim``) folder and rebuild its optimizer.
+
+    The model receives ``weights.pt`` (strictly); the optimizer is ``torch_optimizer(exact=True)`` over the
+    same groups (frozen parameters get ``requires_grad=False``) with the converted MXNet state; the scheduler
+    resumes at MXNet's update count.
+
+    Args:
+        out_dir: The folder ``migrate all --out`` wrote.
+        torch_model: A fresh instance of the torch model the folder was made for.
+        rescale_grad: Factor applied to every gradient; None keeps MXNet's (``1/batch_size`` after
+            ``trainer.step(batch_size)``, right for a loss summed over the batch). Pass 1.0 for a mean loss.
+
+    Returns:
+        ``(optimizer, scheduler)``: call ``optimizer.step()`` then ``scheduler.step()`` after each backward.
+
+    Raises:
+        InputFileError: a file is missing or not what ``migrate`` writes, or the weights do not fit the model.
+
+    Example:
+        >>> model = MyNet()
+        >>> optimizer, scheduler = migrate.load_migration("migrated", model)
+        >>> loss_fn(model(x), y).backward(); optimizer.step(); scheduler.step()  # doctest: +SKIP
+
+    Note:
+        MXNet adds the gradients of a batch (``loss.backward()`` on a vector loss) and divides by the batch size
+        through ``rescale_grad``; compute a summed loss in torch, or pass ``rescale_grad=1.0`` with a mean loss.
+    """
+    folder = os.fspath(out_dir)
+    weights = _load(folder, WEIGHTS, dict)
+    document = _load(folder, OPTIMIZER, dict)
+    if document.get("format") != OPTIMIZER_FORMAT or document.get("schema_version") != SCHEMA_VERSION:
+        raise InputFileError(f"{os.path.join(folder, OPTIMIZER)!r}: expected format {OPTIMIZER_FORMAT!r} version "
+                             f"{SCHEMA_VERSION}, received {document.get('format')!r} version "
+                             f"{document.get('schema_version')!r}; write it again with `migrate all`")
+    _load_weights(torch_model, weights, os.path.join(folder, WEIGHTS))
+    optimizer = torch_optimizer(torch_model, document["settings"], document["mapping"])
+    optimizer.load_state_dict(document["optimizer"])
+    for group in optimizer.param_groups:
+        if rescale_grad is not None:
+            group["rescale_grad"] = float(rescale_grad)
+    scheduler = torch_lr_scheduler(optimizer, document["settings"], num_update=document["num_update"])
+    return optimizer, scheduler
+
+
+def _load(folder, name, kind):
+    import torch
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        raise InputFileError(f"{path!r}: not found; pass the folder `migrate all --out` wrote (it holds "
+                             f"{WEIGHTS} and {OPTIMIZER})")
+    try:
+        value = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch.load raises many kinds on foreign files
+        raise InputFileError(f"{path!r}: expected a file torch.save wrote, could not load it "
+                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); write it again with "
+                             f"`migrate all`") from None
+    if not isinstance(value, kind):
+        raise InputFileError(f"{path!r}: expected a {kind.__name__}, received {type(value).__name__}; write it "
+                             f"again with `migrate all`")
+    return value
+
+
+def _load_weights(torch_model, weights, path):
+    target = torch_model.state_dict()
+    missing = [k for k in target if k not in weights]
+    unexpected = [k for k in weights if k not in target]
+    shapes = [f"{k} {tuple(v.shape)} vs {tuple(target[k].shape)}" for k, v in weights.items()
+              if k in target and tuple(v.shape) != tuple(target[k].shape)]
+    if missing or unexpected or shapes:
+        raise InputFileError(f"{path!r} does not fit the {type(torch_model).__name__} model: missing keys "
+                             f"{missing[:8]}, unexpected keys {unexpected[:8]}, shapes (file vs model) {shapes[:8]}; "
+                             f"build the model with the arguments given to `migrate all --torch/--kwargs`")
+    torch_model.load_state_dict(weights)

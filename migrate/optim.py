@@ -1,0 +1,136 @@
+"""torch optimizers and lr schedulers that train the way an MXNet 1.9.1 ``gluon.Trainer`` did."""
+from typing import NamedTuple
+
+import torch
+
+from migrate import _stock
+from migrate._mx_optimizers import OPTIMIZERS
+from migrate._schedules import mx_schedule
+from migrate._settings import as_settings
+from migrate.errors import UnsupportedOptimizerError
+from migrate.groups import base_lr, param_groups
+
+
+class StockTranslation(NamedTuple):
+    """What ``torch_optimizer(..., exact=False)`` returns: a stock torch optimizer and how it differs from MXNet."""
+
+    optimizer: torch.optim.Optimizer
+    differences: list
+
+
+def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=None, unmapped="error"):
+    """The torch optimizer for ``torch_model`` that continues the MXNet training described by ``settings``.
+
+    With ``exact=True`` it is one of migrate's optimizers that reproduce MXNet 1.9.1's update operators (sgd, nag,
+    adam, rmsprop plain and centered, adagrad, adadelta, adamax, nadam, lamb, signum, ftrl): rescale_grad,
+    clip_gradient, lr_mult/wd_mult groups, frozen parameters and float32 hyperparameters included. With
+    ``exact=False`` it is the closest stock ``torch.optim`` optimizer (foreach), returned with the list of what
+    differs from MXNet.
+
+    Args:
+        torch_model: The torch model to train.
+        settings: The settings document (dict) or a path to the settings file.
+        mapping: MXNet parameter name -> torch state_dict key (``migrate.NameMapping`` or any Mapping).
+        exact: Reproduce MXNet's update exactly (True) or use a stock torch optimizer (False).
+        rescale_grad: Factor applied to every gradient before clipping; None takes the settings' value
+            (``1/batch_size`` after ``trainer.step(batch_size)``). Pass 1.0 if your torch loss is already a mean.
+        unmapped: Policy for torch parameters without MXNet source, as in ``param_groups``.
+
+    Returns:
+        With ``exact=True`` the ``torch.optim.Optimizer``; with ``exact=False`` a ``StockTranslation``
+        ``(optimizer, differences)`` whose ``differences`` is a list of sentences, empty when none.
+
+    Raises:
+        UnsupportedOptimizerError: The settings' optimizer or one of its hyperparameters has no translation.
+        SettingsError: The settings lack a key.
+        MappingError: The mapping does not fit the settings or the model.
+
+    Example:
+        >>> opt = torch_optimizer(model, "settings.json", mapping)
+        >>> sched = torch_lr_scheduler(opt, "settings.json")
+        >>> opt, differences = torch_optimizer(model, "settings.json", mapping, exact=False)
+
+    Note:
+        Call ``scheduler.step()`` after each ``optimizer.step()``: the lr of step k is MXNet's
+        ``schedule(num_update + k) * lr_mult``.
+        Under ``DistributedDataParallel``, wrap the model AFTER this call: it sets ``requires_grad=False`` on frozen
+        parameters, and a DDP wrapper built before that averages no gradients on the first step. DDP averages the
+        ranks' gradients, so with a loss summed per rank pass ``rescale_grad=1 / per_rank_batch``.
+    """
+    settings = as_settings(settings)
+    name = settings["optimizer"]["name"]
+    if name not in OPTIMIZERS:
+        raise UnsupportedOptimizerError(f"optimizer {name!r} has no torch translation; supported: "
+                                        f"{sorted(OPTIMIZERS)}; retrain in MXNet with one of them or port it by hand")
+    groups = param_groups(torch_model, settings, mapping, unmapped=unmapped)
+    options = _options(settings, rescale_grad)
+    if not exact:
+        return StockTranslation(*_stock.stock_optimizer(name, groups, options))
+    return OPTIMIZERS[name](groups, **options)
+
+
+def _options(settings, rescale_grad):
+    """Optimizer-wide keyword arguments (MXNet names) from the settings, checked against the optimizer's."""
+    optimizer = settings["optimizer"]
+    hyper = {k: v for k, v in optimizer["hyperparameters"].items() if k not in ("multi_precision",)}
+    allowed = OPTIMIZERS[optimizer["name"]]._hyper
+    unknown = sorted(set(hyper) - set(allowed))
+    if unknown:
+        raise UnsupportedOptimizerError(f"optimizer {optimizer['name']!r} hyperparameters {unknown} have no "
+                                        f"translation; supported: {sorted(allowed)}")
+    if optimizer.get("multi_precision"):
+        raise UnsupportedOptimizerError(f"optimizer {optimizer['name']!r} with multi_precision=True (float16 "
+                                        f"weights, float32 master copy) has no translation; train in float32")
+    scale = optimizer["rescale_grad"] if rescale_grad is None else rescale_grad
+    return dict(hyper, lr=base_lr(settings), weight_decay=float(optimizer["wd"]), rescale_grad=float(scale),
+                clip_gradient=optimizer.get("clip_gradient"))
+
+
+class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):
+    """Sets each group's lr to MXNet's ``schedule(num_update) * lr_mult`` before every optimizer step.
+
+    Args:
+        optimizer: The optimizer whose groups it drives (groups from ``param_groups`` carry ``lr_mult``).
+        schedule: A callable ``num_update -> lr`` (MXNet's scheduler), or None for a constant ``base_lr``.
+        base_lr: MXNet's base learning rate (used for groups without ``lr_mult``: lr_mult = initial lr / base_lr).
+        num_update: MXNet's update count already done; the next ``optimizer.step()`` is update ``num_update + 1``.
+
+    Example:
+        >>> sched = MXNetLRScheduler(opt, lambda t: 0.1 * 0.5 ** (t // 100), base_lr=0.1)
+    """
+
+    def __init__(self, optimizer, schedule, base_lr, num_update=0):
+        self.schedule, self.base_lr, self.num_update = schedule, base_lr, num_update
+        super().__init__(optimizer)
+
+    def get_lr(self):
+        """Learning rates of the next optimizer step, one per group."""
+        count = self.num_update + self.last_epoch + 1
+        lr = self.schedule(count) if self.schedule is not None else self.base_lr
+        return [lr * (group["lr_mult"] if "lr_mult" in group else group["initial_lr"] / self.base_lr)
+                for group in self.optimizer.param_groups]
+
+
+def torch_lr_scheduler(optimizer, settings, num_update=None):
+    """The torch lr scheduler that follows the settings' MXNet lr scheduler (or constant lr when it has none).
+
+    Args:
+        optimizer: The optimizer from ``torch_optimizer`` (or any optimizer over ``param_groups``).
+        settings: The settings document (dict) or a path to the settings file.
+        num_update: MXNet updates already done. None: the largest update count in the optimizer's state (set by
+            ``convert_optimizer_state``), else the settings' ``num_update``.
+
+    Returns:
+        A ``MXNetLRScheduler``; call its ``step()`` after every ``optimizer.step()``.
+
+    Raises:
+        SettingsError: The settings' lr_scheduler is not one of MXNet's Factor, MultiFactor, Poly, Cosine.
+
+    Example:
+        >>> sched = torch_lr_scheduler(opt, "settings.json")
+    """
+    settings = as_settings(settings)
+    if num_update is None:
+        counts = [int(s["step"]) for s in optimizer.state.values() if isinstance(s, dict) and "step" in s]
+        num_update = max(counts) if counts else int(settings["num_update"])
+    return MXNetLRScheduler(optimizer, mx_schedule(settings), base_lr(settings), num_update=num_update)

@@ -1,0 +1,101 @@
+"""Tests of migrate.param_groups: membership by id(param), absolute lr/wd, freezing, unmapped parameters."""
+import pytest
+import torch
+
+import migrate
+from migrate.errors import MappingError, SettingsError
+from tests.migrate import _mx_reference as R
+
+
+def _setup(lr=0.1, wd=0.01):
+    net = R.mx_net("float32")
+    settings = R.settings_of(net, "sgd", {"learning_rate": lr, "wd": wd, "momentum": 0.9}, None)
+    return R.torch_net(net), settings
+
+
+class TestParamGroups:
+    def test_membership_by_id(self):
+        """Each trainable torch parameter is in exactly the group its lr_mult/wd_mult call for."""
+        model, settings = _setup()
+        groups = migrate.param_groups(model, settings, R.MAPPING)
+        where = {}
+        for group in groups:
+            for param in group["params"]:
+                assert id(param) not in where, "a parameter is in two groups"
+                where[id(param)] = (group["lr"], group["weight_decay"])
+        p = model.get_parameter
+        assert where == {
+            id(p("0.weight")): (pytest.approx(0.05), pytest.approx(0.01)),
+            id(p("0.bias")): (pytest.approx(0.05), 0.0),
+            id(p("4.weight")): (pytest.approx(0.2), pytest.approx(0.02)),
+            id(p("4.bias")): (pytest.approx(0.2), 0.0),
+        }
+
+    def test_frozen_parameters_are_left_out(self):
+        """The frozen layer gets requires_grad=False and is in no group."""
+        model, settings = _setup()
+        groups = migrate.param_groups(model, settings, R.MAPPING)
+        in_groups = {id(p) for g in groups for p in g["params"]}
+        for key in ("2.weight", "2.bias"):
+            param = model.get_parameter(key)
+            assert not param.requires_grad and id(param) not in in_groups
+
+    def test_deterministic_order_and_metadata(self):
+        """Groups follow MXNet's index order and carry lr_mult, wd_mult, mx_names and mx_indices."""
+        model, settings = _setup()
+        groups = migrate.param_groups(model, settings, R.MAPPING)
+        assert [g["mx_names"] for g in groups] == [["mlp_fc0_bias"], ["mlp_fc0_weight"], ["mlp_fc2_bias"],
+                                                   ["mlp_fc2_weight"]]
+        assert [g["mx_indices"] for g in groups] == [[0], [1], [4], [5]]
+        assert [(g["lr_mult"], g["wd_mult"]) for g in groups] == [(0.5, 0.0), (0.5, 1.0), (2.0, 0.0), (2.0, 2.0)]
+
+    def test_zero_weight_decay_merges_groups(self):
+        """With wd=0 the groups differ only by lr: one group per distinct (lr, weight_decay)."""
+        model, settings = _setup(wd=0.0)
+        groups = migrate.param_groups(model, settings, R.MAPPING)
+        assert [sorted(g["mx_names"]) for g in groups] == [["mlp_fc0_bias", "mlp_fc0_weight"],
+                                                           ["mlp_fc2_bias", "mlp_fc2_weight"]]
+
+    def test_groups_work_with_stock_torch(self):
+        """The groups feed torch.optim.SGD; one step moves the trained head and leaves the frozen layer."""
+        model, settings = _setup()
+        before = {k: v.detach().clone() for k, v in model.named_parameters()}
+        optimizer = torch.optim.SGD(migrate.param_groups(model, settings, R.MAPPING), lr=1.0)
+        model(torch.ones(2, R.SIZES[0])).sum().backward()
+        optimizer.step()
+        assert float((model.get_parameter("4.weight") - before["4.weight"]).abs().max()) > 1e-4
+        assert torch.equal(model.get_parameter("2.weight"), before["2.weight"])
+
+    def test_unmapped_policies(self):
+        """A torch parameter without MXNet source raises, is frozen, or trains with lr_mult 1, as asked."""
+        mapping = {k: v for k, v in R.MAPPING.items() if k != "mlp_fc2_bias"}
+        model, settings = _setup()
+        with pytest.raises(MappingError, match=r"\['4.bias'\].*unmapped='freeze'"):
+            migrate.param_groups(model, settings, mapping)
+        with pytest.warns(UserWarning, match="4.bias"):
+            migrate.param_groups(model, settings, mapping, unmapped="freeze")
+        assert not model.get_parameter("4.bias").requires_grad
+        model, settings = _setup()
+        with pytest.warns(UserWarning, match="4.bias"):
+            groups = migrate.param_groups(model, settings, mapping, unmapped="default")
+        last = groups[-1]
+        assert [id(p) for p in last["params"]] == [id(model.get_parameter("4.bias"))]
+        assert (last["lr"], last["weight_decay"], last["mx_indices"]) == (0.1, 0.01, [6])
+
+
+ERRORS = [
+    ("mapping to a missing torch param", dict(R.MAPPING, mlp_fc0_bias="0.gamma"), {}, MappingError,
+     r"not in the Sequential model: \['mlp_fc0_bias -> 0.gamma'\]"),
+    ("two MXNet names on one torch key", dict(R.MAPPING, mlp_fc2_bias="4.weight"), {}, MappingError,
+     r"4.weight <- \['mlp_fc2_weight', 'mlp_fc2_bias'\]"),
+    ("mapping is not a Mapping", [("mlp_fc0_bias", "0.bias")], {}, MappingError, "got list"),
+    ("unknown unmapped policy", R.MAPPING, {"unmapped": "ignore"}, SettingsError, r"unmapped='ignore'"),
+]
+
+
+@pytest.mark.parametrize("description, mapping, kwargs, error, pattern", ERRORS, ids=[e[0] for e in ERRORS])
+def test_param_groups_errors(description, mapping, kwargs, error, pattern):
+    """Bad mappings and options raise migrate's own errors naming the culprits."""
+    model, settings = _setup()
+    with pytest.raises(error, match=pattern):
+        migrate.param_groups(model, settings, mapping, **kwargs)
