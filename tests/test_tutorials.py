@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gluon_lr import load_settings
-from tutorials import t01_finetune, t02_freezing, t03_layer_decay
+from tutorials import demo, t01_finetune, t02_freezing, t03_layer_decay, t04_migrate
 
 REL = 1e-3  # measured first-step learning rates (float32 least squares) within this relative error
 
@@ -29,13 +29,19 @@ def _assert_rates(rows: list, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def t01_run(tmp_path_factory):
-    """Tutorial 1 run once with --fast; (folder, stdout)."""
-    folder = tmp_path_factory.mktemp("t01")
+def demo_run(tmp_path_factory):
+    """The main job (tutorials 1 and 4) run once with --fast; (output folder, stdout)."""
+    folder = tmp_path_factory.mktemp("demo")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert t01_finetune.main(["--fast", "--out", str(folder)]) == 0
+        assert demo.main(["--fast", "--out", str(folder)]) == 0
     return folder, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def t01_run(demo_run):
+    """Tutorial 1's part of the demo run; (folder, stdout)."""
+    return demo_run[0] / "t01", demo_run[1]
 
 
 class TestT01Finetune:
@@ -115,11 +121,58 @@ class TestT03LayerDecay:
         assert "measured on step 1" in capsys.readouterr().out
 
 
+class TestT04Migrate:
+    def test_migrate_report(self, demo_run):
+        """`migrate all` exited 0 with every name mapped and verified; its report lies where the demo says."""
+        folder, printed = demo_run
+        report = json.loads((folder / "t04" / "migrated" / "report.json").read_text())
+        assert (report["exit_code"], report["unmapped"]) == (0, {"mxnet": [], "torch": []}), report["status"]
+        assert report["checks"] and all(report["checks"].values()), report["checks"]
+        assert f"migrate report      {folder / 't04' / 'migrated' / 'report.txt'}" in printed
+        assert (folder / "t04" / "migrated" / "report.txt").read_text().strip()
+
+    def test_torch_groups(self, demo_run):
+        """Six torch param groups: tutorial 1's three rates, each with and without weight decay."""
+        groups = _summary(demo_run[0] / "t04")["torch_groups"]
+        found = sorted((round(g["lr"], 9), round(g["weight_decay"], 9), g["tensors"]) for g in groups)
+        assert found == [(0.0002, 0.0, 10), (0.0002, 0.0001, 5), (0.002, 0.0, 30), (0.002, 0.0001, 15),
+                         (0.02, 0.0, 1), (0.02, 0.0001, 1)]
+
+    def test_training_continues_in_torch(self, demo_run):
+        """Torch's first step matches MXNet's next step to 1e-5 (exact migration); later steps drift by float32
+        rounding only (measured: 4.5e-5 in the loss, 5.5e-4 in the weights after 2 steps)."""
+        summary = _summary(demo_run[0] / "t04")
+        steps = summary["steps"]
+        assert len(summary["mxnet_losses"]) == 2 * steps and len(summary["torch_losses"]) == steps
+        assert summary["first_step_gap"] <= 1e-5, summary["first_step_gap"]
+        assert summary["loss_gap"] <= 1e-3, summary["loss_gap"]
+        weights = summary["weights"]
+        assert weights["tensors"] == 62 and weights["gap"] <= 5e-3, weights
+        rows = (demo_run[0] / "t04" / "loss.csv").read_text().splitlines()
+        assert rows[0] == "step,mxnet,mxnet_then_torch,mxnet_perturbed" and len(rows) == 1 + 2 * steps
+        assert summary["control"]["loss_gap"] < 1e-2 and summary["control"]["weight_gap"] < 5e-3, summary["control"]
+
+    def test_plot_written(self, demo_run):
+        """loss.png is a real PNG image, and the demo says where it is."""
+        folder, printed = demo_run
+        png = (folder / "t04" / "loss.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+        assert f"loss plot           {folder / 't04' / 'loss.png'}" in printed
+
+    def test_migrate_error_exit_code(self, tmp_path):
+        """The migrate command on a folder without the MXNet files exits 2 and names the missing input."""
+        done = t04_migrate.run_migrate(str(tmp_path / "nothing"), str(tmp_path / "out"))
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "nothing" in done.stdout + done.stderr
+
+
 ARG_ERRORS = [
     ("t01 zero steps", t01_finetune, ["--steps", "0"], r"--steps must be >= 1, got 0"),
     ("t02 negative steps", t02_freezing, ["--steps", "-1"], r"--steps must be >= 1, got -1"),
     ("t03 decay above 1", t03_layer_decay, ["--decay", "1.5"], r"--decay in \(0, 1\], got 10 and 1.5"),
     ("t03 steps not a number", t03_layer_decay, ["--steps", "many"], r"invalid int value: 'many'"),
+    ("t04 zero steps", t04_migrate, ["--steps", "0"], r"--steps must be >= 1, got 0"),
+    ("demo zero steps", demo, ["--steps", "0"], r"--steps must be >= 1, got 0"),
 ]
 
 

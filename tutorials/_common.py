@@ -88,3 +88,14 @@ def abridged(text: str, names: list) -> str:
     lines = text.splitlines()
     wanted = set(names)
     return "\n".join(lines[:2] + [line for line in lines[2:] if line.split(" ", 1)[0] in wanted])
+
+
+def abridged_blocks(text: str, max_lines: int = 12, keep: int = 4) -> str:
+    """``text`` with every blank-line-separated block longer than ``max_lines`` cut to its first ``keep`` lines."""
+    blocks = []
+    for block in text.strip("\n").split("\n\n"):
+        lines = block.splitlines()
+        if len(lines) > max_lines:
+            lines = lines[:keep] + [f"... ({len(lines) - keep} more lines)"]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
