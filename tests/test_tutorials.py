@@ -169,7 +169,7 @@ class TestT04Migrate:
 ARG_ERRORS = [
     ("t01 zero steps", t01_finetune, ["--steps", "0"], r"--steps must be >= 1, got 0"),
     ("t02 negative steps", t02_freezing, ["--steps", "-1"], r"--steps must be >= 1, got -1"),
-    ("t03 decay above 1", t03_layer_decay, ["--decay", "1.5"], r"--decay in \(0, 1\], got 10 and 1.5"),
+    ("t03 decay above 1", t03_layer_decay, ["--decay", "1.5"], r"--decay must be in \(0, 1\], got 1.5"),
     ("t03 steps not a number", t03_layer_decay, ["--steps", "many"], r"invalid int value: 'many'"),
     ("t04 zero steps", t04_migrate, ["--steps", "0"], r"--steps must be >= 1, got 0"),
     ("demo zero steps", demo, ["--steps", "0"], r"--steps must be >= 1, got 0"),

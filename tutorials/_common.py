@@ -1,4 +1,5 @@
 """Helpers shared by the tutorials: the device, synthetic data, one training step, measured learning rates, output."""
+import argparse
 import json
 import os
 
@@ -99,3 +100,39 @@ def abridged_blocks(text: str, max_lines: int = 12, keep: int = 4) -> str:
             lines = lines[:keep] + [f"... ({len(lines) - keep} more lines)"]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def parse_args(argv, description: str, steps: int, fast_steps, out: str, steps_help: str = "",
+               extra=None) -> argparse.Namespace:
+    """The tutorials' command line: ``--steps``, ``--out``, ``--fast`` (and options ``extra(parser)`` adds).
+
+    Args:
+        argv: Command-line arguments (None reads sys.argv).
+        description: What the script does (``--help``).
+        steps: Default of ``--steps``.
+        fast_steps: Steps under ``--fast`` (the test suite's setting); None leaves ``--steps`` as given.
+        out: Default output folder.
+        steps_help: What a step means here (``--help``).
+        extra: Optional callable adding more options to the parser.
+
+    Returns:
+        The parsed arguments; a ``--steps`` below 1 exits with code 2 and a message naming the value.
+
+    Example:
+        >>> parse_args(["--fast"], "Tutorial 9", steps=10, fast_steps=2, out="tutorial_output/t09").steps
+        2
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=steps,
+                        help=f"{steps_help or 'training steps, batch of 16 each'} (default {steps})")
+    parser.add_argument("--out", default=out, help=f"folder for the outputs (default {out})")
+    parser.add_argument("--fast", action="store_true", help="the fast settings the test suite runs"
+                        + (f" ({fast_steps} steps)" if fast_steps else ""))
+    if extra is not None:
+        extra(parser)
+    args = parser.parse_args(argv)
+    if args.fast and fast_steps:
+        args.steps = fast_steps
+    if args.steps < 1:
+        parser.error(f"--steps must be >= 1, got {args.steps}")
+    return args

@@ -16,21 +16,15 @@ import os
 import sys
 import time
 
-from tutorials import t01_finetune, t04_migrate
+from tutorials import _common, t01_finetune, t04_migrate
 
 
 def _parse(argv) -> argparse.Namespace:
-    """The command line: --steps, --out, --fast."""
-    parser = argparse.ArgumentParser(description="The main job: tutorials 1 (fine-tune with LrTrainer) and 4 "
-                                                 "(migrate to PyTorch and continue there) end to end.")
-    parser.add_argument("--steps", type=int, default=20, help="tutorial 1's steps, and N of tutorial 4 (N MXNet "
-                                                              "steps, then N torch steps; default 20)")
-    parser.add_argument("--out", default="demo_output", help="folder for the outputs (default demo_output)")
-    parser.add_argument("--fast", action="store_true", help="the tutorials' fast settings (the test suite's run)")
-    args = parser.parse_args(argv)
-    if args.steps < 1:
-        parser.error(f"--steps must be >= 1, got {args.steps}")
-    return args
+    """The command line: --steps, --out, --fast (the tutorials' fast settings)."""
+    return _common.parse_args(argv, "The main job: tutorials 1 (fine-tune with LrTrainer) and 4 (migrate to "
+                              "PyTorch and continue there) end to end.", steps=20, fast_steps=None,
+                              out="demo_output", steps_help="tutorial 1's steps, and N of tutorial 4 (N MXNet "
+                              "steps, then N torch steps)")
 
 
 def main(argv=None) -> int:

@@ -231,18 +231,10 @@ def save_outputs(out: str, net, trainer, texts: dict, summary: dict, losses: lis
 
 
 def _parse(argv) -> argparse.Namespace:
-    """The command line: --steps, --out, --fast."""
-    parser = argparse.ArgumentParser(description="Tutorial 1: fine-tune resnet18_v1 with a slow backbone and a "
-                                                 "fast head (LrTrainer, rules, explain).")
-    parser.add_argument("--steps", type=int, default=30, help="training steps, batch of 16 each (default 30)")
-    parser.add_argument("--out", default=os.path.join("tutorial_output", "t01"), help="folder for the outputs")
-    parser.add_argument("--fast", action="store_true", help="3 steps (what the test suite runs)")
-    args = parser.parse_args(argv)
-    if args.fast:
-        args.steps = 3
-    if args.steps < 1:
-        parser.error(f"--steps must be >= 1, got {args.steps}")
-    return args
+    """The command line: --steps, --out, --fast (3 steps)."""
+    return _common.parse_args(argv, "Tutorial 1: fine-tune resnet18_v1 with a slow backbone and a fast head "
+                              "(LrTrainer, rules, explain).", steps=30, fast_steps=3,
+                              out=os.path.join("tutorial_output", "t01"))
 
 
 def main(argv=None) -> int:

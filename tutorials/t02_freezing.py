@@ -200,18 +200,10 @@ def tables(freeze_rows: list, mask_rows: list, unfreeze_rows: list, groups: list
 
 
 def _parse(argv) -> argparse.Namespace:
-    """The command line: --steps, --out, --fast."""
-    parser = argparse.ArgumentParser(description="Tutorial 2: freezing under Adam, element masks, gradual "
-                                                 "unfreezing.")
-    parser.add_argument("--steps", type=int, default=6, help="steps per part / per epoch (default 6)")
-    parser.add_argument("--out", default=os.path.join("tutorial_output", "t02"), help="folder for the outputs")
-    parser.add_argument("--fast", action="store_true", help="3 steps (what the test suite runs)")
-    args = parser.parse_args(argv)
-    if args.fast:
-        args.steps = 3
-    if args.steps < 1:
-        parser.error(f"--steps must be >= 1, got {args.steps}")
-    return args
+    """The command line: --steps, --out, --fast (3 steps)."""
+    return _common.parse_args(argv, "Tutorial 2: freezing under Adam, element masks, gradual unfreezing.",
+                              steps=6, fast_steps=3, out=os.path.join("tutorial_output", "t02"),
+                              steps_help="steps per part / per epoch")
 
 
 def main(argv=None) -> int:

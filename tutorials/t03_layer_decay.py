@@ -73,19 +73,21 @@ def decay_table(rows: list) -> str:
                            f"{r['measured_min']:.4g} .. {r['measured_max']:.4g}"] for r in rows])
 
 
+def _decay(text: str) -> float:
+    """``--decay``: a factor in (0, 1]."""
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"--decay must be in (0, 1], got {value}")
+    return value
+
+
 def _parse(argv) -> argparse.Namespace:
-    """The command line: --steps, --decay, --out, --fast."""
-    parser = argparse.ArgumentParser(description="Tutorial 3: layer-wise learning-rate decay on resnet18_v1.")
-    parser.add_argument("--steps", type=int, default=10, help="training steps, batch of 16 each (default 10)")
-    parser.add_argument("--decay", type=float, default=0.75, help="factor per layer below the head (default 0.75)")
-    parser.add_argument("--out", default=os.path.join("tutorial_output", "t03"), help="folder for the outputs")
-    parser.add_argument("--fast", action="store_true", help="2 steps (what the test suite runs)")
-    args = parser.parse_args(argv)
-    if args.fast:
-        args.steps = 2
-    if args.steps < 1 or not 0 < args.decay <= 1:
-        parser.error(f"--steps must be >= 1 and --decay in (0, 1], got {args.steps} and {args.decay}")
-    return args
+    """The command line: --steps, --decay, --out, --fast (2 steps)."""
+    return _common.parse_args(
+        argv, "Tutorial 3: layer-wise learning-rate decay on resnet18_v1.", steps=10, fast_steps=2,
+        out=os.path.join("tutorial_output", "t03"),
+        extra=lambda parser: parser.add_argument("--decay", type=_decay, default=0.75,
+                                                 help="factor per layer below the head (default 0.75)"))
 
 
 def main(argv=None) -> int:

@@ -203,19 +203,10 @@ def groups_table(optimizer) -> str:
 
 
 def _parse(argv) -> argparse.Namespace:
-    """The command line: --steps, --out, --fast."""
-    parser = argparse.ArgumentParser(description="Tutorial 4: migrate a fine-tuning run from MXNet to PyTorch "
-                                                 "and continue it there.")
-    parser.add_argument("--steps", type=int, default=10, help="N: MXNet steps before the migration, torch steps "
-                                                              "after it (default 10)")
-    parser.add_argument("--out", default=os.path.join("tutorial_output", "t04"), help="folder for the outputs")
-    parser.add_argument("--fast", action="store_true", help="N = 2 (what the test suite runs)")
-    args = parser.parse_args(argv)
-    if args.fast:
-        args.steps = 2
-    if args.steps < 1:
-        parser.error(f"--steps must be >= 1, got {args.steps}")
-    return args
+    """The command line: --steps, --out, --fast (N = 2)."""
+    return _common.parse_args(argv, "Tutorial 4: migrate a fine-tuning run from MXNet to PyTorch and continue it "
+                              "there.", steps=10, fast_steps=2, out=os.path.join("tutorial_output", "t04"),
+                              steps_help="N: MXNet steps before the migration, torch steps after it")
 
 
 def _run_migrate_printed(mx_folder: str, folder: str) -> int:
