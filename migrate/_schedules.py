@@ -62,25 +62,8 @@ class MultiFactorScheduler(_Schedule):
         return self.base_lr
 
 
-class PolyScheduler(_Schedule):
-    """MXNet PolyScheduler: polynomial decay of power ``pwr`` to ``final_lr`` over ``max_update`` updates."""
-
-    def __init__(self, max_update, pwr=2, final_lr=0, **kwargs):
-        super().__init__(**kwargs)
-        self.power, self.base_lr_orig, self.max_update, self.final_lr = pwr, self.base_lr, max_update, final_lr
-        self.max_steps = max_update - self.warmup_steps
-
-    def __call__(self, num_update):
-        if num_update < self.warmup_steps:
-            return self._warmup(num_update)
-        if num_update <= self.max_update:
-            self.base_lr = self.final_lr + (self.base_lr_orig - self.final_lr) * \
-                pow(1 - float(num_update - self.warmup_steps) / float(self.max_steps), self.power)
-        return self.base_lr
-
-
-class CosineScheduler(_Schedule):
-    """MXNet CosineScheduler: half-cosine decay to ``final_lr`` over ``max_update`` updates."""
+class _DecayToFinal(_Schedule):
+    """Base of Poly and Cosine: after warmup, ``final_lr + (base_lr_orig - final_lr) * shape`` up to ``max_update``."""
 
     def __init__(self, max_update, final_lr=0, **kwargs):
         super().__init__(**kwargs)
@@ -91,9 +74,28 @@ class CosineScheduler(_Schedule):
         if num_update < self.warmup_steps:
             return self._warmup(num_update)
         if num_update <= self.max_update:
-            self.base_lr = self.final_lr + (self.base_lr_orig - self.final_lr) * \
-                (1 + math.cos(math.pi * (num_update - self.warmup_steps) / self.max_steps)) / 2
+            shape = self._shape(num_update - self.warmup_steps, self.max_steps)
+            self.base_lr = self.final_lr + (self.base_lr_orig - self.final_lr) * shape
         return self.base_lr
+
+
+class PolyScheduler(_DecayToFinal):
+    """MXNet PolyScheduler: polynomial decay of power ``pwr`` to ``final_lr`` over ``max_update`` updates."""
+
+    def __init__(self, max_update, pwr=2, final_lr=0, **kwargs):
+        super().__init__(max_update, final_lr, **kwargs)
+        self.power = pwr
+
+    def _shape(self, done, total):
+        return pow(1 - float(done) / float(total), self.power)
+
+
+class CosineScheduler(_DecayToFinal):
+    """MXNet CosineScheduler: half-cosine decay to ``final_lr`` over ``max_update`` updates."""
+
+    @staticmethod
+    def _shape(done, total):
+        return (1 + math.cos(math.pi * done / total)) / 2
 
 
 _SCHEDULES = {cls.__name__: cls for cls in (FactorScheduler, MultiFactorScheduler, PolyScheduler, CosineScheduler)}
