@@ -17,12 +17,12 @@ from gluon_lr import LrTrainer, ParamsTypeError, Rule
 
 STEPS = 20
 FAST = [  # (optimizer, hyperparameters, tolerance)
-    ("sgd", {"learning_rate": 0.1}, 1e-6),
-    ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}, 1e-6),
-    ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3, "clip_gradient": 0.05}, 1e-6),
+    ("sgd", {"learning_rate": 0.1}, 0.0),
+    ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}, 0.0),
+    ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3, "clip_gradient": 0.05}, 0.0),
     ("nag", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}, 0.0),
-    ("adam", {"learning_rate": 0.01, "wd": 1e-3}, 1e-6),
-    ("adam", {"learning_rate": 0.01, "wd": 1e-3, "clip_gradient": 0.05}, 1e-6),
+    ("adam", {"learning_rate": 0.01, "wd": 1e-3}, 0.0),
+    ("adam", {"learning_rate": 0.01, "wd": 1e-3, "clip_gradient": 0.05}, 0.0),
     ("rmsprop", {"learning_rate": 0.01, "wd": 1e-3}, 0.0),
     ("rmsprop", {"learning_rate": 0.01, "centered": True, "clip_weights": 2.0}, 0.0),
     ("adagrad", {"learning_rate": 0.1, "wd": 1e-3, "clip_gradient": 0.5}, 0.0),
