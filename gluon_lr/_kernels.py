@@ -27,7 +27,16 @@ directory is read-only, in numba's per-user cache directory).
 import numba
 import numpy as np
 
-_JIT = {"nogil": True, "cache": True, "error_model": "numpy", "boundscheck": False}
+_JIT = {"nogil": True, "error_model": "numpy", "boundscheck": False}
+
+
+def _jit(function):
+    """``numba.njit`` with the on-disk cache, or without it where numba finds no writable cache directory (then every
+    process compiles the kernels it calls, about a second each)."""
+    try:
+        return numba.njit(cache=True, **_JIT)(function)
+    except RuntimeError:  # numba: "cannot cache function ...: no locator available for file ..."
+        return numba.njit(**_JIT)(function)
 
 
 @numba.njit(inline="always")
@@ -40,7 +49,7 @@ def _clip(x, bound):
     return x
 
 
-@numba.njit(**_JIT)
+@_jit
 def sgd(w, g, starts, stops, lrs, wds, consts, use_clip):
     """``MultiSGDKernel`` without momentum; consts = (rescale, clip, zero)."""
     rescale, bound, zero = consts[0], consts[1], consts[2]
@@ -56,7 +65,7 @@ def sgd(w, g, starts, stops, lrs, wds, consts, use_clip):
                 ws[i] = ws[i] + (zero * zero - lr_wd * ws[i] - lr_rescale * gs[i])
 
 
-@numba.njit(**_JIT)
+@_jit
 def sgd_single(w, g, starts, stops, lrs, wds, consts, use_clip):
     """``SGDKernel`` (``sgd_update``); consts = (rescale, clip, one)."""
     rescale, bound, one = consts[0], consts[1], consts[2]
@@ -72,7 +81,7 @@ def sgd_single(w, g, starts, stops, lrs, wds, consts, use_clip):
                 ws[i] = keep * ws[i] - lr_rescale * gs[i]
 
 
-@numba.njit(**_JIT)
+@_jit
 def sgd_mom(w, g, m, starts, stops, lrs, wds, consts, use_clip):
     """``SGDMomKernel`` / ``MultiSGDKernel`` with momentum; consts = (rescale, clip, momentum)."""
     rescale, bound, mu = consts[0], consts[1], consts[2]
@@ -92,7 +101,7 @@ def sgd_mom(w, g, m, starts, stops, lrs, wds, consts, use_clip):
                 ws[i] = ws[i] + mom
 
 
-@numba.njit(**_JIT)
+@_jit
 def nag_mom(w, g, m, starts, stops, lrs, wds, consts, use_clip):
     """``NAGMomKernel``; consts = (rescale, clip, momentum, momentum + 1)."""
     rescale, bound, mu, mu_1 = consts[0], consts[1], consts[2], consts[3]
@@ -115,7 +124,7 @@ def nag_mom(w, g, m, starts, stops, lrs, wds, consts, use_clip):
                 ms[i] = mom - lr * (grad + wd * new)
 
 
-@numba.njit(**_JIT)
+@_jit
 def adam(w, g, m, v, starts, stops, lrs, wds, consts, use_clip):
     """``AdamUpdateKernel`` (lr bias-corrected by the caller); consts = (rescale, clip, b1, b2, 1 - b1, 1 - b2, eps)."""
     rescale, bound, b1, b2, one_b1, one_b2, eps = consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], \
