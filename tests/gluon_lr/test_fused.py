@@ -2,11 +2,11 @@
 
 Every test trains the same seeded network twice, with the stock ``gluon.Trainer`` (or ``LrTrainer(fused=False)``,
 which runs the stock loop) and with the fast path, for 20 steps, and compares every parameter on every context.
-Tolerance: 0 (bit-identical) where the fast path runs the same kernel as the stock loop (nag, rmsprop, adagrad, all
-fallbacks); <= 1e-6 where it runs another implementation of the same arithmetic (sgd: ``sgd_mom_update`` on flat
-buffers instead of ``multi_sgd_mom_update``; adam: numpy chunks instead of ``adam_update``). Measured: 0.0 in every
-case. Where two implementations exist (numpy and MXNet for float32 sgd-momentum and adam on CPU), the fast path times
-each on steps 1-4 (numpy on 1 and 3, MXNet on 2 and 4), so a 20-step comparison checks both.
+Tolerance: 0 (bit-identical) everywhere. On CPU, sgd (with or without momentum), nag and adam run the compiled kernels
+(``gluon_lr._kernels``), which reproduce MXNet's operators operation by operation (``TestCompiledKernels`` checks
+each against its operator on random data, NaN and inf included); without numba (``test_without_numba``) the numpy
+and MXNet implementations run, each timed on steps 1-4 (numpy on 1 and 3, MXNet on 2 and 4), so a 20-step comparison
+checks both; rmsprop, adagrad and float16 master copies run MXNet's operators on the flat runs.
 """
 import numpy as np
 import pytest
@@ -136,7 +136,12 @@ class TestOptimizers:
 class TestConfigurations:
     """Multipliers, contexts, precision, kvstore modes, schedules, grad_req and stale gradients."""
 
-    def test_multipliers_change_mid_run(self):
+    @pytest.mark.parametrize("name, hyper", [("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-2}),
+                                             ("sgd", {"learning_rate": 0.1, "wd": 1e-2}),
+                                             ("nag", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-2}),
+                                             ("adam", {"learning_rate": 0.01, "wd": 1e-2})],
+                             ids=["sgd_momentum", "sgd", "nag", "adam"])
+    def test_multipliers_change_mid_run(self, name, hyper):
         """lr_mult/wd_mult changed at step 7 and 13 take effect exactly as on the stock trainer."""
         changes = {7: ({"net_d0_weight": 3.0, "net_bn_gamma": 0.0}, {"net_d1_weight": 0.0}),
                    13: ({"net_d1_bias": 0.25}, {"net_d0_bias": 2.0})}
@@ -155,21 +160,22 @@ class TestConfigurations:
             if wd:
                 trainer.set_wd_mult(wd)
 
-        hyper = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-2}
-        stock, _ = train(lambda p: gluon.Trainer(p, "sgd", dict(hyper)), at_step=stock_change)
-        fast, trainer = train(lambda p: LrTrainer(p, "sgd", dict(hyper)), at_step=fast_change)
+        stock, _ = train(lambda p: gluon.Trainer(p, name, dict(hyper)), at_step=stock_change)
+        fast, trainer = train(lambda p: LrTrainer(p, name, dict(hyper)), at_step=fast_change)
         assert_close(stock, fast, 0.0)
         assert len(trainer.fused_params) == 6
 
+    @pytest.mark.parametrize("name, hyper", [("adam", {"learning_rate": 0.01, "wd": 1e-3}),
+                                             ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3})],
+                             ids=["adam", "sgd_momentum"])
     @pytest.mark.parametrize("kvstore", ["device", "local", None])
-    def test_several_contexts(self, kvstore):
+    def test_several_contexts(self, kvstore, name, hyper):
         """Two contexts (cpu(0), cpu(1)) with gradient reduction on the kvstore, weights updated on the workers."""
         ctxs = [mx.cpu(0), mx.cpu(1)]
-        hyper = {"learning_rate": 0.01, "wd": 1e-3}
         on_kv = False if kvstore else None
-        stock, _ = train(lambda p: gluon.Trainer(p, "adam", dict(hyper), kvstore=kvstore, update_on_kvstore=on_kv),
+        stock, _ = train(lambda p: gluon.Trainer(p, name, dict(hyper), kvstore=kvstore, update_on_kvstore=on_kv),
                          ctxs)
-        fast, trainer = train(lambda p: LrTrainer(p, "adam", dict(hyper), kvstore=kvstore, update_on_kvstore=on_kv),
+        fast, trainer = train(lambda p: LrTrainer(p, name, dict(hyper), kvstore=kvstore, update_on_kvstore=on_kv),
                               ctxs)
         assert_close(stock, fast, 0.0)
         assert len(trainer.fused_params) == 6
@@ -632,7 +638,7 @@ class TestCompiledPath:
     @pytest.mark.parametrize("name, hyper", [("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}),
                                              ("adam", {"learning_rate": 0.01, "wd": 1e-3, "clip_gradient": 0.05})])
     def test_without_numba(self, monkeypatch, name, hyper):
-        """numba not importable: a warning says so, the numpy/MXNet kernels run (timed, the faster kept), stock weights."""
+        """numba not importable: a warning says so, the numpy/MXNet kernels run (each timed, the faster kept): stock."""
         import sys
         import gluon_lr
         monkeypatch.setitem(sys.modules, "numba", None)
