@@ -649,3 +649,15 @@ class TestCompiledPath:
             fast, trainer = train(lambda p: LrTrainer(p, name, dict(hyper)))
         assert_close(stock, fast, 0.0)
         assert len(trainer.fused_params) == 6
+
+    def test_import_leaves_numba_alone(self):
+        """``import gluon_lr`` does not import numba: the compiled kernels load at the first CPU update."""
+        import os
+        import subprocess
+        import sys
+        import gluon_lr
+        root = os.path.dirname(os.path.dirname(os.path.abspath(gluon_lr.__file__)))
+        code = "import sys, gluon_lr; print(sorted(m for m in ('numba', 'gluon_lr._kernels') if m in sys.modules))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env=dict(os.environ, PYTHONPATH=root))
+        assert out.stdout.strip() == "[]", out.stdout + out.stderr
