@@ -24,10 +24,10 @@ Kernels, with the same arithmetic as the stock loop (tests check each against th
   imported at the first CPU update), ONE pass over memory per flat group, each share of the runs on its own thread
   (``_threads()``: OMP_NUM_THREADS or the cores), with the operations, order and rounding of MXNet's
   ``MultiSGDKernel``/``SGDMomKernel``, ``SGDKernel``, ``NAGMomKernel`` and ``AdamUpdateKernel``. On resnet50_v1
-  shapes (25.6M float32 parameters, 2 cores, ``bench/bench_step.py``) a step takes 0.14x the stock trainer's time for
-  sgd-momentum and 0.16x for adam, 1.2x and 1.1x the memory-bandwidth floor (torch's fused optimizers: 1.3x).
-  The first step of a process loads the machine code from numba's cache (about 0.5 s), or compiles it once per
-  kernel and dtype (about 1 s each) where no cache exists yet.
+  shapes (25.6M float32 parameters, 2 cores, ``bench/bench_step.py``) a step takes 0.20x the stock trainer's time for
+  sgd-momentum and 0.16x for adam, 1.14x and 1.0x (paired per rep: 1.17x, 1.12x) the memory-bandwidth floor, as
+  torch's fused optimizers do. The first step of a process also imports numba and loads the machine code from its
+  cache (about 0.7 s in all), or compiles it, about a second per kernel and dtype, where no cache exists yet.
 - the same on other devices, or without numba (a warning says so): MXNet's per-tensor operator (``sgd_mom_update``,
   ``adam_update``, ...) on each flat run; for float32 sgd-momentum and adam on CPU also a numpy implementation in
   cache-sized chunks (many passes over memory, but MXNet's CPU ``adam_update`` is compute-bound): each flat group
