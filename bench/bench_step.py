@@ -2,9 +2,12 @@
 
 Run: ``OMP_NUM_THREADS=2 PYTHONPATH=$PWD python bench/bench_step.py [--reps 7]``. Everything is measured in one
 process, interleaved rep by rep (a shared machine's load then hits every row alike); the table shows the minimum and
-the median per row, and ratios of minima. The floor is the bytes one step must stream (SGD-momentum: read w, g, m and
-write w, m = 20 bytes per float32 parameter; Adam: read w, g, m, v and write w, m, v = 28 bytes) divided by the best
-in-place add bandwidth measured here on arrays of the model's size (numpy, MXNet, torch; 12 bytes per element).
+the median per row, and ratios of minima. "LrTrainer (compiled)" is the default fast path: flat buffers and one pass
+of a compiled kernel (``gluon_lr._kernels``, numba) per flat group, one share per core; "fused=False" is the stock
+loop inside LrTrainer. The first step's compile or cache-load cost is measured by ``bench/bench_first_step.py``.
+The floor is the bytes one step must stream (SGD-momentum: read w, g, m and write w, m = 20 bytes per float32
+parameter; Adam: read w, g, m, v and write w, m, v = 28 bytes) divided by the best in-place add bandwidth measured
+here on arrays of the model's size (numpy, MXNet, torch; 12 bytes per element).
 """
 import argparse
 import statistics
@@ -116,7 +119,7 @@ def run(reps: int) -> None:
         plain = LrTrainer(net, name, dict(hyper), rules=RULES, fused=False)
         rows = {"stock gluon.Trainer": (mx_step(stock, params), nd.waitall),
                 "LrTrainer fused=False": (mx_step(plain, params), nd.waitall),
-                "LrTrainer (fused)": (mx_step(lr_trainer, params), nd.waitall),
+                "LrTrainer (compiled)": (mx_step(lr_trainer, params), nd.waitall),
                 "torch.optim fused": (torch_case(net, kind, "fused"), lambda: None),
                 "torch.optim foreach": (torch_case(net, kind, "foreach"), lambda: None)}
         rows.update(stream_rows(n))

@@ -2,11 +2,11 @@
 
 Every test trains the same seeded network twice, with the stock ``gluon.Trainer`` (or ``LrTrainer(fused=False)``,
 which runs the stock loop) and with the fast path, for 20 steps, and compares every parameter on every context.
-Tolerance: 0 (bit-identical) where the fast path runs the same kernel as the stock loop (nag, rmsprop, adagrad, all
-fallbacks); <= 1e-6 where it runs another implementation of the same arithmetic (sgd: ``sgd_mom_update`` on flat
-buffers instead of ``multi_sgd_mom_update``; adam: numpy chunks instead of ``adam_update``). Measured: 0.0 in every
-case. Where two implementations exist (numpy and MXNet for float32 sgd-momentum and adam on CPU), the fast path times
-each on steps 1-4 (numpy on 1 and 3, MXNet on 2 and 4), so a 20-step comparison checks both.
+Tolerance: 0 (bit-identical) everywhere. On CPU, sgd (with or without momentum), nag and adam run the compiled kernels
+(``gluon_lr._kernels``), which reproduce MXNet's operators operation by operation (``TestCompiledKernels`` checks
+each against its operator on random data, NaN and inf included); without numba (``test_without_numba``) the numpy
+and MXNet implementations run, each timed on steps 1-4 (numpy on 1 and 3, MXNet on 2 and 4), so a 20-step comparison
+checks both; rmsprop, adagrad and float16 master copies run MXNet's operators on the flat runs.
 """
 import numpy as np
 import pytest
@@ -17,12 +17,12 @@ from gluon_lr import LrTrainer, ParamsTypeError, Rule
 
 STEPS = 20
 FAST = [  # (optimizer, hyperparameters, tolerance)
-    ("sgd", {"learning_rate": 0.1}, 1e-6),
-    ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}, 1e-6),
-    ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3, "clip_gradient": 0.05}, 1e-6),
+    ("sgd", {"learning_rate": 0.1}, 0.0),
+    ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}, 0.0),
+    ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3, "clip_gradient": 0.05}, 0.0),
     ("nag", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}, 0.0),
-    ("adam", {"learning_rate": 0.01, "wd": 1e-3}, 1e-6),
-    ("adam", {"learning_rate": 0.01, "wd": 1e-3, "clip_gradient": 0.05}, 1e-6),
+    ("adam", {"learning_rate": 0.01, "wd": 1e-3}, 0.0),
+    ("adam", {"learning_rate": 0.01, "wd": 1e-3, "clip_gradient": 0.05}, 0.0),
     ("rmsprop", {"learning_rate": 0.01, "wd": 1e-3}, 0.0),
     ("rmsprop", {"learning_rate": 0.01, "centered": True, "clip_weights": 2.0}, 0.0),
     ("adagrad", {"learning_rate": 0.1, "wd": 1e-3, "clip_gradient": 0.5}, 0.0),
@@ -136,7 +136,12 @@ class TestOptimizers:
 class TestConfigurations:
     """Multipliers, contexts, precision, kvstore modes, schedules, grad_req and stale gradients."""
 
-    def test_multipliers_change_mid_run(self):
+    @pytest.mark.parametrize("name, hyper", [("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-2}),
+                                             ("sgd", {"learning_rate": 0.1, "wd": 1e-2}),
+                                             ("nag", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-2}),
+                                             ("adam", {"learning_rate": 0.01, "wd": 1e-2})],
+                             ids=["sgd_momentum", "sgd", "nag", "adam"])
+    def test_multipliers_change_mid_run(self, name, hyper):
         """lr_mult/wd_mult changed at step 7 and 13 take effect exactly as on the stock trainer."""
         changes = {7: ({"net_d0_weight": 3.0, "net_bn_gamma": 0.0}, {"net_d1_weight": 0.0}),
                    13: ({"net_d1_bias": 0.25}, {"net_d0_bias": 2.0})}
@@ -155,23 +160,24 @@ class TestConfigurations:
             if wd:
                 trainer.set_wd_mult(wd)
 
-        hyper = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-2}
-        stock, _ = train(lambda p: gluon.Trainer(p, "sgd", dict(hyper)), at_step=stock_change)
-        fast, trainer = train(lambda p: LrTrainer(p, "sgd", dict(hyper)), at_step=fast_change)
-        assert_close(stock, fast, 1e-6)
+        stock, _ = train(lambda p: gluon.Trainer(p, name, dict(hyper)), at_step=stock_change)
+        fast, trainer = train(lambda p: LrTrainer(p, name, dict(hyper)), at_step=fast_change)
+        assert_close(stock, fast, 0.0)
         assert len(trainer.fused_params) == 6
 
+    @pytest.mark.parametrize("name, hyper", [("adam", {"learning_rate": 0.01, "wd": 1e-3}),
+                                             ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3})],
+                             ids=["adam", "sgd_momentum"])
     @pytest.mark.parametrize("kvstore", ["device", "local", None])
-    def test_several_contexts(self, kvstore):
+    def test_several_contexts(self, kvstore, name, hyper):
         """Two contexts (cpu(0), cpu(1)) with gradient reduction on the kvstore, weights updated on the workers."""
         ctxs = [mx.cpu(0), mx.cpu(1)]
-        hyper = {"learning_rate": 0.01, "wd": 1e-3}
         on_kv = False if kvstore else None
-        stock, _ = train(lambda p: gluon.Trainer(p, "adam", dict(hyper), kvstore=kvstore, update_on_kvstore=on_kv),
+        stock, _ = train(lambda p: gluon.Trainer(p, name, dict(hyper), kvstore=kvstore, update_on_kvstore=on_kv),
                          ctxs)
-        fast, trainer = train(lambda p: LrTrainer(p, "adam", dict(hyper), kvstore=kvstore, update_on_kvstore=on_kv),
+        fast, trainer = train(lambda p: LrTrainer(p, name, dict(hyper), kvstore=kvstore, update_on_kvstore=on_kv),
                               ctxs)
-        assert_close(stock, fast, 1e-6)
+        assert_close(stock, fast, 0.0)
         assert len(trainer.fused_params) == 6
 
     @pytest.mark.parametrize("name, hyper", [("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}),
@@ -202,7 +208,7 @@ class TestConfigurations:
         hyper = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}
         stock, _ = train(lambda p: gluon.Trainer(p, "sgd", dict(hyper)), static=True)
         fast, trainer = train(lambda p: LrTrainer(p, "sgd", dict(hyper)), static=True)
-        assert_close(stock, fast, 1e-6)
+        assert_close(stock, fast, 0.0)
         assert len(trainer.fused_params) == 6
 
     def test_static_alloc_with_deferred_init_falls_back(self):
@@ -222,7 +228,7 @@ class TestConfigurations:
         stock, _ = run(gluon.Trainer)
         with pytest.warns(UserWarning, match="static_alloc graph .* was built before the fast update path packed"):
             fast, trainer = run(LrTrainer)
-        assert_close(stock, fast, 1e-6)
+        assert_close(stock, fast, 0.0)
         assert trainer.fused_params == ()
 
     def test_lr_scheduler(self):
@@ -232,7 +238,7 @@ class TestConfigurations:
                                             "lr_scheduler": mx.lr_scheduler.FactorScheduler(5, 0.5)})
         stock, _ = train(make(gluon.Trainer))
         fast, trainer = train(make(LrTrainer))
-        assert_close(stock, fast, 1e-6)
+        assert_close(stock, fast, 0.0)
         assert len(trainer.fused_params) == 6
 
     def test_grad_req_null(self):
@@ -243,7 +249,7 @@ class TestConfigurations:
         hyper = {"learning_rate": 0.1, "momentum": 0.9}
         stock, _ = train(lambda p: gluon.Trainer(p, "sgd", dict(hyper)), at_step=freeze)
         fast, trainer = train(lambda p: LrTrainer(p, "sgd", dict(hyper)), at_step=freeze)
-        assert_close(stock, fast, 1e-6)
+        assert_close(stock, fast, 0.0)
         initial = make_net([mx.cpu(0)]).collect_params()["net_d0_bias"].data().asnumpy()
         assert np.array_equal(fast[("net_d0_bias", "cpu(0)")], initial)
         assert "net_d0_bias" not in trainer.fused_params and len(trainer.fused_params) == 5
@@ -288,7 +294,7 @@ class TestStatesAndViews:
         """Rewinding with load_states in the same trainer gives the stock loop's weights, still on the fast path."""
         plain, _ = self._save_rewind_load(tmp_path, fused=False)
         fast, trainer = self._save_rewind_load(tmp_path, fused=True)
-        assert_close(plain, fast, 1e-6)
+        assert_close(plain, fast, 0.0)
         assert len(trainer.fused_params) == 6
 
     def test_states_file_crosses_paths(self, tmp_path):
@@ -307,8 +313,8 @@ class TestStatesAndViews:
             for x, y in data[10:]:
                 train_step(net, other, x, y, [mx.cpu(0)])
             finals.append({(n, ""): p.data().asnumpy() for n, p in net.collect_params().items()})
-        assert_close(finals[2], finals[0], 1e-6)
-        assert_close(finals[2], finals[1], 1e-6)
+        assert_close(finals[2], finals[0], 0.0)
+        assert_close(finals[2], finals[1], 0.0)
 
     def test_references_stay_live(self):
         """data()/grad() and the updater's state arrays taken after the first step are the ones later steps update.
@@ -473,3 +479,185 @@ class TestMXNetStaticShape:
         """
         got = self._written_after_replacing_bias_grad(static_shape, change_requests)
         assert got == {"new": written == "new", "old": written == "old"}, f"backward wrote {got}"
+
+
+# ------------------------------------------------------------------------------------------- compiled kernels
+def _mx_float(value, dtype):
+    """A hyperparameter as MXNet's operators hand it to a kernel: a float32 parameter, cast to the data's dtype."""
+    return np.dtype(dtype).type(np.float32(value))
+
+
+def _kernel_case(name, dtype, clip):
+    """(arrays before, kwargs of the MXNet operator, consts for the compiled kernel) for one kernel test."""
+    f = lambda v: _mx_float(v, dtype)  # noqa: E731
+    one, mu = f(1), f(0.9)
+    consts = {"sgd": [f(0)], "sgd_single": [one], "sgd_mom": [mu], "nag_mom": [mu, mu + one],
+              "adam": [f(0.9), f(0.999), one - f(0.9), one - f(0.999), f(1e-8)]}[name]
+    slots = {"sgd": 0, "sgd_single": 0, "sgd_mom": 1, "nag_mom": 1, "adam": 2}[name]
+    rs = np.random.RandomState(7)
+    n = 10007
+    grad = rs.normal(scale=4.0, size=n)
+    grad[[3, 4, 5]] = [np.nan, np.inf, -np.inf]
+    arrays = [rs.normal(size=n), grad] + [np.abs(rs.normal(scale=0.1, size=n)) for _ in range(slots)]
+    kwargs = {"rescale_grad": 0.125, **({"clip_gradient": clip} if clip else {})}
+    if name in ("sgd_mom", "nag_mom"):
+        kwargs["momentum"] = 0.9
+    if name == "adam":
+        kwargs.update(beta1=0.9, beta2=0.999, epsilon=1e-8)
+    head = [f(0.125), f(clip if clip else -1)]
+    return [a.astype(dtype) for a in arrays], kwargs, np.array(head + consts, dtype=dtype)
+
+
+def _mxnet_reference(name, arrays, kwargs, segments, dtype):
+    """The MXNet operator applied to each segment (start, stop, lr, wd) of NDArray copies; numpy results."""
+    nds = [nd.array(a, dtype=dtype) for a in arrays]
+    for start, stop, lr, wd in segments:
+        part = [a[start:stop] for a in nds]
+        if name == "sgd":
+            nd.multi_sgd_update(*part, out=part[0], lrs=(lr,), wds=(wd,), num_weights=1, **kwargs)
+        else:
+            op = {"sgd_single": nd.sgd_update, "sgd_mom": nd.sgd_mom_update, "nag_mom": nd.nag_mom_update,
+                  "adam": nd.adam_update}[name]
+            op(*part, out=part[0], lr=lr, wd=wd, **kwargs)
+    return [a.asnumpy() for a in nds]
+
+
+class TestCompiledKernels:
+    """Each compiled kernel (``gluon_lr._kernels``) equals its MXNet 1.9.1 operator bit for bit."""
+
+    @pytest.mark.parametrize("clip", [None, 0.3], ids=["noclip", "clip"])
+    @pytest.mark.parametrize("dtype", ["float32", "float64"])
+    @pytest.mark.parametrize("name", ["sgd", "sgd_single", "sgd_mom", "nag_mom", "adam"])
+    def test_kernel_equals_operator(self, name, dtype, clip):
+        """Three segments with their own lr/wd (one wd 0), a gap left alone, NaN/inf gradients: max diff 0.0."""
+        from gluon_lr import _kernels
+        arrays, kwargs, consts = _kernel_case(name, dtype, clip)
+        segments = [(0, 4000, 0.05, 1e-3), (4000, 7001, 0.3, 0.0), (7500, 10007, 0.011, 0.02)]
+        expected = _mxnet_reference(name, arrays, kwargs, segments, dtype)
+        got = [a.copy() for a in arrays]
+        starts, stops = np.array([s[0] for s in segments]), np.array([s[1] for s in segments])
+        lrs = np.array([_mx_float(s[2], dtype) for s in segments], dtype=dtype)
+        wds = np.array([_mx_float(s[3], dtype) for s in segments], dtype=dtype)
+        getattr(_kernels, name)(*got, starts, stops, lrs, wds, consts, clip is not None)
+        for label, want, have in zip(["weight", "grad", "state0", "state1"], expected, got):
+            same = (want == have) | (np.isnan(want) & np.isnan(have))
+            worst = np.nanmax(np.abs(want - have)[~same], initial=0.0)
+            assert same.all(), f"{name} {dtype} {label}: {(~same).sum()} elements differ, largest by {worst:.3g}"
+        assert np.array_equal(got[0][7001:7500], arrays[0][7001:7500])
+        assert not np.array_equal(got[0][:4000], arrays[0][:4000])
+
+
+FLOAT64 = [("sgd", {"learning_rate": 0.1, "wd": 1e-3}),
+           ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3, "clip_gradient": 0.05}),
+           ("nag", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}),
+           ("nag", {"learning_rate": 0.1, "wd": 1e-3}),
+           ("adam", {"learning_rate": 0.01, "wd": 1e-3, "clip_gradient": 0.05})]
+
+
+def wide_net(seed=0):
+    """Dense(320) on 256 inputs then Dense(5): 84k parameters, enough for the compiled path to split the work."""
+    net = gluon.nn.HybridSequential(prefix="wide_")
+    with net.name_scope():
+        net.add(gluon.nn.Dense(320, in_units=256, activation="relu", prefix="d0_"))
+        net.add(gluon.nn.Dense(5, in_units=320, prefix="d1_"))
+    net.initialize(mx.init.Uniform(0.1))
+    rs = np.random.RandomState(seed)
+    for param in net.collect_params().values():
+        param.set_data(nd.array(rs.normal(scale=0.05, size=param.shape)))
+    params = net.collect_params()
+    params["wide_d0_bias"].lr_mult, params["wide_d1_weight"].lr_mult = 3.0, 0.5
+    params["wide_d0_bias"].wd_mult = 0.0
+    return net
+
+
+class TestCompiledPath:
+    """The trainer on the compiled kernels: float64, work split across threads, fork, and numba missing."""
+
+    @pytest.mark.parametrize("name, hyper", FLOAT64, ids=[f"{n}-{'-'.join(h)}" for n, h in FLOAT64])
+    def test_float64_equals_stock(self, name, hyper):
+        """float64 parameters take the fast path (compiled kernels in float64) and equal the stock trainer exactly."""
+        stock, _ = train(lambda p: gluon.Trainer(p, name, dict(hyper)), dtype="float64", norm=False)
+        fast, trainer = train(lambda p: LrTrainer(p, name, dict(hyper)), dtype="float64", norm=False)
+        assert_close(stock, fast, 0.0)
+        assert set(trainer.fused_params) == {"net_d0_weight", "net_d0_bias", "net_d1_weight", "net_d1_bias"}
+
+    @pytest.mark.parametrize("threads", ["2", "3"])
+    @pytest.mark.parametrize("name, hyper", [("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}),
+                                             ("adam", {"learning_rate": 0.01, "wd": 1e-3})])
+    def test_split_across_threads(self, monkeypatch, name, hyper, threads):
+        """84k parameters in runs of unequal lr/wd, cut into 2 or 3 shares (OMP_NUM_THREADS): stock weights exactly."""
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        finals = []
+        for cls in (gluon.Trainer, LrTrainer):
+            net = wide_net()
+            trainer = cls(net.collect_params(), name, dict(hyper))
+            for step in range(5):
+                x = nd.array(np.random.RandomState(step).normal(size=(8, 256)))
+                with autograd.record():
+                    loss = ((net(x) - 1.0) ** 2).mean()
+                loss.backward()
+                trainer.step(8)
+            finals.append({(n, ""): p.data().asnumpy() for n, p in net.collect_params().items()})
+        assert_close(finals[0], finals[1], 0.0)
+        assert len(trainer.fused_params) == 4
+        assert moved({(n, ""): p.data().asnumpy() for n, p in wide_net().collect_params().items()}, finals[1]) == {
+            "wide_d0_weight", "wide_d0_bias", "wide_d1_weight", "wide_d1_bias"}
+
+    def test_forked_child_steps(self):
+        """A child forked after a split step (thread pool live in the parent) steps on its own, as the parent does."""
+        import multiprocessing
+        net = wide_net()
+        trainer = LrTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+
+        def step(seed):
+            x = nd.array(np.random.RandomState(seed).normal(size=(4, 256)))
+            with autograd.record():
+                loss = (net(x) ** 2).mean()
+            loss.backward()
+            trainer.step(4)
+
+        def child(queue):
+            step(1)
+            queue.put(net.collect_params()["wide_d0_weight"].data().asnumpy())
+
+        step(0)
+        context = multiprocessing.get_context("fork")
+        queue = context.Queue()
+        process = context.Process(target=child, args=(queue,))
+        process.start()
+        try:
+            in_child = queue.get(timeout=60)
+        finally:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+        step(1)
+        in_parent = net.collect_params()["wide_d0_weight"].data().asnumpy()
+        assert process.exitcode == 0 and np.array_equal(in_child, in_parent)
+
+    @pytest.mark.parametrize("name, hyper", [("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}),
+                                             ("adam", {"learning_rate": 0.01, "wd": 1e-3, "clip_gradient": 0.05})])
+    def test_without_numba(self, monkeypatch, name, hyper):
+        """numba not importable: a warning says so, the numpy/MXNet kernels run (each timed, the faster kept): stock."""
+        import sys
+        import gluon_lr
+        monkeypatch.setitem(sys.modules, "numba", None)
+        monkeypatch.delitem(sys.modules, "gluon_lr._kernels", raising=False)
+        monkeypatch.delattr(gluon_lr, "_kernels", raising=False)
+        stock, _ = train(lambda p: gluon.Trainer(p, name, dict(hyper)))
+        with pytest.warns(UserWarning, match="compiled update kernels need numba"):
+            fast, trainer = train(lambda p: LrTrainer(p, name, dict(hyper)))
+        assert_close(stock, fast, 0.0)
+        assert len(trainer.fused_params) == 6
+
+    def test_import_leaves_numba_alone(self):
+        """``import gluon_lr`` does not import numba: the compiled kernels load at the first CPU update."""
+        import os
+        import subprocess
+        import sys
+        import gluon_lr
+        root = os.path.dirname(os.path.dirname(os.path.abspath(gluon_lr.__file__)))
+        code = "import sys, gluon_lr; print(sorted(m for m in ('numba', 'gluon_lr._kernels') if m in sys.modules))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env=dict(os.environ, PYTHONPATH=root))
+        assert out.stdout.strip() == "[]", out.stdout + out.stderr
