@@ -1,4 +1,6 @@
 """Tests of migrate.torch_optimizer and migrate.torch_lr_scheduler against real MXNet 1.9.1 runs."""
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -8,7 +10,7 @@ from migrate.errors import MappingError, SettingsError, UnsupportedOptimizerErro
 from tests.migrate import _mx_reference as R
 
 TRAJECTORY = [pytest.param(case, dtype, id=f"{case}-{dtype}") for case, name, _ in R.CASES
-              for dtype in ("float32", "float64") if not (dtype == "float64" and name in R.NO_FLOAT64)]
+              for dtype in ("float32", "float64")]
 # MXNet's multi_lamb_update sums float64 squared weights one by one into a float32; replaying that rounding
 # elementwise in torch would cost a python loop per element, so LAMB in float64 is held to 1e-8.
 LAMB_FLOAT64_ATOL = 1e-8
@@ -43,6 +45,16 @@ class TestTorchOptimizer:
         assert moved > 1e-3, f"{case}: the trained head moved only {moved:.3g}"
         frozen = ref["initial"]["mlp_fc1_weight"] - model.get_parameter("2.weight").detach().numpy()
         assert np.all(frozen == 0) and not model.get_parameter("2.weight").requires_grad
+
+    @pytest.mark.parametrize("case", ["rmsprop", "rmsprop-centered", "adagrad", "adadelta", "ftrl"])
+    def test_mxnet_reference_runs_in_float64(self, case):
+        """Given float64 states, MXNet's rmsprop/adagrad/adadelta/ftrl kernels keep states and weights float64."""
+        ref = R.mx_reference(case, "float64")
+        states, optimizer = pickle.loads(ref["stock_states"])
+        assert type(optimizer).__name__.lower() == ref["settings"]["optimizer"]["name"]
+        arrays = [a for s in states.values() for a in (s if isinstance(s, (tuple, list)) else (s,)) if a is not None]
+        assert arrays and {a.dtype for a in arrays} == {np.float64}, f"{case}: {[a.dtype for a in arrays]}"
+        assert {w.dtype for w in ref["final"].values()} == {np.dtype(np.float64)}
 
     @pytest.mark.parametrize("name", ["sgd", "nag", "signum"])
     def test_without_momentum_matches_mxnet(self, name):
