@@ -83,11 +83,15 @@ class _MXNetOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._step_all()
+        return loss
+
+    def _step_all(self):
+        """One update of every parameter that has a gradient, group by group."""
         for group in self.param_groups:
             params, grads, states = self._gather(group)
             if params:
                 self._update(group, params, grads, states)
-        return loss
 
     def _update(self, group, params, grads, states):
         raise NotImplementedError
@@ -425,24 +429,11 @@ class Nadam(_MXNetOptimizer):
         self.state["m_schedule"] = m_schedule
         return out
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        """Performs one MXNet Nadam update of every parameter that has a gradient, in MXNet's order.
-
-        Args:
-            closure: Optional callable that re-evaluates the model and returns the loss.
-
-        Returns:
-            The loss returned by ``closure``, or None.
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+    def _step_all(self):
+        """One update of every parameter that has a gradient, in MXNet's order (the schedule is shared)."""
         entries = self._ordered()
         if entries:
             self._update_all(entries, self._schedule(entries))
-        return loss
 
     def _update_all(self, entries, schedule):
         """Apply the update group by group (foreach), each parameter with its own schedule values."""
