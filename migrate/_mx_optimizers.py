@@ -12,6 +12,8 @@ import math
 import numpy as np
 import torch
 
+from migrate import _kernels
+
 
 def _f32(value):
     """``value`` rounded to float32, as MXNet passes it to a kernel, returned as a python float."""
@@ -504,15 +506,22 @@ class LAMB(_MXNetOptimizer):
         return negated
 
 
-def _f32_norms(tensors):
-    """L2 norms rounded to float32, as MXNet's multi_sum_sq stores them."""
+def _f32_norms(tensors, square_in_float=False):
+    """L2 norms as float32 values, as MXNet's multi_lamb_update takes them: ``sqrt`` of multi_sum_sq's float sums.
+
+    float64 CPU tensors replay multi_sum_sq exactly (one float accumulator per tensor, in element order; see
+    ``migrate._kernels``); others take torch's norm rounded to float32, ~1e-7 relative from MXNet's, within
+    float32's own rounding. ``square_in_float``: the values are float32 numbers (MXNet's float32 direction buffer).
+    """
+    if tensors[0].dtype == torch.float64 and _kernels.available(*tensors):
+        return [_f32(math.sqrt(_kernels.sum_sq(_kernels.flat(t), square_in_float))) for t in tensors]
     return [_f32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
 
 
 def _trust_steps(params, direction, group):
     """Per-parameter ``-lr * r1/r2`` (or ``-lr`` when a norm is 0), r1 bounded as MXNet's multi_lamb does."""
     r1 = _f32_norms(params)
-    r2 = _f32_norms(direction)
+    r2 = _f32_norms(direction, square_in_float=True)
     lr, lower, upper = _f32(group["lr"]), group["lower_bound"], group["upper_bound"]
     steps = []
     for w_norm, g_norm in zip(r1, r2):
@@ -574,13 +583,25 @@ class Ftrl(_MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         hyper = tuple(_f32(group[key]) for key in ("lr", "weight_decay", "lamda1", "beta"))
-        grads = self._scaled(grads, group)
-        for piece in _pieces((params, grads, _buffers(states, "z"), _buffers(states, "n"))):
-            _ftrl_piece(*piece, *hyper)
+        rows = [row for row in zip(params, grads, _buffers(states, "z"), _buffers(states, "n"))
+                if not _ftrl_compiled(row, group, hyper)]
+        if rows:  # CUDA, non-contiguous or half-precision tensors: the torch path
+            params, grads, zs, ns = (list(column) for column in zip(*rows))
+            for piece in _pieces((params, self._scaled(grads, group), zs, ns)):
+                _ftrl_piece(*piece, *hyper)
+
+
+def _ftrl_compiled(row, group, hyper):
+    """MXNet's FtrlUpdateKernel on one (weight, grad, z, n) in one compiled pass; False where it cannot run there."""
+    if not _kernels.available(*row):
+        return False
+    clip = group["clip_gradient"] if _clips(group) else -1.0
+    _kernels.ftrl_update(*(_kernels.flat(t) for t in row), *hyper, group["rescale_grad"], clip)
+    return True
 
 
 def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):
-    """MXNet's FTRL kernel on one piece, in nine passes.
+    """MXNet's FTRL kernel on one piece, in nine torch passes (another order of operations: ~1e-7 relative).
 
     ``z += g - (sqrt(n + g^2) - sqrt(n))*w/lr; n += g^2``, then the weight
     ``(sign(z)*lamda1 - z)/((beta + sqrt(n))/lr + wd)`` where ``|z| > lamda1``, else 0, written as
