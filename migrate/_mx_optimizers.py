@@ -4,6 +4,8 @@ Each class follows one MXNet optimizer (``mxnet/optimizer/optimizer.py`` and the
 ``src/operator/optimizer_op-inl.h``): gradients are multiplied by ``rescale_grad`` and clipped elementwise to
 ``+-clip_gradient``, every per-parameter update count ``step`` is kept, and the hyperparameters that MXNet's
 kernels take as C ``float`` are rounded to float32 before use, so float64 runs agree to ~1e-16 per step.
+Where torch has no kernel that keeps MXNet's order of operations (FTRL; LAMB's float64 norms), compiled numba loops
+(``migrate._kernels``) replay MXNet's C++ loops on CPU tensors, bit for bit; other tensors take a torch path.
 A group's ``lr`` and ``weight_decay`` are absolute (MXNet's ``schedule(num_update) * lr_mult`` and
 ``wd * wd_mult``); ``migrate.torch_lr_scheduler`` keeps ``lr`` on MXNet's schedule.
 """
@@ -467,6 +469,13 @@ class LAMB(_MXNetOptimizer):
 
     The weight norm is bounded below by ``lower_bound`` and above by ``upper_bound`` when they are set.
 
+    Note:
+        Gluon's Trainer updates LAMB through ``multi_lamb_update`` (``aggregate_num`` 45 unless
+        ``MXNET_OPTIMIZER_AGGREGATION_SIZE`` lowers it; 1 switches MXNet to ``lamb_update_phase1/2`` with
+        ``nd.norm``, 2e-9 from this class in float64). Its norms come from ``multi_sum_sq``: each tensor summed in
+        element order into a C ``float`` by one thread, so they do not depend on MXNet's thread count. Here float64
+        CPU tensors replay that sum exactly (numba); float32 and CUDA tensors use torch's norm (~1e-7 relative).
+
     Example:
         >>> opt = LAMB(model.parameters(), lr=1e-3, epsilon=1e-6)
     """
@@ -573,6 +582,9 @@ def _signum_piece(weight, grad, moment, lr, wd, mom, wd_lh):
 
 class Ftrl(_MXNetOptimizer):
     """MXNet ``ftrl``: FTRL-proximal with L1 ``lamda1``, ``beta`` and L2 ``wd``; weights are recomputed from z, n.
+
+    Contiguous CPU float32/float64 tensors take one compiled pass of MXNet's FtrlUpdateKernel (``migrate._kernels``,
+    bit for bit ``ftrl_update``); others a torch path in another order of operations (~1e-7 relative per step).
 
     Example:
         >>> opt = Ftrl(model.parameters(), lr=0.1, lamda1=0.01, beta=1.0)
