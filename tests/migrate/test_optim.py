@@ -72,7 +72,8 @@ class TestTorchOptimizer:
         for key, param in plain.named_parameters():
             diff = float((param - closed.get_parameter(key)).abs().max())
             assert diff == 0.0, f"{case}: {key} differs by {diff:.3g} between step() and step(closure)"
-        moved = float((plain.get_parameter("4.weight") - torch.from_numpy(ref["initial"]["mlp_fc2_weight"])).abs().max())
+        head = torch.from_numpy(ref["initial"]["mlp_fc2_weight"])
+        moved = float((plain.get_parameter("4.weight") - head).abs().max())
         assert moved > 1e-3, f"{case}: the head moved only {moved:.3g}"
 
     @pytest.mark.parametrize("name", ["sgd", "nag", "signum"])
