@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
 _KERNELS = {}
 #: Tensors with fewer elements run the serial loop: a parallel launch costs more than it saves on them.
 PARALLEL_MIN = 1 << 17
@@ -37,22 +37,57 @@ def _compiled():
 
 
 def _build():
-    """Jit the loops: sum_sq (serial), ftrl (serial and parallel); numba's threading layer set as documented."""
+    """Jit the loops (sum_sq, sum_sqs, ftrl, ftrl_parallel); numba's threading layer set as documented above."""
     import numba
 
     if numba.config.THREADING_LAYER == "default":
         numba.config.THREADING_LAYER = "forksafe"
+    options = {"nogil": True, "cache": True, "error_model": "numpy"}  # numpy errors: x/0 is inf or nan as in C
+    return dict(_build_sum_sq(numba, options), **_build_ftrl(numba, options))
+
+
+def _build_sum_sq(numba, options):
+    """multi_sum_sq's loop: ``sum_sq`` for one array, ``sum_sqs`` for many (4 tensors interleaved per thread)."""
+
+    def add_square(total, x, square_in_float):
+        """``float(total + x*x)``, ``x*x`` first rounded to float when ``square_in_float``."""
+        square = x * x
+        if square_in_float:
+            return np.float32(np.float64(total) + np.float64(np.float32(square)))
+        return np.float32(np.float64(total) + np.float64(square))
+
+    step = numba.njit(inline="always", **options)(add_square)
 
     def sum_sq(values, square_in_float):
-        """Sum of squares of ``values`` in a float accumulator, in order (``square_in_float``: x*x rounded first)."""
         total = np.float32(0.0)
         for j in range(values.size):
-            square = values[j] * values[j]
-            if square_in_float:
-                total = np.float32(np.float64(total) + np.float64(np.float32(square)))
-            else:
-                total = np.float32(np.float64(total) + np.float64(square))
+            total = step(total, values[j], square_in_float)
         return total
+
+    def sum_sqs(arrays, lanes, square_in_float, out):
+        # lanes[b, k] holds 4 indices into arrays summed side by side (independent chains hide the add latency);
+        # each row b is one thread's share. Every tensor is still summed alone, in element order.
+        for b in numba.prange(lanes.shape[0]):
+            for k in range(lanes.shape[1]):
+                a0, a1, a2, a3 = (arrays[lanes[b, k, 0]], arrays[lanes[b, k, 1]], arrays[lanes[b, k, 2]],
+                                  arrays[lanes[b, k, 3]])
+                s0 = s1 = s2 = s3 = np.float32(0.0)
+                for j in range(max(max(a0.size, a1.size), max(a2.size, a3.size))):
+                    if j < a0.size:
+                        s0 = step(s0, a0[j], square_in_float)
+                    if j < a1.size:
+                        s1 = step(s1, a1[j], square_in_float)
+                    if j < a2.size:
+                        s2 = step(s2, a2[j], square_in_float)
+                    if j < a3.size:
+                        s3 = step(s3, a3[j], square_in_float)
+                out[lanes[b, k, 0]], out[lanes[b, k, 1]], out[lanes[b, k, 2]], out[lanes[b, k, 3]] = s0, s1, s2, s3
+
+    return {"sum_sq": numba.njit(**options)(sum_sq), "sum_sqs": numba.njit(parallel=True, **options)(sum_sqs)}
+
+
+def _build_ftrl(numba, options):
+    """FtrlUpdateKernel's loop, serial and parallel (two functions: numba's cache keys ignore ``parallel=``)."""
 
     def ftrl_element(i, weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gradient, zero):
         """MXNet's FtrlUpdateKernel::Map at ``i``; scalars already in the arrays' dtype (MXNet's DType)."""
@@ -71,7 +106,6 @@ def _build():
         ratio = (sign_l1 - z_new) / ((beta + np.sqrt(n_new)) / lr + wd)
         weight[i] = ratio if abs(z_new) > lamda1 else ratio * zero
 
-    options = {"nogil": True, "cache": True, "error_model": "numpy"}  # numpy errors: x/0 is inf or nan as in C
     element = numba.njit(inline="always", **options)(ftrl_element)
 
     def ftrl(weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gradient, zero):
@@ -79,11 +113,10 @@ def _build():
             element(i, weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gradient, zero)
 
     def ftrl_parallel(weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gradient, zero):
-        for i in numba.prange(weight.size):  # its own function: numba's cache keys ignore parallel=
+        for i in numba.prange(weight.size):
             element(i, weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gradient, zero)
 
-    return {"sum_sq": numba.njit(**options)(sum_sq), "ftrl": numba.njit(**options)(ftrl),
-            "ftrl_parallel": numba.njit(parallel=True, **options)(ftrl_parallel)}
+    return {"ftrl": numba.njit(**options)(ftrl), "ftrl_parallel": numba.njit(parallel=True, **options)(ftrl_parallel)}
 
 
 def available(*tensors):
@@ -108,11 +141,13 @@ def flat(tensor):
 
 
 def _threads():
-    """numba threads for a parallel launch: torch's intra-op thread count, within numba's pool."""
+    """Set numba's threads for a parallel launch to torch's intra-op thread count (within numba's pool); return it."""
     import numba
     import torch
 
-    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(threads)
+    return threads
 
 
 def sum_sq(values, square_in_float=False):
@@ -129,6 +164,44 @@ def sum_sq(values, square_in_float=False):
     return _compiled()["sum_sq"](values, square_in_float)
 
 
+def sum_sqs(arrays, square_in_float=False):
+    """``sum_sq`` of each of ``arrays`` (one dtype), in parallel over tensors, 4 interleaved per thread.
+
+    Args:
+        arrays: Contiguous 1-D numpy arrays of one dtype (float32 or float64).
+        square_in_float: As for ``sum_sq``.
+
+    Returns:
+        A float32 numpy array of the sums, bit for bit MXNet's multi_sum_sq.
+    """
+    from numba.typed import List
+
+    padded = List(arrays)
+    padded.append(np.empty(0, dtype=arrays[0].dtype))  # index len(arrays): the empty filler of short lanes
+    out = np.zeros(len(padded), dtype=np.float32)
+    kernel = _compiled()["sum_sqs"]
+    with _LOCK:
+        kernel(padded, _lanes([a.size for a in arrays], _threads()), square_in_float, out)
+    return out[:-1]
+
+
+def _lanes(sizes, threads, width=4):
+    """Tensor indices as (threads, groups, width): largest first, groups of ``width``, each to the least-loaded thread.
+
+    ``len(sizes)`` (an empty array) fills the gaps.
+    """
+    filler = len(sizes)
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    groups = [order[i:i + width] + [filler] * max(0, i + width - len(order)) for i in range(0, len(order), width)]
+    shares, loads = [[] for _ in range(threads)], [0] * threads
+    for group in groups:
+        lightest = loads.index(min(loads))
+        shares[lightest].append(group)
+        loads[lightest] += sizes[group[0]]
+    depth = max(len(share) for share in shares)
+    return np.array([share + [[filler] * width] * (depth - len(share)) for share in shares], dtype=np.int64)
+
+
 def ftrl_update(weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gradient):
     """MXNet's FtrlUpdateKernel, in place on contiguous 1-D numpy arrays of one dtype (float32 or float64).
 
@@ -143,8 +216,6 @@ def ftrl_update(weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gra
     if weight.size < PARALLEL_MIN:
         kernels["ftrl"](weight, grad, z, n, *scalars)
         return
-    import numba
-
     with _LOCK:
-        numba.set_num_threads(_threads())
+        _threads()
         kernels["ftrl_parallel"](weight, grad, z, n, *scalars)

@@ -523,7 +523,8 @@ def _f32_norms(tensors, square_in_float=False):
     float32's own rounding. ``square_in_float``: the values are float32 numbers (MXNet's float32 direction buffer).
     """
     if tensors[0].dtype == torch.float64 and _kernels.available(*tensors):
-        return [_f32(math.sqrt(_kernels.sum_sq(_kernels.flat(t), square_in_float))) for t in tensors]
+        sums = _kernels.sum_sqs([_kernels.flat(t) for t in tensors], square_in_float)
+        return [_f32(math.sqrt(total)) for total in sums.tolist()]
     return [_f32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
 
 

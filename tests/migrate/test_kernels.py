@@ -123,3 +123,12 @@ class TestSumSq:
         values = (3 * np.random.RandomState(4).randn(30001)).astype("float32")
         expected = mx.nd.multi_sum_sq(mx.nd.array(values), num_arrays=1).asnumpy()[0]
         assert _kernels.sum_sq(values.astype("float64"), square_in_float=True) == expected
+
+    @pytest.mark.parametrize("dtype", ["float32", "float64"])
+    def test_many_tensors_interleaved(self, dtype):
+        """sum_sqs over 11 tensors (4 interleaved per thread, gaps filled) equals MXNet's multi_sum_sq exactly."""
+        rng = np.random.RandomState(6)
+        arrays = [(3 * rng.randn(size)).astype(dtype) for size in (1, 30001, 7, 4096, 0, 999, 20000, 5, 64, 70000, 3)]
+        expected = mx.nd.multi_sum_sq(*[mx.nd.array(a, dtype=dtype) for a in arrays], num_arrays=len(arrays))
+        got = _kernels.sum_sqs(arrays)
+        assert np.array_equal(got, expected.asnumpy()), f"{dtype}: {got} != MXNet's {expected.asnumpy()}"
