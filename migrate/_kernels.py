@@ -1,14 +1,14 @@
 """Compiled CPU loops (numba, imported on first use) that replay MXNet 1.9.1's C++ kernels operation by operation.
 
-Two loops live here:
+Two of MXNet's loops live here:
 
 - ``sum_sq`` / ``sum_sqs``: MXNet's CPU ``multi_sum_sq`` (``src/operator/contrib/multi_sum_sq.cc``, ``CalcSumSq``),
   which LAMB's ``multi_lamb_update`` calls for the trust ratio's norms. Each tensor is summed by ONE thread,
   element by element in order, into a C ``float``: ``sum = float(sum + x*x)`` with ``x*x`` in the tensor's dtype.
-  MXNet's OpenMP loop runs over tensors only, so the result does not depend on MXNet's thread count. torch's pairwise/vectorized sums
-  differ from it by ~1e-7 relative, which is what held LAMB in float64 to 2e-9 of MXNet after 100 steps.
-  ``sum_sqs`` keeps each tensor's order but sums 4 tensors side by side per thread (independent chains hide the
-  latency of the dependent adds: 119 ms -> 35 ms for resnet50's 25.6M float64 weights on 2 threads).
+  MXNet's OpenMP loop runs over tensors only, so the result does not depend on MXNet's thread count. torch's
+  pairwise/vectorized sums differ from it by ~1e-7 relative, which held LAMB in float64 to 2e-9 of MXNet after 100
+  steps. ``sum_sqs`` keeps each tensor's order but sums 4 tensors side by side per thread (independent chains hide
+  the latency of the dependent adds: 119 ms -> 35 ms for resnet50's 25.6M float64 weights on 2 threads).
 - ``ftrl_update``: MXNet's ``FtrlUpdateKernel`` (``src/operator/optimizer_op-inl.h``) in one pass, the arithmetic in
   its order, in place on the flat arrays (zero-copy ``numpy()`` views of CPU tensors).
 
