@@ -4,6 +4,8 @@ Each class follows one MXNet optimizer (``mxnet/optimizer/optimizer.py`` and the
 ``src/operator/optimizer_op-inl.h``): gradients are multiplied by ``rescale_grad`` and clipped elementwise to
 ``+-clip_gradient``, every per-parameter update count ``step`` is kept, and the hyperparameters that MXNet's
 kernels take as C ``float`` are rounded to float32 before use, so float64 runs agree to ~1e-16 per step.
+Where torch has no kernel that keeps MXNet's order of operations (FTRL; LAMB's float64 norms), compiled numba loops
+(``migrate._kernels``) replay MXNet's C++ loops on CPU tensors, bit for bit; other tensors take a torch path.
 A group's ``lr`` and ``weight_decay`` are absolute (MXNet's ``schedule(num_update) * lr_mult`` and
 ``wd * wd_mult``); ``migrate.torch_lr_scheduler`` keeps ``lr`` on MXNet's schedule.
 """
@@ -11,6 +13,8 @@ import math
 
 import numpy as np
 import torch
+
+from migrate import _kernels
 
 
 def _f32(value):
@@ -83,11 +87,15 @@ class _MXNetOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._step_all()
+        return loss
+
+    def _step_all(self):
+        """One update of every parameter that has a gradient, group by group."""
         for group in self.param_groups:
             params, grads, states = self._gather(group)
             if params:
                 self._update(group, params, grads, states)
-        return loss
 
     def _update(self, group, params, grads, states):
         raise NotImplementedError
@@ -425,24 +433,11 @@ class Nadam(_MXNetOptimizer):
         self.state["m_schedule"] = m_schedule
         return out
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        """Performs one MXNet Nadam update of every parameter that has a gradient, in MXNet's order.
-
-        Args:
-            closure: Optional callable that re-evaluates the model and returns the loss.
-
-        Returns:
-            The loss returned by ``closure``, or None.
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+    def _step_all(self):
+        """One update of every parameter that has a gradient, in MXNet's order (the schedule is shared)."""
         entries = self._ordered()
         if entries:
             self._update_all(entries, self._schedule(entries))
-        return loss
 
     def _update_all(self, entries, schedule):
         """Apply the update group by group (foreach), each parameter with its own schedule values."""
@@ -473,6 +468,13 @@ class LAMB(_MXNetOptimizer):
     """MXNet ``lamb`` (multi_lamb_update): Adam direction plus ``wd*w``, scaled by the trust ratio ||w||/||g||.
 
     The weight norm is bounded below by ``lower_bound`` and above by ``upper_bound`` when they are set.
+
+    Note:
+        Gluon's Trainer updates LAMB through ``multi_lamb_update`` (``aggregate_num`` 45 unless
+        ``MXNET_OPTIMIZER_AGGREGATION_SIZE`` lowers it; 1 switches MXNet to ``lamb_update_phase1/2`` with
+        ``nd.norm``, 2e-9 from this class in float64). Its norms come from ``multi_sum_sq``: each tensor summed in
+        element order into a C ``float`` by one thread, so they do not depend on MXNet's thread count. Here float64
+        CPU tensors replay that sum exactly (numba); float32 and CUDA tensors use torch's norm (~1e-7 relative).
 
     Example:
         >>> opt = LAMB(model.parameters(), lr=1e-3, epsilon=1e-6)
@@ -513,15 +515,23 @@ class LAMB(_MXNetOptimizer):
         return negated
 
 
-def _f32_norms(tensors):
-    """L2 norms rounded to float32, as MXNet's multi_sum_sq stores them."""
+def _f32_norms(tensors, square_in_float=False):
+    """L2 norms as float32 values, as MXNet's multi_lamb_update takes them: ``sqrt`` of multi_sum_sq's float sums.
+
+    float64 CPU tensors replay multi_sum_sq exactly (one float accumulator per tensor, in element order; see
+    ``migrate._kernels``); others take torch's norm rounded to float32, ~1e-7 relative from MXNet's, within
+    float32's own rounding. ``square_in_float``: the values are float32 numbers (MXNet's float32 direction buffer).
+    """
+    if tensors[0].dtype == torch.float64 and _kernels.available(*tensors):
+        sums = _kernels.sum_sqs([_kernels.flat(t) for t in tensors], square_in_float)
+        return [_f32(math.sqrt(total)) for total in sums.tolist()]
     return [_f32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
 
 
 def _trust_steps(params, direction, group):
     """Per-parameter ``-lr * r1/r2`` (or ``-lr`` when a norm is 0), r1 bounded as MXNet's multi_lamb does."""
     r1 = _f32_norms(params)
-    r2 = _f32_norms(direction)
+    r2 = _f32_norms(direction, square_in_float=True)
     lr, lower, upper = _f32(group["lr"]), group["lower_bound"], group["upper_bound"]
     steps = []
     for w_norm, g_norm in zip(r1, r2):
@@ -574,6 +584,9 @@ def _signum_piece(weight, grad, moment, lr, wd, mom, wd_lh):
 class Ftrl(_MXNetOptimizer):
     """MXNet ``ftrl``: FTRL-proximal with L1 ``lamda1``, ``beta`` and L2 ``wd``; weights are recomputed from z, n.
 
+    Contiguous CPU float32/float64 tensors take one compiled pass of MXNet's FtrlUpdateKernel (``migrate._kernels``,
+    bit for bit ``ftrl_update``); others a torch path in another order of operations (~1e-7 relative per step).
+
     Example:
         >>> opt = Ftrl(model.parameters(), lr=0.1, lamda1=0.01, beta=1.0)
     """
@@ -583,13 +596,25 @@ class Ftrl(_MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         hyper = tuple(_f32(group[key]) for key in ("lr", "weight_decay", "lamda1", "beta"))
-        grads = self._scaled(grads, group)
-        for piece in _pieces((params, grads, _buffers(states, "z"), _buffers(states, "n"))):
-            _ftrl_piece(*piece, *hyper)
+        rows = [row for row in zip(params, grads, _buffers(states, "z"), _buffers(states, "n"))
+                if not _ftrl_compiled(row, group, hyper)]
+        if rows:  # CUDA, non-contiguous or half-precision tensors: the torch path
+            params, grads, zs, ns = (list(column) for column in zip(*rows))
+            for piece in _pieces((params, self._scaled(grads, group), zs, ns)):
+                _ftrl_piece(*piece, *hyper)
+
+
+def _ftrl_compiled(row, group, hyper):
+    """MXNet's FtrlUpdateKernel on one (weight, grad, z, n) in one compiled pass; False where it cannot run there."""
+    if not _kernels.available(*row):
+        return False
+    clip = group["clip_gradient"] if _clips(group) else -1.0
+    _kernels.ftrl_update(*(_kernels.flat(t) for t in row), *hyper, group["rescale_grad"], clip)
+    return True
 
 
 def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):
-    """MXNet's FTRL kernel on one piece, in nine passes.
+    """MXNet's FTRL kernel on one piece, in nine torch passes (another order of operations: ~1e-7 relative).
 
     ``z += g - (sqrt(n + g^2) - sqrt(n))*w/lr; n += g^2``, then the weight
     ``(sign(z)*lamda1 - z)/((beta + sqrt(n))/lr + wd)`` where ``|z| > lamda1``, else 0, written as

@@ -112,9 +112,55 @@ def mx_scheduler(sched_kwargs):
 
 
 def mx_trainer(net, opt_name, opt_kwargs, sched_kwargs):
-    """An ``LrTrainer`` for ``net`` (multipliers from the Parameters, frozen ones with grad_req='null')."""
+    """An ``LrTrainer`` for ``net`` (multipliers from the Parameters, frozen ones with grad_req='null').
+
+    A float64 net with an optimizer of FLOAT32_STATES gets that optimizer with float64 states.
+    """
     kwargs = dict(opt_kwargs, lr_scheduler=mx_scheduler(sched_kwargs))
+    dtype = next(iter(net.collect_params().values())).dtype
+    if np.dtype(dtype) == np.float64 and opt_name in FLOAT32_STATES:
+        return gluon_lr.LrTrainer(net.collect_params(), float64_states_optimizer(opt_name, kwargs), kvstore=None)
     return gluon_lr.LrTrainer(net.collect_params(), opt_name, kwargs, kvstore=None)
+
+
+class _Float64States:
+    """Mixin: states in the weight's dtype. MXNet 1.9.1's create_state of RMSProp, AdaGrad, AdaDelta and Ftrl makes
+    float32 states whatever the weight's dtype, and their kernels (templated on one dtype) then refuse float64
+    weights; given float64 states they run in float64. The classes keep MXNet's names, so settings are unchanged."""
+
+    def create_state(self, index, weight):
+        return _cast_states(super().create_state(index, weight), weight.dtype)
+
+
+class RMSProp(_Float64States, mx.optimizer.RMSProp):
+    """MXNet's RMSProp with float64 states for float64 weights."""
+
+
+class AdaGrad(_Float64States, mx.optimizer.AdaGrad):
+    """MXNet's AdaGrad with float64 states for float64 weights."""
+
+
+class AdaDelta(_Float64States, mx.optimizer.AdaDelta):
+    """MXNet's AdaDelta with float64 states for float64 weights."""
+
+
+class Ftrl(_Float64States, mx.optimizer.Ftrl):
+    """MXNet's Ftrl with float64 states for float64 weights."""
+
+
+FLOAT32_STATES = {"rmsprop": RMSProp, "adagrad": AdaGrad, "adadelta": AdaDelta, "ftrl": Ftrl}
+
+
+def float64_states_optimizer(opt_name, opt_kwargs):
+    """MXNet's optimizer ``opt_name`` (one of FLOAT32_STATES) whose states take the weight's dtype."""
+    return FLOAT32_STATES[opt_name](**opt_kwargs)
+
+
+def _cast_states(states, dtype):
+    """``states`` (an NDArray, None or nested tuples of them) cast to ``dtype``."""
+    if isinstance(states, (tuple, list)):
+        return type(states)(_cast_states(state, dtype) for state in states)
+    return None if states is None else states.astype(dtype)
 
 
 SCHEDULE = {"type": "FactorScheduler", "step": 30, "factor": 0.5, "stop_factor_lr": 1e-8, "warmup_steps": 0,
@@ -134,8 +180,6 @@ CASES = [
     ("signum", "signum", {"learning_rate": 0.005, "wd_lh": 0.01}),
     ("ftrl", "ftrl", {"learning_rate": 0.1}),
 ]
-# MXNet 1.9.1 creates these optimizers' states as float32, so it cannot train float64 weights with them.
-NO_FLOAT64 = {"rmsprop", "adagrad", "adadelta", "ftrl"}
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 
 

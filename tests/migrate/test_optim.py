@@ -1,4 +1,6 @@
 """Tests of migrate.torch_optimizer and migrate.torch_lr_scheduler against real MXNet 1.9.1 runs."""
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -8,10 +10,7 @@ from migrate.errors import MappingError, SettingsError, UnsupportedOptimizerErro
 from tests.migrate import _mx_reference as R
 
 TRAJECTORY = [pytest.param(case, dtype, id=f"{case}-{dtype}") for case, name, _ in R.CASES
-              for dtype in ("float32", "float64") if not (dtype == "float64" and name in R.NO_FLOAT64)]
-# MXNet's multi_lamb_update sums float64 squared weights one by one into a float32; replaying that rounding
-# elementwise in torch would cost a python loop per element, so LAMB in float64 is held to 1e-8.
-LAMB_FLOAT64_ATOL = 1e-8
+              for dtype in ("float32", "float64")]
 
 
 def _run_both(name, opt_kwargs, dtype, schedule, steps):
@@ -37,12 +36,45 @@ class TestTorchOptimizer:
         scheduler = migrate.torch_lr_scheduler(optimizer, ref["settings"], num_update=0)
         R.torch_train(model, optimizer, scheduler, ref["data"])
         worst_name, worst = R.largest_difference(ref["final"], model)
-        atol = LAMB_FLOAT64_ATOL if (case, dtype) == ("lamb", "float64") else R.TOLERANCE[dtype]
+        atol = R.TOLERANCE[dtype]
         assert worst <= atol, f"{case} {dtype}: {worst_name} differs by {worst:.3g} > {atol}"
         moved = float(np.abs(ref["final"]["mlp_fc2_weight"] - ref["initial"]["mlp_fc2_weight"]).max())
         assert moved > 1e-3, f"{case}: the trained head moved only {moved:.3g}"
         frozen = ref["initial"]["mlp_fc1_weight"] - model.get_parameter("2.weight").detach().numpy()
         assert np.all(frozen == 0) and not model.get_parameter("2.weight").requires_grad
+
+    @pytest.mark.parametrize("case", ["rmsprop", "rmsprop-centered", "adagrad", "adadelta", "ftrl"])
+    def test_mxnet_reference_runs_in_float64(self, case):
+        """Given float64 states, MXNet's rmsprop/adagrad/adadelta/ftrl kernels keep states and weights float64."""
+        ref = R.mx_reference(case, "float64")
+        states, optimizer = pickle.loads(ref["stock_states"])
+        assert type(optimizer).__name__.lower() == ref["settings"]["optimizer"]["name"]
+        arrays = [a for s in states.values() for a in (s if isinstance(s, (tuple, list)) else (s,)) if a is not None]
+        assert arrays and {a.dtype for a in arrays} == {np.float64}, f"{case}: {[a.dtype for a in arrays]}"
+        assert {w.dtype for w in ref["final"].values()} == {np.dtype(np.float64)}
+
+    @pytest.mark.parametrize("case", ["adam", "nadam"])
+    def test_step_with_closure(self, case):
+        """step(closure) runs the closure with gradients on, returns its loss, and updates exactly as step() does."""
+        ref = R.mx_reference(case, "float64")
+        plain, closed = R.torch_model(ref["initial"]), R.torch_model(ref["initial"])
+        optimizers = [migrate.torch_optimizer(m, ref["settings"], R.MAPPING) for m in (plain, closed)]
+        R.torch_train(plain, optimizers[0], None, ref["data"][:3])
+        for x, y in ref["data"][:3]:
+            def closure():
+                optimizers[1].zero_grad()
+                loss = ((closed(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).sum()
+                loss.backward()
+                return loss
+
+            loss = optimizers[1].step(closure)
+            assert loss.grad_fn is not None and loss.item() > 0
+        for key, param in plain.named_parameters():
+            diff = float((param - closed.get_parameter(key)).abs().max())
+            assert diff == 0.0, f"{case}: {key} differs by {diff:.3g} between step() and step(closure)"
+        head = torch.from_numpy(ref["initial"]["mlp_fc2_weight"])
+        moved = float((plain.get_parameter("4.weight") - head).abs().max())
+        assert moved > 1e-3, f"{case}: the head moved only {moved:.3g}"
 
     @pytest.mark.parametrize("name", ["sgd", "nag", "signum"])
     def test_without_momentum_matches_mxnet(self, name):

@@ -9,7 +9,7 @@ import torch
 import migrate
 from migrate.errors import InputFileError, StateConversionError
 from tests.migrate import _mx_reference as R
-from tests.migrate.test_optim import LAMB_FLOAT64_ATOL, TRAJECTORY
+from tests.migrate.test_optim import TRAJECTORY
 
 
 def _handed_over(ref, mx_states=None, settings=None, mapping=R.MAPPING):
@@ -30,7 +30,7 @@ class TestConvertOptimizerState:
         scheduler = migrate.torch_lr_scheduler(optimizer, ref["settings"])
         R.torch_train(model, optimizer, scheduler, ref["data"][50:])
         worst_name, worst = R.largest_difference(ref["final"], model)
-        atol = LAMB_FLOAT64_ATOL if (case, dtype) == ("lamb", "float64") else R.TOLERANCE[dtype]
+        atol = R.TOLERANCE[dtype]
         assert worst <= atol, f"{case} {dtype}: {worst_name} differs by {worst:.3g} > {atol}"
 
     def test_stock_trainer_states_file(self):
