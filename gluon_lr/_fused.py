@@ -29,7 +29,7 @@ Kernels, with the same arithmetic as the stock loop (tests check each against th
   torch's fused optimizers do. The first step of a process also imports numba and loads the machine code from its
   cache (about 0.7 s in all), or compiles it, about a second per kernel and dtype, where no cache exists yet.
 - the same on other devices, or without numba (a warning says so): MXNet's per-tensor operator (``sgd_mom_update``,
-  ``adam_update``, ...) on each flat run; for float32 sgd-momentum and adam on CPU also a numpy implementation in
+  ``adam_update``, ...; plain sgd: ``multi_sgd_update``, as stock aggregates it) on each flat run; for float32 sgd-momentum and adam on CPU also a numpy implementation in
   cache-sized chunks (many passes over memory, but MXNet's CPU ``adam_update`` is compute-bound): each flat group
   times both on its first steps and keeps the faster. Stock Gluon's 4-tensor ``multi_sgd_mom_update`` is much
   slower on CPU than either.
@@ -274,36 +274,36 @@ def _master(kernel):
     return run
 
 
-def _sgd(optimizer, weight, grad, slots, lr, wd, mp):
-    """SGD with or without momentum: ``sgd_mom_update``/``sgd_update`` (``mp_*`` for float16 master weights)."""
+def _momentum_update(momentum_op, mp_momentum_op, optimizer, weight, grad, slots, lr, wd, mp):
+    """The SGD family on one run: ``momentum_op`` (``mp_momentum_op`` for float16 master weights), or plain
+    ``sgd_update``/``mp_sgd_update`` without momentum. ``lazy_update`` is passed where the optimizer has it."""
     kwargs = _common(optimizer)
     if optimizer.momentum > 0:
         kwargs["momentum"] = optimizer.momentum
     if mp:
-        if len(slots) == 2:
-            nd.mp_sgd_mom_update(weight, grad, slots[0], slots[1], out=weight, lr=lr, wd=wd, **kwargs)
-        else:
-            nd.mp_sgd_update(weight, grad, slots[0], out=weight, lr=lr, wd=wd, **kwargs)
-    elif slots:
-        nd.sgd_mom_update(weight, grad, slots[0], out=weight, lazy_update=optimizer.lazy_update, lr=lr, wd=wd, **kwargs)
+        op = mp_momentum_op if len(slots) == 2 else nd.mp_sgd_update
     else:
-        nd.sgd_update(weight, grad, out=weight, lazy_update=optimizer.lazy_update, lr=lr, wd=wd, **kwargs)
+        op = momentum_op if slots else nd.sgd_update
+        if hasattr(optimizer, "lazy_update"):
+            kwargs["lazy_update"] = optimizer.lazy_update
+    op(weight, grad, *slots, out=weight, lr=lr, wd=wd, **kwargs)
+
+
+def _sgd(optimizer, weight, grad, slots, lr, wd, mp):
+    """SGD with or without momentum: ``sgd_mom_update``/``sgd_update`` (``mp_*`` for float16 master weights).
+
+    Without momentum, stock SGD aggregates (``aggregate_num > 1``) into ``multi_sgd_update``, whose kernel rounds
+    differently from ``sgd_update``'s; the same operator runs here then, on the whole flat run.
+    """
+    if not mp and not slots and optimizer.aggregate_num > 1:
+        nd.multi_sgd_update(weight, grad, out=weight, lrs=(lr,), wds=(wd,), num_weights=1, **_common(optimizer))
+        return
+    _momentum_update(nd.sgd_mom_update, nd.mp_sgd_mom_update, optimizer, weight, grad, slots, lr, wd, mp)
 
 
 def _nag(optimizer, weight, grad, slots, lr, wd, mp):
     """Nesterov momentum: ``nag_mom_update``/``sgd_update`` (``mp_*`` for float16 master weights)."""
-    kwargs = _common(optimizer)
-    if optimizer.momentum > 0:
-        kwargs["momentum"] = optimizer.momentum
-    if mp:
-        if len(slots) == 2:
-            nd.mp_nag_mom_update(weight, grad, slots[0], slots[1], out=weight, lr=lr, wd=wd, **kwargs)
-        else:
-            nd.mp_sgd_update(weight, grad, slots[0], out=weight, lr=lr, wd=wd, **kwargs)
-    elif slots:
-        nd.nag_mom_update(weight, grad, slots[0], out=weight, lr=lr, wd=wd, **kwargs)
-    else:
-        nd.sgd_update(weight, grad, out=weight, lr=lr, wd=wd, **kwargs)
+    _momentum_update(nd.nag_mom_update, nd.mp_nag_mom_update, optimizer, weight, grad, slots, lr, wd, mp)
 
 
 @_master

@@ -636,6 +636,9 @@ class TestCompiledPath:
         assert process.exitcode == 0 and np.array_equal(in_child, in_parent)
 
     @pytest.mark.parametrize("name, hyper", [("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}),
+                                             ("sgd", {"learning_rate": 0.1, "wd": 1e-3}),
+                                             ("nag", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}),
+                                             ("nag", {"learning_rate": 0.1, "wd": 1e-3}),
                                              ("adam", {"learning_rate": 0.01, "wd": 1e-3, "clip_gradient": 0.05})])
     def test_without_numba(self, monkeypatch, name, hyper):
         """numba not importable: a warning says so, the numpy/MXNet kernels run (each timed, the faster kept): stock."""
