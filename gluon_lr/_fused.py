@@ -29,10 +29,10 @@ Kernels, with the same arithmetic as the stock loop (tests check each against th
   torch's fused optimizers do. The first step of a process also imports numba and loads the machine code from its
   cache (about 0.7 s in all), or compiles it, about a second per kernel and dtype, where no cache exists yet.
 - the same on other devices, or without numba (a warning says so): MXNet's per-tensor operator (``sgd_mom_update``,
-  ``adam_update``, ...; plain sgd: ``multi_sgd_update``, as stock aggregates it) on each flat run; for float32 sgd-momentum and adam on CPU also a numpy implementation in
-  cache-sized chunks (many passes over memory, but MXNet's CPU ``adam_update`` is compute-bound): each flat group
-  times both on its first steps and keeps the faster. Stock Gluon's 4-tensor ``multi_sgd_mom_update`` is much
-  slower on CPU than either.
+  ``adam_update``, ...; plain sgd: ``multi_sgd_update``, as stock aggregates it) on each flat run; for float32
+  sgd-momentum and adam on CPU also a numpy implementation in cache-sized chunks (many passes over memory, but
+  MXNet's CPU ``adam_update`` is compute-bound): each flat group times both on its first steps and keeps the
+  faster. Stock Gluon's 4-tensor ``multi_sgd_mom_update`` is much slower on CPU than either.
 - rmsprop (plain and centered): MXNet's per-tensor operator on each flat run; adagrad: the stock optimizer's own
   NDArray expressions on each flat run.
 - float16 with ``multi_precision=True``: the ``mp_*`` operators for sgd/nag; the stock cast-update-cast recipe for
