@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from migrate.export import export_mxnet, export_torch, load_mxnet, normalize_shapes
-from migrate.graph import ParamGraph, ParamNode, param_graph
+from migrate.graph import ParamGraph, ParamNode, gc_paused, param_graph
 from migrate.mapping import NameMapping
 
 __all__ = ["name_mapping", "match_graphs", "align"]
@@ -55,6 +55,7 @@ def name_mapping(mx_model, torch_model, input_shapes, *, input_dtypes=None) -> N
     return match_graphs(mx_graph, torch_graph, torch_keys)
 
 
+@gc_paused
 def match_graphs(mx_graph: ParamGraph, torch_graph: ParamGraph, torch_keys=None) -> NameMapping:
     """Return the ``NameMapping`` between two parameter graphs (see ``name_mapping``).
 

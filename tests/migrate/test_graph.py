@@ -1,10 +1,13 @@
 """param_graph: canonical order independent of exporter order, branch order and concat nesting."""
+import gc
+
 import numpy as np
 import onnx
 import onnx.numpy_helper
+import pytest
 
 from migrate.export import export_mxnet, export_torch, load_mxnet
-from migrate.graph import param_graph
+from migrate.graph import gc_paused, param_graph
 from tests.migrate import models as M
 
 
@@ -60,3 +63,23 @@ def _chain_model(n):
         value = f"r{i}"
     info = [onnx.helper.make_tensor_value_info(v, onnx.TensorProto.FLOAT, [1, 3]) for v in ("x", value)]
     return onnx.helper.make_model(onnx.helper.make_graph(nodes, "chain", info[:1], info[1:], inits))
+
+
+def test_gc_paused_restores_the_collector_as_it_was():
+    """The collector is off inside, back on after (also after an exception), and left off if it was off."""
+    @gc_paused
+    def inside(fail=False):
+        if fail:
+            raise RuntimeError("boom")
+        return gc.isenabled()
+
+    assert gc.isenabled()
+    assert inside() is False and gc.isenabled()
+    with pytest.raises(RuntimeError):
+        inside(fail=True)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert inside() is False and not gc.isenabled()
+    finally:
+        gc.enable()
