@@ -1,6 +1,6 @@
 """Benchmark: one training step under dist_sync (update_on_kvstore=True), stock gluon.Trainer vs LrTrainer.
 
-A local cluster on 127.0.0.1 (scheduler, 1 server, 2 workers) per row, started by ``tests/gluon_lr/dist_harness.py``;
+A local cluster on 127.0.0.1 (scheduler, 1 server, 2 workers) per row, started by ``devtools/local_cluster.py``;
 ``mxnet.gluon.model_zoo.vision.resnet18_v1`` (10 classes, random init, hybridized), synthetic 32x32 data, SGD with
 momentum, per-layer multipliers (backbone x0.1). Each worker times ``--steps`` steps after 2 warm-up steps and
 reports the median; LrTrainer also changes its learning rate every 5 steps (a table re-sent to the server). All
@@ -57,7 +57,7 @@ def _worker(kind: str, steps: int, batch: int, out: Path) -> None:
 
 def main() -> None:
     """Run both rows and print the table."""
-    from tests.gluon_lr.dist_harness import run_cluster
+    from devtools.local_cluster import run_cluster
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=8)

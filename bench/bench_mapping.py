@@ -53,9 +53,9 @@ def _zoo_pair(mx_name, tv_name, shape):
 
 def measure(net, model, shape):
     """Return (mx export s, torch export s, matching s, mapping)."""
-    from migrate.export import export_mxnet, export_torch, load_mxnet
-    from migrate.graph import param_graph
-    from migrate.match import match_graphs
+    from migrate.mapping.export import export_mxnet, export_torch, load_mxnet
+    from migrate.mapping.graph import param_graph
+    from migrate.mapping.match import match_graphs
     dtypes = [np.dtype("float32")]
     source = load_mxnet(net, [shape], dtypes)
     t_mx, mx_onnx = _timed(export_mxnet, source, [shape], dtypes)

@@ -1,24 +1,24 @@
-"""gluon-lr: per-parameter learning rates, weight decay and freezing for MXNet Gluon that hold everywhere."""
-from .errors import (DuplicateParameterError, KVStoreConfigError, LrTrainerError, MultiplierError, ParamsTypeError,
-                     PatternError, RuleMatchError, SettingsFileError, StatesFileError, UnknownParameterError)
+"""gluon-lr: per-parameter learning rates, weight decay and freezing for MXNet Gluon that hold everywhere.
+
+The public API: ``LrTrainer`` (a ``gluon.Trainer`` with one multiplier table), ``Rule`` (select parameters by glob,
+``re:`` or layer kind), layer-wise decay (``layer_decay``, ``discriminative``, ``layer_groups``),
+``GradualUnfreezing``, ``Explanation`` (``LrTrainer.explain()``), ``load_settings`` (the settings file that
+``migrate`` reads) and the exceptions, each a ``ValueError`` subclass of ``LrTrainerError``.
+"""
+from .decay import DecayRule, discriminative, even_mults, layer_decay, layer_groups
+from .errors import (DistributedError, DuplicateParameterError, KVStoreConfigError, LrTrainerError, MaskError,
+                     MultiplierError, ParamsTypeError, PatternError, RuleMatchError, ScheduleError, SettingsFileError,
+                     StatesFileError, UnknownParameterError)
 from .explain import Explanation
+from .formats.settings import load_settings
 from .rules import KINDS, Rule
-from .settings import load_settings
 from .trainer import LrTrainer
+from .unfreeze import GradualUnfreezing
 
 __all__ = [
     "LrTrainer", "Rule", "KINDS", "Explanation", "load_settings",
+    "DecayRule", "discriminative", "even_mults", "layer_decay", "layer_groups", "GradualUnfreezing",
     "LrTrainerError", "MultiplierError", "PatternError", "RuleMatchError", "UnknownParameterError",
     "DuplicateParameterError", "KVStoreConfigError", "ParamsTypeError", "SettingsFileError", "StatesFileError",
+    "MaskError", "ScheduleError", "DistributedError",
 ]
-
-# [freeze] freezing errors, layer-wise decay, gradual unfreezing
-from .errors import MaskError, ScheduleError  # noqa: E402
-
-__all__ += ["MaskError", "ScheduleError"]
-from .decay import DecayRule, discriminative, even_mults, layer_decay, layer_groups  # noqa: E402
-
-__all__ += ["DecayRule", "discriminative", "even_mults", "layer_decay", "layer_groups"]
-from .unfreeze import GradualUnfreezing  # noqa: E402
-
-__all__ += ["GradualUnfreezing"]

@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 from mxnet.kvstore.kvstore import KVStore, _get_kvstore_server_command_type
 
-from .errors import LrTrainerError, StatesFileError
-from .settings import atomic_write
+from .errors import DistributedError, MaskError, StatesFileError
+from .formats.atomic import atomic_write
+from .optimizer_state import state_arrays
 
 __all__ = []
 
@@ -46,16 +47,20 @@ _BOOT = ("(lambda sys: sys.modules[name].on_server if name in sys.modules else (
 _BIGARRAY_BOUND = 1000000  # MXNet's default MXNET_KVSTORE_BIGARRAY_BOUND: larger arrays are sliced over servers
 
 
-class DistributedError(LrTrainerError, ValueError):
-    """A distributed-kvstore operation of gluon_lr cannot be carried out as asked (states sliced over servers,
-    a folder the servers cannot write, ...)."""
-
-
 # --------------------------------------------------------------------------------------------- worker side
 def server_updates(trainer) -> bool:
     """Return whether `trainer` updates its weights on distributed kvstore servers."""
     kv = trainer._kvstore
     return bool(kv is not None and trainer._update_on_kvstore and "dist" in kv.type)
+
+
+def refuse_masks(kvstore_params: dict) -> None:
+    """Raise MaskError when the trainer's kvstore updates on dist servers, where element masks cannot apply."""
+    kvstore = kvstore_params["kvstore"]
+    kv_type = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")
+    if "dist" in str(kv_type) and kvstore_params["update_on_kvstore"] is not False:
+        raise MaskError(f"element masks cannot apply on dist kvstore servers (kvstore {kv_type!r} updates "
+                        f"there); build the trainer with update_on_kvstore=False to mask elements.")
 
 
 def attach(trainer) -> None:
@@ -204,7 +209,7 @@ def _check_loadable(loaded, fname) -> None:
         raise StatesFileError(f"States file '{fname}' holds a {type(states).__name__}, expected the dict of "
                                f"optimizer states that Trainer.save_states writes. Pass such a file.")
     if _expected_servers() > 1:
-        big = [i for i, s in states.items() if any(a.size >= _bound() for a in _arrays(s))]
+        big = [i for i, s in states.items() if any(a.size >= _bound() for a in state_arrays(s))]
         if big:
             raise DistributedError(f"States of keys {big} are at least MXNET_KVSTORE_BIGARRAY_BOUND={_bound()} "
                                    f"elements, which MXNet slices over the {_expected_servers()} servers; "
@@ -216,10 +221,6 @@ def _bound() -> int:
     return int(os.environ.get("MXNET_KVSTORE_BIGARRAY_BOUND", _BIGARRAY_BOUND))
 
 
-def _arrays(state) -> list:
-    if isinstance(state, (tuple, list)):
-        return [a for s in state for a in _arrays(s)]
-    return [] if state is None or not hasattr(state, "size") else [state]
 
 
 def _shaped(state, shape: tuple):

@@ -55,3 +55,8 @@ class MaskError(LrTrainerError, ValueError):
 
 class ScheduleError(LrTrainerError, ValueError):
     """A gradual-unfreezing schedule got groups or an epoch it cannot use."""
+
+
+class DistributedError(LrTrainerError, ValueError):
+    """A distributed-kvstore operation of gluon_lr cannot be carried out as asked (states sliced over servers,
+    a folder the servers cannot write, ...)."""

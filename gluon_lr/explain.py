@@ -20,9 +20,9 @@ class Row:
     wd_mult: float
     wd_source: str
     shadowed: tuple
-    frozen: bool = False        # [freeze] frozen whole by LrTrainer.freeze
-    masked: int = 0             # [freeze] number of elements frozen by an element mask
-    depth: Optional[int] = None  # [freeze] layer-decay depth (gluon_lr.layer_decay), None when no decay rule
+    frozen: bool = False        # frozen whole by LrTrainer.freeze
+    masked: int = 0             # number of elements frozen by an element mask
+    depth: Optional[int] = None  # layer-decay depth (gluon_lr.layer_decay), None when no decay rule
 
 
 class Explanation:

@@ -51,6 +51,7 @@ from mxnet import initializer as mx_init
 
 from . import rules as _rules
 from .errors import MaskError, ParamsTypeError, RuleMatchError, UnknownParameterError
+from .optimizer_state import state_arrays
 
 __all__ = ["Freezer"]
 
@@ -103,15 +104,6 @@ def _fc_biases(params: list) -> dict:
     return pairs
 
 
-def _flat_state(state) -> list:
-    """Every NDArray in an optimizer state (None, an NDArray, or nested tuples/lists of them)."""
-    if state is None:
-        return []
-    if isinstance(state, nd.NDArray):
-        return [state]
-    if isinstance(state, (tuple, list)):
-        return [arr for item in state for arr in _flat_state(item)]
-    return []
 
 
 def _ready_state(updater, index, weight) -> list:
@@ -122,7 +114,7 @@ def _ready_state(updater, index, weight) -> list:
     elif not updater.states_synced.get(index, True):
         updater.states[index] = updater.sync_state_context(updater.states[index], weight.context)
         updater.states_synced[index] = True
-    return _flat_state(updater.states[index])
+    return state_arrays(updater.states[index])
 
 
 def _snapshot(getters: Iterable, mask: "_Mask") -> list:
@@ -153,7 +145,7 @@ def _getters(updater, index, param_or_weight, ctx_pos=None) -> list:
         return param_or_weight.list_data()[ctx_pos]
 
     def get_state(j):
-        return lambda: _flat_state(updater.states[index])[j]
+        return lambda: state_arrays(updater.states[index])[j]
 
     count = len(_ready_state(updater, index, get_weight()))
     return [get_weight] + [get_state(j) for j in range(count)]
@@ -453,6 +445,16 @@ class Freezer:
             kvstore._set_updater(_MaskingUpdater(updater, self, names))
 
     # ------------------------------------------------------------------------------------------- save / load
+    def explain_columns(self, names: list, rules, matched) -> dict:
+        """name -> {frozen, masked, depth} for ``LrTrainer.explain``: depth is that of the last layer_decay rule."""
+        columns = {name: {"frozen": name in self.frozen, "masked": self.masked_elements.get(name, 0), "depth": None}
+                   for name in names}
+        for rule, hits in zip(rules, matched):
+            if getattr(rule, "depth", None) is not None:
+                for name in hits:
+                    columns[name]["depth"] = rule.depth
+        return columns
+
     def records(self) -> dict:
         """name -> {frozen, mask, hold_norm_stats} for a states file (JSON-ready; masks as packed bits, base64)."""
         no_hold = {name for prefix in self._no_hold for name in self._layers[prefix].trainable}

@@ -85,7 +85,7 @@ class Rule:
     select: str
     lr_mult: Optional[float] = None
     wd_mult: Optional[float] = None
-    freeze: Optional[bool] = None  # [freeze]
+    freeze: Optional[bool] = None
 
     def __post_init__(self):
         """Validate the selector and normalise the multipliers to floats."""

@@ -1,9 +1,6 @@
 """LrTrainer: a ``gluon.Trainer`` whose per-parameter lr_mult/wd_mult live in one table that holds everywhere."""
 import contextlib
-import os
-import tempfile
 import types
-import warnings
 from typing import Mapping
 
 import mxnet as mx
@@ -13,9 +10,9 @@ from mxnet import gluon
 from . import _dist
 from . import freeze as _freeze
 from . import rules as _rules
-from . import settings as _settings
 from . import _fused
-from . import states as _states
+from .formats import settings as _settings
+from .formats import states as _states
 from .explain import Explanation
 from .errors import KVStoreConfigError, MaskError, MultiplierError, ParamsTypeError, UnknownParameterError
 
@@ -91,6 +88,12 @@ class LrTrainer(gluon.Trainer):
         Change multipliers with ``set_lr_mult``/``set_wd_mult``: a direct edit of ``Parameter.lr_mult`` after the
         trainer is built is overwritten the next time the table is applied, and never reaches kvstore servers.
         Mixed float16 parameters with ``multi_precision=True`` keep float32 master weights (MXNet's behaviour).
+
+    The trainer keeps the table and the ``gluon.Trainer`` overrides; its collaborators do the rest: ``rules``
+    (resolution), ``freeze.Freezer`` (frozen parameters, element masks, held norm statistics; every update passes
+    through its before/after hooks), ``_fused.FusedUpdate`` (the fast update path, told of every ``grad_req``
+    change), ``_dist`` (the table and states on dist kvstore servers), ``formats.settings`` and ``formats.states``
+    (the files).
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, kvstore="device", compression_params=None,
@@ -101,7 +104,7 @@ class LrTrainer(gluon.Trainer):
         if kvstore is None and update_on_kvstore:
             raise KVStoreConfigError("update_on_kvstore=True needs a kvstore, got kvstore=None; pass kvstore='device' "
                                      "(or 'local'), or leave update_on_kvstore=None to update on the workers.")
-        if not isinstance(fused, bool):  # fused (issue 4)
+        if not isinstance(fused, bool):
             raise ParamsTypeError(f"LrTrainer(fused=...) must be True or False, got {type(fused).__name__} "
                                   f"{fused!r:.40}; pass fused=False to always run the stock update loop.")
         param_list, kinds = _rules.collect_params(params)
@@ -117,10 +120,10 @@ class LrTrainer(gluon.Trainer):
         self._table = self._resolve(self._explicit)
         self._check_table(self._table)
         self._apply_table()
-        self._freezer = _freeze.Freezer(self._params, kinds)  # [freeze] freezing state, see gluon_lr/freeze.py
-        self._freezer.apply_rules(self._rules, self._matched)  # [freeze] Rule(..., freeze=True/False), in order
-        self._fused = _fused.FusedUpdate(self) if fused else None  # fused (issue 4)
-        if self._fused is not None:  # fused (issue 4): pack before a static_alloc graph binds the arrays
+        self._freezer = _freeze.Freezer(self._params, kinds)
+        self._freezer.apply_rules(self._rules, self._matched)
+        self._fused = _fused.FusedUpdate(self) if fused else None
+        if self._fused is not None:
             self._fused.prepare(early=True)
 
     # ----------------------------------------------------------------------------------------------- the table
@@ -136,7 +139,7 @@ class LrTrainer(gluon.Trainer):
 
     @property
     def fused_params(self) -> tuple:
-        """Names of the parameters the fast update path updates (fused (issue 4)); empty where it does not apply.
+        """Names of the parameters the fast update path updates; empty where it does not apply.
 
         Example:
             >>> trainer.step(batch_size)
@@ -283,7 +286,7 @@ class LrTrainer(gluon.Trainer):
             self._kvstore_params = config
         self._cap_aggregation()
         self._apply_table()
-        if self._update_on_kvstore:  # [freeze] element masks must be applied where the kvstore updates
+        if self._update_on_kvstore:
             self._freezer.wrap_kvstore(self._kvstore, self._names)
         _dist.attach(self)  # dist kvstore with update_on_kvstore: install optimizer + table on the servers
 
@@ -296,30 +299,31 @@ class LrTrainer(gluon.Trainer):
         already updated in ``_allreduce_grads`` (push/pull on the kvstore) and ``_apply_updates`` only checks for
         stale gradients.
         """
-        if not self._update_on_kvstore:  # [freeze] unfrozen parameters read the current lr step
+        if not self._update_on_kvstore:
             self._freezer.align_num_update(self._optimizers())
-        saved = self._freezer.before_update(self._params, self._updaters, bool(self._update_on_kvstore))  # [freeze]
-        with self._freezer.excluded():  # [freeze] frozen Dense weights that keep a gradient are not updated
+        saved = self._freezer.before_update(self._params, self._updaters, bool(self._update_on_kvstore))
+        with self._freezer.excluded():
             self._apply_updates(ignore_stale_grad)
-        self._freezer.after_update(saved)  # [freeze] restore masked elements and held norm statistics
+        self._freezer.after_update(saved)
 
     def _allreduce_grads(self):
-        """Push (and pull) as Gluon does. With update_on_kvstore=True the kvstore updates in here: [freeze] align the
-        global step first; [dist] send changed lr/wd/multipliers to dist kvstore servers (``gluon_lr/_dist.py``)."""
+        """Push (and pull) as Gluon does. With update_on_kvstore=True the kvstore updates in here: align the global
+        step first (frozen parameters' counts), send changed lr/wd/multipliers to dist kvstore servers, and leave
+        frozen parameters out of the push and pull."""
         if self._update_on_kvstore:
             self._freezer.align_num_update(self._optimizers())
         _dist.sync(self)
-        with self._freezer.excluded():  # [freeze] nor pushed/pulled
+        with self._freezer.excluded():
             super()._allreduce_grads()
 
     def _apply_updates(self, ignore_stale_grad=False):
         """The fast update path where it applies (``gluon_lr._fused``), else the stock Gluon loop."""
-        # fused (issue 4): the fast path returns False, having done nothing, where it does not apply.
+      
         if self._fused is None or not self._fused.apply(ignore_stale_grad):
             super()._update(ignore_stale_grad)
 
     def _check_and_rescale_grad(self, scale):
-        """As Gluon; then (fused (issue 4)) pack the fast path's flat buffers for this update.
+        """As Gluon; then pack the fast path's flat buffers for this update.
 
         Both ``step`` and ``update`` pass here first, before anything takes references to arrays for the update.
         """
@@ -340,18 +344,8 @@ class LrTrainer(gluon.Trainer):
         Example:
             >>> print(trainer.explain())
         """
-        return Explanation.from_table(self._params, self._table, self._kinds, self._freeze_columns())  # [freeze]
-
-    def _freeze_columns(self) -> dict:
-        """[freeze] name -> {frozen, masked, depth} for explain(): depth is that of the last layer_decay rule."""
-        masked = self._freezer.masked_elements
-        columns = {name: {"frozen": name in self._freezer.frozen, "masked": masked.get(name, 0), "depth": None}
-                   for name in self._names}
-        for rule, hits in zip(self._rules, self._matched):
-            if getattr(rule, "depth", None) is not None:
-                for name in hits:
-                    columns[name]["depth"] = rule.depth
-        return columns
+        columns = self._freezer.explain_columns(self._names, self._rules, self._matched)
+        return Explanation.from_table(self._params, self._table, self._kinds, columns)
 
     def _param_records(self) -> list:
         """Per parameter, in index order, what the settings file holds (name, shape, dtype, multipliers, freezing)."""
@@ -379,7 +373,7 @@ class LrTrainer(gluon.Trainer):
             'sgd'
         """
         document = _settings.settings_document(self._optimizer, self._param_records(), self._optimizer.num_update)
-        _settings.write_json_atomic(path, document)
+        _settings.write_settings(path, document)
         return document
 
     def save_states(self, fname) -> None:
@@ -397,16 +391,7 @@ class LrTrainer(gluon.Trainer):
         Note:
             Stock ``gluon.Trainer.save_states`` drops every lr_mult/wd_mult; this file keeps them.
         """
-        folder = os.path.dirname(os.path.abspath(fname))
-        with tempfile.TemporaryDirectory(dir=folder if os.path.isdir(folder) else None) as tmp:
-            raw_path = os.path.join(tmp, "mx.states")
-            super().save_states(raw_path)
-            with open(raw_path, "rb") as source:
-                raw = source.read()
-        freeze = self._freezer.records()  # [freeze] frozen, mask, hold_norm_stats by name
-        header = [{"name": r["name"], "shape": r["shape"], "lr_mult": r["lr_mult"], "wd_mult": r["wd_mult"],
-                   **freeze[r["name"]]} for r in self._param_records()]
-        _states.write_states(fname, header, raw)
+        _states.save_trainer_states(self, fname)
 
     def load_states(self, fname) -> list:
         """Load a file written by ``save_states``: optimizer states by name, and the multiplier table.
@@ -429,31 +414,9 @@ class LrTrainer(gluon.Trainer):
         Example:
             >>> missing = trainer.load_states("trainer.states")
         """
-        header, raw = _states.read_states(fname)
-        old_names = [p["name"] for p in header]
-        raw = _states.remap_states(fname, raw, old_names, self._params)
-        restored = {field: {p["name"]: p[field] for p in header if p["name"] in self._table
-                            and p[field] != getattr(self._table[p["name"]], field)}
-                    for field in ("lr_mult", "wd_mult")}
-        folder = os.path.dirname(os.path.abspath(fname))  # next to fname: dist kvstore servers read it from there
-        with tempfile.TemporaryDirectory(dir=folder) as tmp:
-            raw_path = os.path.join(tmp, "mx.states")
-            with open(raw_path, "wb") as out:
-                out.write(raw)
-            super().load_states(raw_path)
-        self._cap_aggregation()
-        for field, values in restored.items():
-            self._set_explicit(field, values, replace=False, source="load_states")
-        self._apply_table()
-        with self._grad_req_watch():  # [freeze x fused]
-            self._freezer.load_records(header)  # [freeze] frozen set and masks, by name
-        missing = [name for name in old_names if name not in self._table]
-        if missing:
-            warnings.warn(f"load_states({str(fname)!r}): {len(missing)} parameter(s) in the file are not in this "
-                          f"trainer and were skipped: {missing[:10]}")
-        return missing
+        return _states.load_trainer_states(self, fname)
 
-    # ------------------------------------------------------------------------- [freeze] freezing (gluon_lr/freeze.py)
+    # ---------------------------------------------------------------------------------------------- freezing
     def freeze(self, select, mask=None, hold_norm_stats: bool = True) -> list:
         """Freeze parameters (or, with ``mask``, elements of one parameter) so that nothing about them changes.
 
@@ -498,17 +461,13 @@ class LrTrainer(gluon.Trainer):
         """
         names = self._freezer.select(select)
         if mask is None:
-            with self._grad_req_watch():  # [freeze x fused]
+            with self._grad_req_watch():
                 self._freezer.freeze(names, hold_norm_stats)
             return names
         if len(names) != 1:
             raise MaskError(f"freeze(mask=...) needs exactly one parameter, {select!r:.60} selects {len(names)} "
                             f"({names[:3]}...); call freeze(name, mask=m) once per parameter.")
-        kvstore = self._kvstore_params["kvstore"]
-        kv_type = kvstore if isinstance(kvstore, str) else getattr(kvstore, "type", "")
-        if "dist" in str(kv_type) and self._kvstore_params["update_on_kvstore"] is not False:
-            raise MaskError(f"element masks cannot apply on dist kvstore servers (kvstore {kv_type!r} updates "
-                            f"there); build the trainer with update_on_kvstore=False to mask elements.")
+        _dist.refuse_masks(self._kvstore_params)
         self._freezer.set_mask(names[0], mask)
         return names
 
@@ -528,13 +487,13 @@ class LrTrainer(gluon.Trainer):
             >>> trainer.unfreeze(net.features[-1])   # ULMFiT-style: thaw the last stage
         """
         names = self._freezer.select(select)
-        with self._grad_req_watch():  # [freeze x fused]
+        with self._grad_req_watch():
             self._freezer.unfreeze(names)
         return names
 
     @contextlib.contextmanager
     def _grad_req_watch(self):
-        """[freeze x fused] Tell the fast path, as soon as the block ends, whose ``grad_req`` changed in it.
+        """Tell the fast path, as soon as the block ends, whose ``grad_req`` changed in it.
 
         The fast path must follow a ``grad_req`` change before the next backward: a ``static_shape`` graph binds
         gradient arrays anew only at the backward that follows a change of its gradient requests (see

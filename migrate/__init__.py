@@ -1,17 +1,19 @@
 """migrate: carry gluon-lr settings, weights and optimizer state from MXNet Gluon to PyTorch."""
-from migrate.groups import param_groups
-from migrate.mapping import NameMapping
-from migrate.match import name_mapping
-from migrate.migration import load_migration
-from migrate.optim import MXNetLRScheduler, StockTranslation, torch_lr_scheduler, torch_optimizer
-from migrate.state import convert_optimizer_state
-from migrate.verify import NodeCheck, VerifyReport, verify
-from migrate.weights import convert_weights
+from migrate.optim.groups import ParamGroups, param_groups
+from migrate.mapping.table import NameMapping
+from migrate.mapping.name_mapping import name_mapping
+from migrate.migration_folder import load_migration
+from migrate.optim.translate import (MXNetLRScheduler, StockTranslation, stock_torch_optimizer, torch_lr_scheduler,
+                                     torch_optimizer)
+from migrate.optim.state import convert_optimizer_state
+from migrate.mapping.verify import NodeCheck, VerifyReport, verify
+from migrate.mapping.weights import convert_weights
 
 __all__ = [
     "MXNetLRScheduler",
     "NameMapping",
     "NodeCheck",
+    "ParamGroups",
     "StockTranslation",
     "VerifyReport",
     "convert_optimizer_state",
@@ -19,6 +21,7 @@ __all__ = [
     "load_migration",
     "name_mapping",
     "param_groups",
+    "stock_torch_optimizer",
     "torch_lr_scheduler",
     "torch_optimizer",
     "verify",

@@ -9,7 +9,7 @@ import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mxnet import autograd  # noqa: E402
 
-from gluon_lr.settings import atomic_write  # noqa: E402
+from gluon_lr.formats import atomic  # noqa: E402
 
 
 def pick_context() -> mx.Context:
@@ -58,7 +58,7 @@ def first_step_lr(before: np.ndarray, after: np.ndarray, grad: np.ndarray, resca
 
 def write_text(path: str, text: str) -> None:
     """Write ``text`` (UTF-8, newline-terminated) atomically."""
-    atomic_write(path, (text.rstrip("\n") + "\n").encode("utf-8"))
+    atomic.write_text(path, text.rstrip("\n") + "\n")
 
 
 def write_json(path: str, document: dict) -> None:

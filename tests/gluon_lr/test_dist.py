@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.gluon_lr import dist_worker as W
-from tests.gluon_lr.dist_harness import ClusterError, run_cluster
+from devtools.local_cluster import ClusterError, run_cluster
 
 pytestmark = pytest.mark.slow
 

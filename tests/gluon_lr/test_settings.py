@@ -5,7 +5,7 @@ import os
 import mxnet as mx
 import pytest
 
-from gluon_lr import LrTrainer, Rule, load_settings
+from gluon_lr import LrTrainer, Rule, SettingsFileError, load_settings
 from tests.gluon_lr.conftest import build_mlp, build_scale, train_step
 
 
@@ -86,3 +86,17 @@ class TestExportSettings:
         trainer.export_settings(path)
         assert json.loads(path.read_text())["format"] == "gluon-lr-settings"
         assert os.listdir(tmp_path) == ["s.json"]
+
+
+def test_validated_once_where_it_enters(tmp_path, monkeypatch):
+    """A document from load_settings is not checked again by as_settings; an edited plain copy is."""
+    from gluon_lr.formats import settings as fmt
+    _, trainer = _trained(steps=1)
+    trainer.export_settings(tmp_path / "s.json")
+    document = fmt.load_settings(tmp_path / "s.json")
+    calls = []
+    monkeypatch.setattr(fmt, "_check_params", lambda *args: calls.append(args))
+    assert fmt.as_settings(document) is document and calls == []
+    edited = dict(document, num_update=-1)
+    with pytest.raises(SettingsFileError, match=r"num_update must be an integer >= 0, got -1"):
+        fmt.as_settings(edited)

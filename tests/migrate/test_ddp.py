@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.gluon_lr.dist_harness import ClusterError, run_torch_ddp
+from devtools.local_cluster import ClusterError, run_torch_ddp
 from tests.migrate import ddp_worker as W
 
 pytestmark = pytest.mark.slow

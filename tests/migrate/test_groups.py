@@ -32,13 +32,16 @@ class TestParamGroups:
         }
 
     def test_frozen_parameters_are_left_out(self):
-        """The frozen layer gets requires_grad=False and is in no group."""
+        """The frozen layer is in no group and listed in .frozen; the model changes only on apply_frozen."""
         model, settings = _setup()
         groups = migrate.param_groups(model, settings, R.MAPPING)
         in_groups = {id(p) for g in groups for p in g["params"]}
+        assert sorted(groups.frozen) == ["2.bias", "2.weight"]
         for key in ("2.weight", "2.bias"):
             param = model.get_parameter(key)
-            assert not param.requires_grad and id(param) not in in_groups
+            assert param.requires_grad and id(param) not in in_groups
+        groups.apply_frozen(model)
+        assert [k for k, p in model.named_parameters() if not p.requires_grad] == ["2.weight", "2.bias"]
 
     def test_deterministic_order_and_metadata(self):
         """Groups follow MXNet's index order and carry lr_mult, wd_mult, mx_names and mx_indices."""
@@ -73,8 +76,8 @@ class TestParamGroups:
         with pytest.raises(MappingError, match=r"\['4.bias'\].*unmapped='freeze'"):
             migrate.param_groups(model, settings, mapping)
         with pytest.warns(UserWarning, match="4.bias"):
-            migrate.param_groups(model, settings, mapping, unmapped="freeze")
-        assert not model.get_parameter("4.bias").requires_grad
+            frozen = migrate.param_groups(model, settings, mapping, unmapped="freeze").frozen
+        assert "4.bias" in frozen and model.get_parameter("4.bias").requires_grad
         model, settings = _setup()
         with pytest.warns(UserWarning, match="4.bias"):
             groups = migrate.param_groups(model, settings, mapping, unmapped="default")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import migrate
-from migrate.match import align
+from migrate.mapping.match import align
 
 ATOL = 1e-5
 

@@ -1,4 +1,5 @@
 """Tests of migrate.torch_optimizer and migrate.torch_lr_scheduler against real MXNet 1.9.1 runs."""
+import json
 import pickle
 
 import numpy as np
@@ -96,10 +97,10 @@ class TestTorchOptimizer:
         assert groups["mlp_fc0_bias"]["beta1"] == 0.8 and groups["mlp_fc0_bias"]["weight_decay"] == 0.0
 
     def test_exact_false_reports_differences(self):
-        """exact=False gives stock torch SGD (foreach) and names the momentum, clipping and rescale differences."""
+        """stock_torch_optimizer gives stock torch SGD (foreach) and names the momentum, clipping and rescale differences."""
         ref = R.mx_reference("sgd", "float32")
         model = R.torch_model(ref["initial"])
-        optimizer, differences = migrate.torch_optimizer(model, ref["settings"], R.MAPPING, exact=False)
+        optimizer, differences = migrate.stock_torch_optimizer(model, ref["settings"], R.MAPPING)
         assert type(optimizer) is torch.optim.SGD and optimizer.defaults["foreach"] is True
         text = " ".join(differences)
         for needle in ("lr inside the momentum", "clip_grad_value_", "rescale_grad=0.125"):
@@ -110,7 +111,7 @@ class TestTorchOptimizer:
         """Every optimizer has a closest stock torch.optim optimizer and a non-empty list of differences."""
         net = R.mx_net("float32")
         settings = R.settings_of(net, name, opt_kwargs, None)
-        optimizer, differences = migrate.torch_optimizer(R.torch_net(net), settings, R.MAPPING, exact=False)
+        optimizer, differences = migrate.stock_torch_optimizer(R.torch_net(net), settings, R.MAPPING)
         assert type(optimizer).__module__.startswith("torch.optim") and differences
 
 
@@ -146,7 +147,7 @@ class TestTorchLrScheduler:
 
 def _settings(**changes):
     net = R.mx_net("float32")
-    settings = R.settings_of(net, "sgd", {"learning_rate": 0.1, "momentum": 0.9}, None)
+    settings = json.loads(json.dumps(R.settings_of(net, "sgd", {"learning_rate": 0.1, "momentum": 0.9}, None)))
     for path, value in changes.items():
         target, keys = settings, path.split("__")
         for key in keys[:-1]:
@@ -165,9 +166,10 @@ ERRORS = [
      UnsupportedOptimizerError, r"\['gamma9'\]"),
     ("multi precision", dict(optimizer__multi_precision=True), R.MAPPING, UnsupportedOptimizerError,
      "multi_precision"),
-    ("settings without optimizer", dict(optimizer=_DELETE), R.MAPPING, SettingsError, r"missing keys \['optimizer'\]"),
-    ("param entry without lr_mult", dict(params__mlp_fc0_weight={"index": 0, "wd_mult": 1.0, "frozen": False}),
-     R.MAPPING, SettingsError, r"mlp_fc0_weight.*\['lr_mult'\]"),
+    ("settings without optimizer", dict(optimizer=_DELETE), R.MAPPING, SettingsError, r"optimizer must be an object"),
+    ("param entry without lr_mult", dict(params__mlp_fc0_weight={"index": 0, "shape": [8, 4], "dtype": "float32",
+                                                                  "wd_mult": 1.0, "frozen": False, "masked_elements": 0}),
+     R.MAPPING, SettingsError, r"params\['mlp_fc0_weight'\]\.lr_mult must be a number, got nothing"),
     ("settings not a dict", None, R.MAPPING, SettingsError, "must be a dict or a path"),
     ("mapping to a missing torch param", {}, dict(R.MAPPING, mlp_fc2_bias="9.bias"), MappingError,
      r"mlp_fc2_bias -> 9.bias"),
@@ -185,11 +187,10 @@ def test_torch_optimizer_errors(description, changes, mapping, error, pattern):
 
 
 def test_bad_scheduler_type_raises():
-    """A scheduler type MXNet does not have raises SettingsError naming it and the known ones."""
+    """A scheduler type MXNet does not have raises SettingsError naming it and the known ones, where it enters."""
     settings = _settings(lr_scheduler={"type": "StepLR", "step_size": 3})
-    optimizer = migrate.torch_optimizer(R.torch_net(R.mx_net("float32")), settings, R.MAPPING)
-    with pytest.raises(SettingsError, match=r"'StepLR'.*CosineScheduler"):
-        migrate.torch_lr_scheduler(optimizer, settings)
+    with pytest.raises(SettingsError, match=r"CosineScheduler.*'StepLR'"):
+        migrate.torch_optimizer(R.torch_net(R.mx_net("float32")), settings, R.MAPPING)
 
 
 # Larger than migrate's cache-blocking piece (2**18 elements) and not a multiple of it, plus a small tensor.
@@ -206,7 +207,7 @@ class TestLargeTensors:
     def test_large_tensor_matches_mxnet_updater(self, name, hyper, scaling):
         """A 300k-element tensor (in pieces or a fused kernel) follows MXNet's updater, update counts unequal."""
         import mxnet as mx
-        from migrate._mx_optimizers import OPTIMIZERS
+        from migrate.optim.exact import OPTIMIZERS
 
         rng = np.random.RandomState(5)
         initial = [rng.randn(*shape).astype("float32") for shape in LARGE_SHAPES]
@@ -228,3 +229,11 @@ class TestLargeTensors:
             moved = float(np.abs(initial[index] - param.detach().numpy()).max())
             assert worst <= 1e-5, f"{name} tensor {index} {LARGE_SHAPES[index]}: differs by {worst:.3g} > 1e-5"
             assert moved > 1e-3, f"{name} tensor {index}: moved only {moved:.3g}"
+
+
+def test_exact_false_is_the_stock_optimizer_with_a_warning():
+    """torch_optimizer(exact=False), kept for older callers, returns the stock optimizer and warns what differs."""
+    ref = R.mx_reference("sgd", "float32")
+    with pytest.warns(UserWarning, match="stock_torch_optimizer.*lr inside the momentum"):
+        optimizer = migrate.torch_optimizer(R.torch_model(ref["initial"]), ref["settings"], R.MAPPING, exact=False)
+    assert type(optimizer) is torch.optim.SGD

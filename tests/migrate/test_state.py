@@ -124,6 +124,6 @@ def test_stock_optimizer_is_refused():
     """A stock torch optimizer (exact=False) cannot take MXNet states: the error says to use exact=True."""
     ref = R.mx_reference("adam", "float32")
     model = R.torch_model(ref["middle"])
-    optimizer, _ = migrate.torch_optimizer(model, ref["settings"], R.MAPPING, exact=False)
+    optimizer, _ = migrate.stock_torch_optimizer(model, ref["settings"], R.MAPPING)
     with pytest.raises(StateConversionError, match="exact=True"):
         migrate.convert_optimizer_state(ref["states"], ref["settings"], R.MAPPING, optimizer)

@@ -5,7 +5,7 @@ Each class follows one MXNet optimizer (``mxnet/optimizer/optimizer.py`` and the
 ``+-clip_gradient``, every per-parameter update count ``step`` is kept, and the hyperparameters that MXNet's
 kernels take as C ``float`` are rounded to float32 before use, so float64 runs agree to ~1e-16 per step.
 Where torch has no kernel that keeps MXNet's order of operations (FTRL; LAMB's float64 norms), compiled numba loops
-(``migrate._kernels``) replay MXNet's C++ loops on CPU tensors, bit for bit; other tensors take a torch path.
+(``migrate.optim._kernels``) replay MXNet's C++ loops on CPU tensors, bit for bit; other tensors take a torch path.
 A group's ``lr`` and ``weight_decay`` are absolute (MXNet's ``schedule(num_update) * lr_mult`` and
 ``wd * wd_mult``); ``migrate.torch_lr_scheduler`` keeps ``lr`` on MXNet's schedule.
 """
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from migrate import _kernels
+from migrate.optim import _kernels
 
 
 def _f32(value):
@@ -519,7 +519,7 @@ def _f32_norms(tensors, square_in_float=False):
     """L2 norms as float32 values, as MXNet's multi_lamb_update takes them: ``sqrt`` of multi_sum_sq's float sums.
 
     float64 CPU tensors replay multi_sum_sq exactly (one float accumulator per tensor, in element order; see
-    ``migrate._kernels``); others take torch's norm rounded to float32, ~1e-7 relative from MXNet's, within
+    ``migrate.optim._kernels``); others take torch's norm rounded to float32, ~1e-7 relative from MXNet's, within
     float32's own rounding. ``square_in_float``: the values are float32 numbers (MXNet's float32 direction buffer).
     """
     if tensors[0].dtype == torch.float64 and _kernels.available(*tensors):
@@ -584,7 +584,7 @@ def _signum_piece(weight, grad, moment, lr, wd, mom, wd_lh):
 class Ftrl(_MXNetOptimizer):
     """MXNet ``ftrl``: FTRL-proximal with L1 ``lamda1``, ``beta`` and L2 ``wd``; weights are recomputed from z, n.
 
-    Contiguous CPU float32/float64 tensors take one compiled pass of MXNet's FtrlUpdateKernel (``migrate._kernels``,
+    Contiguous CPU float32/float64 tensors take one compiled pass of MXNet's FtrlUpdateKernel (``migrate.optim._kernels``,
     bit for bit ``ftrl_update``); others a torch path in another order of operations (~1e-7 relative per step).
 
     Example:

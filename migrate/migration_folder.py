@@ -4,18 +4,33 @@ Layout (file names below): ``mapping.json`` (``NameMapping``), ``weights.pt`` (t
 ``state_dict``), ``param_groups.json`` (readable groups), ``optimizer.pt`` (optimizer ``state_dict``, the settings,
 the name mapping and the scheduler's update count), ``report.json`` and ``report.txt``.
 """
+import io
 import os
 
-from migrate.errors import InputFileError
-from migrate.optim import torch_lr_scheduler, torch_optimizer
+import torch
 
-__all__ = ["load_migration", "optimizer_document", "MAPPING", "WEIGHTS", "GROUPS", "OPTIMIZER", "REPORT_JSON",
+from gluon_lr.formats.atomic import atomic_write
+from migrate.errors import InputFileError
+from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
+
+__all__ = ["load_migration", "optimizer_document", "torch_save", "MAPPING", "WEIGHTS", "GROUPS", "OPTIMIZER", "REPORT_JSON",
            "REPORT_TXT"]
 
 MAPPING, WEIGHTS, GROUPS, OPTIMIZER = "mapping.json", "weights.pt", "param_groups.json", "optimizer.pt"
 REPORT_JSON, REPORT_TXT = "report.json", "report.txt"
 OPTIMIZER_FORMAT = "gluon-lr-torch-optimizer"
 SCHEMA_VERSION = 1
+
+
+def torch_save(obj, path) -> None:
+    """``torch.save(obj, path)``, atomically (``gluon_lr.formats.atomic``).
+
+    Example:
+        >>> torch_save(model.state_dict(), "migrated/weights.pt")  # doctest: +SKIP
+    """
+    buffer = io.BytesIO()  # torch.save refuses a file name that starts with a dot, as temp names do
+    torch.save(obj, buffer)
+    atomic_write(path, buffer.getvalue())
 
 
 def optimizer_document(optimizer, scheduler, settings: dict, mapping) -> dict:
@@ -34,7 +49,7 @@ def optimizer_document(optimizer, scheduler, settings: dict, mapping) -> dict:
         >>> torch.save(optimizer_document(opt, sched, settings, mapping), "migrated/optimizer.pt")  # doctest: +SKIP
     """
     return {"format": OPTIMIZER_FORMAT, "schema_version": SCHEMA_VERSION,
-            "optimizer_class": type(optimizer).__name__, "settings": settings,
+            "optimizer_class": type(optimizer).__name__, "settings": dict(settings),
             "mapping": {name: mapping[name] for name in mapping}, "num_update": int(scheduler.num_update),
             "optimizer": optimizer.state_dict()}
 

@@ -1,11 +1,12 @@
-"""The settings file: what ``LrTrainer.export_settings`` writes and ``load_settings`` reads and validates.
+"""The settings file format: schema, writer (``write_settings``), reader and validator (``load_settings``).
 
-The format is documented in the README ("Settings file format"); it is the contract with ``migrate``.
+The format is documented in the README ("Settings file format"); it is the contract with ``migrate``, which reads it
+through ``as_settings``. A document is validated once, where it enters: by ``load_settings`` for a file, by
+``as_settings`` for a dict a program built.
 """
 import inspect
 import json
 import os
-import tempfile
 from typing import Optional
 
 import mxnet as mx
@@ -13,10 +14,12 @@ import numpy as np
 from mxnet import lr_scheduler as _lrs
 from mxnet import optimizer as _opt
 
-from .errors import SettingsFileError
-from .rules import check_multiplier
+from ..errors import SettingsFileError
+from ..rules import check_multiplier
+from .atomic import write_json
 
-__all__ = ["FORMAT", "SCHEMA_VERSION", "load_settings", "settings_document", "write_json_atomic", "atomic_write"]
+__all__ = ["FORMAT", "SCHEMA_VERSION", "SettingsDocument", "as_settings", "check_settings", "load_settings", "settings_document",
+           "write_settings"]
 
 FORMAT = "gluon-lr-settings"
 SCHEMA_VERSION = 1
@@ -30,56 +33,6 @@ _SCHEDULERS = {
     "CosineScheduler": ("max_update", "final_lr"),
 }
 _WARMUP = ("warmup_steps", "warmup_begin_lr", "warmup_mode")
-
-
-def atomic_write(path, data: bytes, error=SettingsFileError) -> None:
-    """Write ``data`` to ``path`` atomically: a temp file in the same folder, then ``os.replace``.
-
-    The file gets the usual permissions (0666 minus the umask), not the temp file's 0600.
-
-    Args:
-        path: Destination file.
-        data: The bytes to write.
-        error: The exception class raised when the folder is missing or not writable.
-
-    Raises:
-        SettingsFileError: (or ``error``) the folder does not exist or is not writable.
-
-    Example:
-        >>> atomic_write("notes.txt", b"hello")
-    """
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    except OSError as exc:
-        raise error(f"Cannot write {str(path)!r}: folder {folder!r} is not writable ({exc.strerror}); create it "
-                    f"or choose another path.") from None
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def write_json_atomic(path, document: dict) -> None:
-    """Write ``document`` as indented JSON to ``path`` atomically (see ``atomic_write``).
-
-    Args:
-        path: Destination file.
-        document: A JSON-serialisable dict (NaN and infinity are refused).
-
-    Raises:
-        SettingsFileError: the folder does not exist or is not writable.
-
-    Example:
-        >>> write_json_atomic("settings.json", {"format": FORMAT})
-    """
-    atomic_write(path, (json.dumps(document, indent=1, allow_nan=False) + "\n").encode("utf-8"))
 
 
 def _hyperparameters(optimizer: _opt.Optimizer) -> dict:
@@ -194,16 +147,16 @@ _PARAM_FIELDS = {
 }
 
 
-def _check_fields(path, where: str, obj, fields: dict) -> None:
+def _check_fields(source: str, where: str, obj, fields: dict, error) -> None:
     """Check that ``obj`` is an object holding every field of ``fields`` with a valid value."""
     if not isinstance(obj, dict):
-        raise SettingsFileError(f"Settings file {path!r}: {where} must be an object, got {type(obj).__name__}; "
-                                f"re-export it with LrTrainer.export_settings.")
+        raise error(f"{source}: {where} must be an object, got {type(obj).__name__}; "
+                    f"re-export it with LrTrainer.export_settings.")
     for field, (valid, expected) in fields.items():
         if field not in obj or not valid(obj[field]):
             got = repr(obj[field]) if field in obj else "nothing"
-            raise SettingsFileError(f"Settings file {path!r}: {where}.{field} must be {expected}, got {got}; "
-                                    f"re-export it with LrTrainer.export_settings.")
+            raise error(f"{source}: {where}.{field} must be {expected}, got {got}; "
+                        f"re-export it with LrTrainer.export_settings.")
 
 
 def _read_json(path) -> dict:
@@ -227,35 +180,76 @@ def _read_json(path) -> dict:
     return document
 
 
-def _check_scheduler(path, scheduler) -> None:
+def _check_scheduler(source: str, scheduler, error) -> None:
     """``lr_scheduler`` is null or a known type holding all its arguments."""
     if scheduler is None:
         return
     kind = scheduler.get("type") if isinstance(scheduler, dict) else None
     if kind not in _SCHEDULERS:
-        raise SettingsFileError(f"Settings file {path!r}: lr_scheduler.type must be one of {sorted(_SCHEDULERS)}, "
-                                f"got {kind!r}; re-export it with LrTrainer.export_settings.")
+        raise error(f"{source}: lr_scheduler.type must be one of {sorted(_SCHEDULERS)}, got {kind!r}; "
+                    f"re-export it with LrTrainer.export_settings.")
     missing = [arg for arg in ("base_lr",) + _SCHEDULERS[kind] + _WARMUP if arg not in scheduler]
     if missing:
-        raise SettingsFileError(f"Settings file {path!r}: lr_scheduler ({kind}) lacks {missing}; re-export it.")
+        raise error(f"{source}: lr_scheduler ({kind}) lacks {missing}; re-export it.")
 
 
-def _check_params(path, params) -> None:
+def _check_params(source: str, params, error) -> None:
     """Every parameter record is complete, valid, and the indices are 0..n-1."""
     if not isinstance(params, dict) or not params:
-        raise SettingsFileError(f"Settings file {path!r}: params must be a non-empty object name -> record, got "
-                                f"{params!r:.60}; re-export it with LrTrainer.export_settings.")
+        raise error(f"{source}: params must be a non-empty object name -> record, got "
+                    f"{params!r:.60}; re-export it with LrTrainer.export_settings.")
     for name, record in params.items():
-        _check_fields(path, f"params[{name!r}]", record, _PARAM_FIELDS)
+        _check_fields(source, f"params[{name!r}]", record, _PARAM_FIELDS, error)
         for field in ("lr_mult", "wd_mult"):
             try:
                 check_multiplier(record[field], f"params[{name!r}].{field}")
             except ValueError as exc:
-                raise SettingsFileError(f"Settings file {path!r}: {exc}") from None
+                raise error(f"{source}: {exc}") from None
     indices = sorted(record["index"] for record in params.values())
     if indices != list(range(len(params))):
-        raise SettingsFileError(f"Settings file {path!r}: params indices must be 0..{len(params) - 1} once each, "
-                                f"got {indices[:10]}; re-export it with LrTrainer.export_settings.")
+        raise error(f"{source}: params indices must be 0..{len(params) - 1} once each, "
+                    f"got {indices[:10]}; re-export it with LrTrainer.export_settings.")
+
+
+class SettingsDocument(dict):
+    """A settings document that was validated where it entered (``load_settings``, ``check_settings``); ``as_settings``
+    passes it on without checking it again. Edit a copy as a plain dict (``dict(document)``): that is checked anew."""
+
+
+_DOCUMENT_FIELDS = {
+    "optimizer": (lambda v: isinstance(v, dict), "an object"),
+    "num_update": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
+    "params": (lambda v: isinstance(v, dict), "an object"), "lr_scheduler": (lambda v: True, "present")}
+
+
+def check_settings(document, source: str = "settings document", error=SettingsFileError) -> dict:
+    """Validate a settings document (every field of the README's "Settings file format") and return it.
+
+    Args:
+        document: The document as a dict.
+        source: How messages name it (a file's path, or "settings document").
+        error: The exception class to raise.
+
+    Returns:
+        The document as a ``SettingsDocument``, ``params`` in index order.
+
+    Raises:
+        error: a field is missing or invalid (the message names the field and the fix).
+
+    Example:
+        >>> check_settings(json.load(open("settings.json")))["num_update"]
+        20
+    """
+    if not isinstance(document, dict):
+        raise error(f"{source} must be a dict or a path to a settings file, got {type(document).__name__}; pass "
+                    f"the document LrTrainer.export_settings wrote.")
+    _check_fields(source, "the document", document, _DOCUMENT_FIELDS, error)
+    _check_fields(source, "optimizer", document["optimizer"], _OPTIMIZER_FIELDS, error)
+    _check_scheduler(source, document["lr_scheduler"], error)
+    _check_params(source, document["params"], error)
+    document = SettingsDocument(document)
+    document["params"] = dict(sorted(document["params"].items(), key=lambda item: item[1]["index"]))
+    return document
 
 
 def load_settings(path) -> dict:
@@ -277,13 +271,38 @@ def load_settings(path) -> dict:
         1.0
     """
     path = os.fspath(path)
-    document = _read_json(path)
-    _check_fields(path, "the document", document, {
-        "optimizer": (lambda v: isinstance(v, dict), "an object"),
-        "num_update": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
-        "params": (lambda v: isinstance(v, dict), "an object"), "lr_scheduler": (lambda v: True, "present")})
-    _check_fields(path, "optimizer", document["optimizer"], _OPTIMIZER_FIELDS)
-    _check_scheduler(path, document["lr_scheduler"])
-    _check_params(path, document["params"])
-    document["params"] = dict(sorted(document["params"].items(), key=lambda item: item[1]["index"]))
-    return document
+    return check_settings(_read_json(path), f"Settings file {path!r}")
+
+
+def as_settings(settings, error=SettingsFileError) -> dict:
+    """The validated settings document: the file at a path read by ``load_settings``, a dict checked, or a
+    ``SettingsDocument`` as it is (it was checked where it entered).
+
+    Args:
+        settings: A path to a settings file, or the document as a dict.
+        error: The exception class raised for an invalid dict (files raise ``SettingsFileError``).
+
+    Returns:
+        The document.
+
+    Example:
+        >>> as_settings("out/settings.json")["optimizer"]["name"]
+        'sgd'
+    """
+    if isinstance(settings, SettingsDocument):
+        return settings
+    if isinstance(settings, (str, os.PathLike)):
+        return load_settings(settings)
+    return check_settings(settings, error=error)
+
+
+def write_settings(path, document: dict) -> None:
+    """Write a settings document to ``path`` atomically.
+
+    Raises:
+        SettingsFileError: the folder is missing or not writable.
+
+    Example:
+        >>> write_settings("settings.json", settings_document(trainer.optimizer, records, 0))
+    """
+    write_json(path, document, error=SettingsFileError)

@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from migrate.export import load_mxnet, normalize_shapes
-from migrate.mapping import NameMapping
-from migrate.weights import convert_weights
+from migrate.mapping.export import load_mxnet, normalize_shapes
+from migrate.mapping.table import NameMapping
+from migrate.mapping.weights import convert_weights
 
 __all__ = ["verify", "VerifyReport", "NodeCheck"]
 

@@ -6,7 +6,7 @@ import json
 import os
 
 from migrate.errors import CliUsageError, InputFileError, MappingError, OutputExistsError
-from migrate.mapping import NameMapping
+from migrate.mapping.table import NameMapping
 
 _MATCH_FLAGS = ("--symbol", "--params", "--input-shape")
 

@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from migrate.errors import InputFileError, MappingError, WeightShapeError
-from migrate.mapping import NameMapping
+from migrate.mapping.table import NameMapping
 
 __all__ = ["convert_weights"]
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[1]
 _SERVER_CODE = "import mxnet"  # a server or scheduler runs its loop while mxnet is imported, then exits
 
 

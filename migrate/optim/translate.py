@@ -1,18 +1,19 @@
 """torch optimizers and lr schedulers that train the way an MXNet 1.9.1 ``gluon.Trainer`` did."""
+import warnings
 from typing import NamedTuple
 
 import torch
 
-from migrate import _stock
-from migrate._mx_optimizers import OPTIMIZERS
-from migrate._schedules import mx_schedule
-from migrate._settings import as_settings
-from migrate.errors import UnsupportedOptimizerError
-from migrate.groups import base_lr, param_groups
+from migrate.optim import stock
+from migrate.optim.exact import OPTIMIZERS
+from migrate.optim.schedules import mx_schedule
+from gluon_lr.formats.settings import as_settings
+from migrate.errors import SettingsError, UnsupportedOptimizerError
+from migrate.optim.groups import base_lr, param_groups
 
 
 class StockTranslation(NamedTuple):
-    """What ``torch_optimizer(..., exact=False)`` returns: a stock torch optimizer and how it differs from MXNet."""
+    """What ``stock_torch_optimizer`` returns: a stock torch optimizer and how it differs from MXNet."""
 
     optimizer: torch.optim.Optimizer
     differences: list
@@ -21,24 +22,23 @@ class StockTranslation(NamedTuple):
 def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=None, unmapped="error"):
     """The torch optimizer for ``torch_model`` that continues the MXNet training described by ``settings``.
 
-    With ``exact=True`` it is one of migrate's optimizers that reproduce MXNet 1.9.1's update operators (sgd, nag,
-    adam, rmsprop plain and centered, adagrad, adadelta, adamax, nadam, lamb, signum, ftrl): rescale_grad,
-    clip_gradient, lr_mult/wd_mult groups, frozen parameters and float32 hyperparameters included. With
-    ``exact=False`` it is the closest stock ``torch.optim`` optimizer (foreach), returned with the list of what
-    differs from MXNet.
+    One of migrate's optimizers that reproduce MXNet 1.9.1's update operators (sgd, nag, adam, rmsprop plain and
+    centered, adagrad, adadelta, adamax, nadam, lamb, signum, ftrl): rescale_grad, clip_gradient, lr_mult/wd_mult
+    groups, frozen parameters and float32 hyperparameters included. Frozen parameters get ``requires_grad=False``
+    (``ParamGroups.apply_frozen``). For the closest stock ``torch.optim`` optimizer use ``stock_torch_optimizer``.
 
     Args:
         torch_model: The torch model to train.
         settings: The settings document (dict) or a path to the settings file.
         mapping: MXNet parameter name -> torch state_dict key (``migrate.NameMapping`` or any Mapping).
-        exact: Reproduce MXNet's update exactly (True) or use a stock torch optimizer (False).
+        exact: Kept for older callers: False returns ``stock_torch_optimizer(...).optimizer`` and warns with the
+            differences (a ``UserWarning``); use ``stock_torch_optimizer`` instead.
         rescale_grad: Factor applied to every gradient before clipping; None takes the settings' value
             (``1/batch_size`` after ``trainer.step(batch_size)``). Pass 1.0 if your torch loss is already a mean.
         unmapped: Policy for torch parameters without MXNet source, as in ``param_groups``.
 
     Returns:
-        With ``exact=True`` the ``torch.optim.Optimizer``; with ``exact=False`` a ``StockTranslation``
-        ``(optimizer, differences)`` whose ``differences`` is a list of sentences, empty when none.
+        The ``torch.optim.Optimizer``.
 
     Raises:
         UnsupportedOptimizerError: The settings' optimizer or one of its hyperparameters has no translation.
@@ -48,7 +48,6 @@ def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=Non
     Example:
         >>> opt = torch_optimizer(model, "settings.json", mapping)
         >>> sched = torch_lr_scheduler(opt, "settings.json")
-        >>> opt, differences = torch_optimizer(model, "settings.json", mapping, exact=False)
 
     Note:
         Call ``scheduler.step()`` after each ``optimizer.step()``: the lr of step k is MXNet's
@@ -57,16 +56,45 @@ def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=Non
         parameters, and a DDP wrapper built before that averages no gradients on the first step. DDP averages the
         ranks' gradients, so with a loss summed per rank pass ``rescale_grad=1 / per_rank_batch``.
     """
-    settings = as_settings(settings)
+    if not exact:
+        translation = stock_torch_optimizer(torch_model, settings, mapping, rescale_grad, unmapped)
+        warnings.warn(f"torch_optimizer(exact=False) is stock_torch_optimizer(...).optimizer; it differs from "
+                      f"MXNet: {' '.join(translation.differences)}", UserWarning, stacklevel=2)
+        return translation.optimizer
+    settings, groups, options = _prepared(torch_model, settings, mapping, rescale_grad, unmapped)
+    return OPTIMIZERS[settings["optimizer"]["name"]](groups, **options)
+
+
+def stock_torch_optimizer(torch_model, settings, mapping, rescale_grad=None, unmapped="error") -> StockTranslation:
+    """The closest stock ``torch.optim`` optimizer (foreach) to the MXNet training in ``settings``, and what differs.
+
+    Args:
+        torch_model, settings, mapping, rescale_grad, unmapped: As for ``torch_optimizer``.
+
+    Returns:
+        A ``StockTranslation`` ``(optimizer, differences)``; ``differences`` is a list of sentences, empty when none.
+
+    Raises:
+        UnsupportedOptimizerError, SettingsError, MappingError: as for ``torch_optimizer``.
+
+    Example:
+        >>> opt, differences = stock_torch_optimizer(model, "settings.json", mapping)
+    """
+    settings, groups, options = _prepared(torch_model, settings, mapping, rescale_grad, unmapped)
+    return StockTranslation(*stock.stock_optimizer(settings["optimizer"]["name"], groups, options))
+
+
+def _prepared(torch_model, settings, mapping, rescale_grad, unmapped) -> tuple:
+    """(settings, param groups with the frozen parameters applied, optimizer options) for a translation."""
+    settings = as_settings(settings, SettingsError)
     name = settings["optimizer"]["name"]
     if name not in OPTIMIZERS:
         raise UnsupportedOptimizerError(f"optimizer {name!r} has no torch translation; supported: "
                                         f"{sorted(OPTIMIZERS)}; retrain in MXNet with one of them or port it by hand")
     groups = param_groups(torch_model, settings, mapping, unmapped=unmapped)
     options = _options(settings, rescale_grad)
-    if not exact:
-        return StockTranslation(*_stock.stock_optimizer(name, groups, options))
-    return OPTIMIZERS[name](groups, **options)
+    groups.apply_frozen(torch_model)
+    return settings, groups, options
 
 
 def _options(settings, rescale_grad):
@@ -129,7 +157,7 @@ def torch_lr_scheduler(optimizer, settings, num_update=None):
     Example:
         >>> sched = torch_lr_scheduler(opt, "settings.json")
     """
-    settings = as_settings(settings)
+    settings = as_settings(settings, SettingsError)
     if num_update is None:
         counts = [int(s["step"]) for s in optimizer.state.values() if isinstance(s, dict) and "step" in s]
         num_update = max(counts) if counts else int(settings["num_update"])

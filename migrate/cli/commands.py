@@ -14,17 +14,17 @@ import math
 import os
 import sys
 
-from migrate import _cli_load as L
-from migrate import _files as files
-from migrate import migration as layout
-from migrate._cli_report import Report
+from gluon_lr.formats import atomic
+from migrate import migration_folder
+from migrate.cli import inputs
+from migrate.cli.report import Report
 from migrate.errors import CliUsageError, InputFileError, MigrateError
-from migrate.groups import param_groups
-from migrate.match import name_mapping
-from migrate.optim import torch_lr_scheduler, torch_optimizer
-from migrate.state import convert_optimizer_state
-from migrate.verify import verify
-from migrate.weights import convert_weights
+from migrate.mapping.name_mapping import name_mapping
+from migrate.mapping.verify import verify
+from migrate.mapping.weights import convert_weights
+from migrate.optim.groups import param_groups
+from migrate.optim.state import convert_optimizer_state
+from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 
 __all__ = ["main"]
 
@@ -111,37 +111,37 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run_map(args, report):
     model = _model(args)
-    L.output_paths([args.out], _inputs(args), args.force)
+    inputs.output_paths([args.out], _inputs(args), args.force)
     mapping = _mapping(args, model, report, show=True)
     _verify(args, model, mapping, report)
     _write(report, args.out, mapping.save)
 
 
 def _run_groups(args, report):
-    document, model = L.settings(args.settings), _model(args)
-    L.output_paths([args.out], _inputs(args), args.force)
+    document, model = inputs.settings(args.settings), _model(args)
+    inputs.output_paths([args.out], _inputs(args), args.force)
     mapping = _mapping(args, model, report, document)
     if not report.names_unmapped:
         groups = _groups(model, document, mapping, report)
-        _write(report, args.out, lambda path: files.write_json(path, groups))
+        _write(report, args.out, lambda path: atomic.write_json(path, groups))
 
 
 def _run_weights(args, report):
     model = _model(args)
-    L.output_paths([args.out], _inputs(args), args.force)
+    inputs.output_paths([args.out], _inputs(args), args.force)
     mapping = _mapping(args, model, report)
     if not report.names_unmapped:
         state_dict = _weights(args, model, mapping, report)
-        _write(report, args.out, lambda path: files.torch_save(state_dict, path))
+        _write(report, args.out, lambda path: migration_folder.torch_save(state_dict, path))
 
 
 def _run_optim(args, report):
-    document, model = L.settings(args.settings), _model(args)
-    L.output_paths([args.out], _inputs(args), args.force)
+    document, model = inputs.settings(args.settings), _model(args)
+    inputs.output_paths([args.out], _inputs(args), args.force)
     mapping = _mapping(args, model, report, document)
     if not report.names_unmapped:
         saved = _optimizer(args, model, document, mapping, report)
-        _write(report, args.out, lambda path: files.torch_save(saved, path))
+        _write(report, args.out, lambda path: migration_folder.torch_save(saved, path))
 
 
 def _run_verify(args, report):
@@ -150,30 +150,32 @@ def _run_verify(args, report):
 
 
 def _run_all(args, report):
-    document, model = L.settings(args.settings), _model(args)
-    names = (layout.MAPPING, layout.WEIGHTS, layout.GROUPS, layout.OPTIMIZER, layout.REPORT_JSON, layout.REPORT_TXT)
+    document, model = inputs.settings(args.settings), _model(args)
+    names = (migration_folder.MAPPING, migration_folder.WEIGHTS, migration_folder.GROUPS, migration_folder.OPTIMIZER,
+             migration_folder.REPORT_JSON, migration_folder.REPORT_TXT)
     paths = {name: os.path.join(args.out, name) for name in names}
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise CliUsageError(f"--out {args.out!r}: exists and is not a folder; give a folder path")
-    L.output_paths(paths.values(), _inputs(args), args.force)
+    inputs.output_paths(paths.values(), _inputs(args), args.force)
     report.sections["inputs"] = _fingerprints(args)
     mapping = _mapping(args, model, report, document, show=True)
     _verify(args, model, mapping, report)
-    writes = {layout.MAPPING: mapping.save}
+    writes = {migration_folder.MAPPING: mapping.save}
     if report.exit_code == 0:  # no weights or optimizer for a model that is not equivalent
         state_dict = _weights(args, model, mapping, report)
         groups = _groups(model, document, mapping, report)
         saved = _optimizer(args, model, document, mapping, report)
-        writes.update({layout.WEIGHTS: lambda path: files.torch_save(state_dict, path),
-                       layout.GROUPS: lambda path: files.write_json(path, groups),
-                       layout.OPTIMIZER: lambda path: files.torch_save(saved, path)})
+        writes.update({migration_folder.WEIGHTS: lambda path: migration_folder.torch_save(state_dict, path),
+                       migration_folder.GROUPS: lambda path: atomic.write_json(path, groups),
+                       migration_folder.OPTIMIZER: lambda path: migration_folder.torch_save(saved, path)})
     os.makedirs(args.out, exist_ok=True)
     for name, write in writes.items():
         _write(report, paths[name], write)
-    _remove_stale(report, [paths[n] for n in (layout.WEIGHTS, layout.GROUPS, layout.OPTIMIZER)])
-    report.outputs += [paths[layout.REPORT_JSON], paths[layout.REPORT_TXT]]
-    files.write_json(paths[layout.REPORT_JSON], _jsonable(report.to_dict()))
-    files.write_text(paths[layout.REPORT_TXT], report.render() + "\n")
+    stale = (migration_folder.WEIGHTS, migration_folder.GROUPS, migration_folder.OPTIMIZER)
+    _remove_stale(report, [paths[n] for n in stale])
+    report.outputs += [paths[migration_folder.REPORT_JSON], paths[migration_folder.REPORT_TXT]]
+    atomic.write_json(paths[migration_folder.REPORT_JSON], _jsonable(report.to_dict()))
+    atomic.write_text(paths[migration_folder.REPORT_TXT], report.render() + "\n")
 
 
 _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim": _run_optim,
@@ -185,7 +187,7 @@ _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim"
 
 def _model(args):
     with _stage(args, "loading the torch model"):
-        return L.torch_model(args.torch, args.kwargs)
+        return inputs.torch_model(args.torch, args.kwargs)
 
 
 def _inputs(args) -> dict:
@@ -197,13 +199,13 @@ def _inputs(args) -> dict:
 def _mapping(args, model, report, document=None, show=False):
     """The mapping of ``--mapping``, or matched from the MXNet files; records it and the unmapped names."""
     if getattr(args, "mapping", None):
-        mapping, source = L.loaded_mapping(args.mapping, model, document), args.mapping
+        mapping, source = inputs.loaded_mapping(args.mapping, model, document), args.mapping
     else:
-        L.mapping_needs(args)
-        shapes, dtypes = L.input_shapes(args.input_shape)
+        inputs.mapping_needs(args)
+        shapes, dtypes = inputs.input_shapes(args.input_shape)
         with _stage(args, "exporting both models to ONNX and matching"):
-            mapping, source = name_mapping(L.mx_files(args), model, shapes, input_dtypes=dtypes), "matched"
-    report.unmapped = L.unmapped_names(mapping, model, document)
+            mapping, source = name_mapping(inputs.mx_files(args), model, shapes, input_dtypes=dtypes), "matched"
+    report.unmapped = inputs.unmapped_names(mapping, model, document)
     report.checks["equivalent"] = not mapping.differences
     report.sections["mapping"] = {"source": source, "mapped": len(mapping), "differences": mapping.differences,
                                   "torch_defaults": mapping.torch_defaults,
@@ -218,9 +220,9 @@ def _verify(args, model, mapping, report):
     if report.names_unmapped:
         report.text.append("verification skipped: names are unmapped, the weights cannot be copied")
         return
-    shapes, dtypes = L.input_shapes(args.input_shape)
+    shapes, dtypes = inputs.input_shapes(args.input_shape)
     with _stage(args, "verifying node by node"):
-        result = verify(L.mx_files(args), model, mapping, shapes, input_dtypes=dtypes)
+        result = verify(inputs.mx_files(args), model, mapping, shapes, input_dtypes=dtypes)
     first = result.first_divergence
     report.checks["verified"] = result.ok
     report.sections["verify"] = {"ok": result.ok, "max_abs_diff": result.max_abs_diff, "atol": result.atol,
@@ -234,7 +236,7 @@ def _verify(args, model, mapping, report):
 def _weights(args, model, mapping, report) -> dict:
     """The model's whole state_dict after copying the MXNet weights in by the mapping."""
     with _stage(args, "converting the weights"):
-        path = L.existing_file("--params", args.params, "the NAME-0000.params HybridBlock.export wrote")
+        path = inputs.existing_file("--params", args.params, "the NAME-0000.params HybridBlock.export wrote")
         converted = convert_weights(path, mapping, model)
         model.load_state_dict(converted, strict=False)
     state_dict = {key: value.detach().clone() for key, value in model.state_dict().items()}
@@ -270,7 +272,7 @@ def _optimizer(args, model, document, mapping, report) -> dict:
     optimizer, filled = torch_optimizer(model, document, mapping), 0
     if getattr(args, "states", None):
         with _stage(args, "converting the optimizer state"):
-            path = L.existing_file("--states", args.states, "the file LrTrainer.save_states wrote")
+            path = inputs.existing_file("--states", args.states, "the file LrTrainer.save_states wrote")
             try:
                 filled = convert_optimizer_state(path, document, mapping, optimizer)
             except MigrateError as exc:
@@ -284,7 +286,7 @@ def _optimizer(args, model, document, mapping, report) -> dict:
                        f"exact); {filled} parameter states converted; resumes at update {scheduler.num_update}; "
                        f"next lr per group: {', '.join(f'{lr:.4g}' for lr in lrs)}; gradients times "
                        f"rescale_grad {rescale:g} (MXNet's 1/batch_size: sum the loss over the batch)")
-    return layout.optimizer_document(optimizer, scheduler, document, mapping)
+    return migration_folder.optimizer_document(optimizer, scheduler, document, mapping)
 
 
 def _write(report, path, write):
@@ -302,7 +304,7 @@ def _remove_stale(report, paths):
 
 
 def _fingerprints(args) -> dict:
-    return {flag: {"path": path, "sha256": files.sha256(path)} for flag, path in _inputs(args).items()
+    return {flag: {"path": path, "sha256": atomic.sha256(path)} for flag, path in _inputs(args).items()
             if os.path.isfile(path)}
 
 

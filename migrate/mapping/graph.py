@@ -105,7 +105,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     """Return the parameter DAG of ``model`` in canonical order.
 
     Args:
-        model: an ONNX model from ``migrate.export``.
+        model: an ONNX model from ``migrate.mapping.export``.
         param_names: the names that are parameters (MXNet params or torch ``state_dict`` keys); None takes
             every floating-point initializer.
 

@@ -8,14 +8,19 @@ States are matched to parameters BY NAME when loading, so a trainer whose parame
 that lacks some of them, still gets each parameter's own state.
 """
 import json
+import os
 import pickle
+import tempfile
+import warnings
 
-from mxnet import nd
+from mxnet import gluon
 
-from .errors import StatesFileError
-from .settings import atomic_write
+from ..errors import StatesFileError
+from ..optimizer_state import state_arrays
+from .atomic import atomic_write
 
-__all__ = ["MAGIC", "write_states", "read_states", "remap_states"]
+__all__ = ["MAGIC", "write_states", "read_states", "split_states", "unpickle_states", "remap_states",
+           "save_trainer_states", "load_trainer_states"]
 
 MAGIC = b"GLUON-LR-STATES\n"
 _FORMAT = "gluon-lr-states"
@@ -62,45 +67,68 @@ def read_states(path) -> tuple:
     except OSError as exc:
         raise StatesFileError(f"Cannot read states file {str(path)!r}: {exc.strerror}; pass the path written by "
                               f"LrTrainer.save_states.") from None
-    if not data.startswith(MAGIC):
+    params, mx_states = split_states(data, str(path))
+    if params is None:
         raise StatesFileError(f"File {str(path)!r} is not a gluon-lr states file (it does not start with {MAGIC!r}); "
                               f"a stock gluon.Trainer.save_states file holds no multipliers: load it with "
                               f"gluon.Trainer.load_states, or save it again with LrTrainer.save_states.")
+    return params, mx_states
+
+
+def split_states(data: bytes, source: str, error=StatesFileError) -> tuple:
+    """Split a states file's bytes into ``(header_params, mx_states)``; ``header_params`` is None for a stock file.
+
+    Args:
+        data: The whole file: ours (magic, header, MXNet's bytes) or a stock ``Trainer.save_states`` file.
+        source: How messages name the file.
+        error: The exception class raised for a corrupt or foreign-version header.
+
+    Returns:
+        The header's per-parameter list (name, shape, lr_mult, wd_mult and any freeze fields) or None, and the
+        bytes MXNet wrote.
+
+    Example:
+        >>> params, raw = split_states(open("trainer.states", "rb").read(), "trainer.states")
+    """
+    if not data.startswith(MAGIC):
+        return None, data
     try:
         size = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "big")
         header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + size].decode())
         params = [dict(p, name=str(p["name"]), shape=list(p["shape"]), lr_mult=float(p["lr_mult"]),
                        wd_mult=float(p["wd_mult"])) for p in header["params"]]  # other keys (freeze) pass through
     except (ValueError, KeyError, TypeError) as exc:
-        raise StatesFileError(f"States file {str(path)!r} has a corrupt header ({type(exc).__name__}: {exc}); the "
-                              f"file is damaged or truncated: save the states again.") from None
+        raise error(f"States file {source!r} has a corrupt header ({type(exc).__name__}: {exc}); the "
+                    f"file is damaged or truncated: save the states again.") from None
     if header.get("format") != _FORMAT or header.get("schema_version") != _SCHEMA_VERSION:
-        raise StatesFileError(f"States file {str(path)!r} is {header.get('format')!r} version "
-                              f"{header.get('schema_version')!r}; this gluon_lr reads {_FORMAT!r} version "
-                              f"{_SCHEMA_VERSION}: save the states again with this version.")
+        raise error(f"States file {source!r} is {header.get('format')!r} version "
+                    f"{header.get('schema_version')!r}; this gluon_lr reads {_FORMAT!r} version "
+                    f"{_SCHEMA_VERSION}: save the states again with this version.")
     return params, data[len(MAGIC) + 8 + size:]
 
 
-def _arrays(state) -> list:
-    """The NDArrays in one parameter's optimizer state (nested tuples/lists)."""
-    if isinstance(state, nd.NDArray):
-        return [state]
-    if isinstance(state, (list, tuple)):
-        return [arr for item in state for arr in _arrays(item)]
-    return []
 
 
-def _unpickle(path, mx_states: bytes) -> tuple:
-    """(states dict, optimizer or None) from MXNet's states bytes."""
+def unpickle_states(mx_states: bytes, source: str, error=StatesFileError) -> tuple:
+    """``(states by index, optimizer or None)`` from the bytes MXNet's ``save_states`` wrote.
+
+    Args:
+        mx_states: MXNet's bytes (a pickle of the states dict, or of ``(states, optimizer)``).
+        source: How messages name the file.
+        error: The exception class raised for corrupt or foreign bytes.
+
+    Example:
+        >>> states, optimizer = unpickle_states(raw, "trainer.states")
+    """
     try:
         loaded = pickle.loads(mx_states)
     except Exception as exc:  # pickle raises many types on corrupt input
-        raise StatesFileError(f"States file {str(path)!r}: the MXNet optimizer states are corrupt "
-                              f"({type(exc).__name__}: {exc}); save the states again.") from None
+        raise error(f"States file {source!r}: the MXNet optimizer states are corrupt: they could not be unpickled "
+                    f"({type(exc).__name__}: {exc}); save the states again.") from None
     states, optimizer = loaded if isinstance(loaded, tuple) and len(loaded) == 2 else (loaded, None)
     if not isinstance(states, dict):
-        raise StatesFileError(f"States file {str(path)!r}: expected MXNet optimizer states (a dict index -> state), "
-                              f"got {type(states).__name__}; save the states again with LrTrainer.save_states.")
+        raise error(f"States file {source!r}: expected MXNet optimizer states (a dict index -> state), "
+                    f"got {type(states).__name__}; save the states again with LrTrainer.save_states.")
     return states, optimizer
 
 
@@ -124,7 +152,7 @@ def remap_states(path, mx_states: bytes, old_names: list, new_params: list) -> b
     Example:
         >>> raw = remap_states(path, raw, [p["name"] for p in header], trainer._params)
     """
-    states, optimizer = _unpickle(path, mx_states)
+    states, optimizer = unpickle_states(mx_states, str(path))
     new_index = {param.name: i for i, param in enumerate(new_params)}
     moved = {}
     for old, state in states.items():
@@ -132,7 +160,7 @@ def remap_states(path, mx_states: bytes, old_names: list, new_params: list) -> b
         if name not in new_index:
             continue
         param = new_params[new_index[name]]
-        bad = [arr.shape for arr in _arrays(state) if param.shape and arr.shape != tuple(param.shape)]
+        bad = [arr.shape for arr in state_arrays(state) if param.shape and arr.shape != tuple(param.shape)]
         if bad:
             raise StatesFileError(f"States file {str(path)!r}: the state of {name!r} has shape {bad[0]}, the "
                                   f"parameter has {tuple(param.shape)}; the model changed: load matching states.")
@@ -144,3 +172,55 @@ def remap_states(path, mx_states: bytes, old_names: list, new_params: list) -> b
                               if isinstance(i, int) and i < len(old_names) and old_names[i] in new_index}
         optimizer._index_update_count = counts.get(0, {})
     return pickle.dumps((moved, optimizer) if optimizer is not None else moved)
+
+
+def save_trainer_states(trainer, fname) -> None:
+    """``LrTrainer.save_states``: MXNet's states of ``trainer`` plus its table and freezing, by name, atomically.
+
+    Example:
+        >>> save_trainer_states(trainer, "trainer.states")
+    """
+    folder = os.path.dirname(os.path.abspath(fname))
+    with tempfile.TemporaryDirectory(dir=folder if os.path.isdir(folder) else None) as tmp:
+        raw_path = os.path.join(tmp, "mx.states")
+        gluon.Trainer.save_states(trainer, raw_path)
+        with open(raw_path, "rb") as source:
+            raw = source.read()
+    freeze = trainer._freezer.records()
+    header = [{"name": r["name"], "shape": r["shape"], "lr_mult": r["lr_mult"], "wd_mult": r["wd_mult"],
+               **freeze[r["name"]]} for r in trainer._param_records()]
+    write_states(fname, header, raw)
+
+
+def load_trainer_states(trainer, fname) -> list:
+    """``LrTrainer.load_states``: optimizer states by name, then the table and the freezing of the file.
+
+    Returns:
+        The names in the file that ``trainer`` does not have (a warning lists them too).
+
+    Example:
+        >>> missing = load_trainer_states(trainer, "trainer.states")
+    """
+    header, raw = read_states(fname)
+    old_names = [p["name"] for p in header]
+    raw = remap_states(fname, raw, old_names, trainer._params)
+    restored = {field: {p["name"]: p[field] for p in header if p["name"] in trainer._table
+                        and p[field] != getattr(trainer._table[p["name"]], field)}
+                for field in ("lr_mult", "wd_mult")}
+    folder = os.path.dirname(os.path.abspath(fname))  # next to fname: dist kvstore servers read it from there
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        raw_path = os.path.join(tmp, "mx.states")
+        with open(raw_path, "wb") as out:
+            out.write(raw)
+        gluon.Trainer.load_states(trainer, raw_path)
+    trainer._cap_aggregation()
+    for field, values in restored.items():
+        trainer._set_explicit(field, values, replace=False, source="load_states")
+    trainer._apply_table()
+    with trainer._grad_req_watch():
+        trainer._freezer.load_records(header)
+    missing = [name for name in old_names if name not in trainer._table]
+    if missing:
+        warnings.warn(f"load_states({str(fname)!r}): {len(missing)} parameter(s) in the file are not in this "
+                      f"trainer and were skipped: {missing[:10]}")
+    return missing

@@ -1,15 +1,14 @@
 """MXNet trainer states (``gluon.Trainer.save_states``) -> the state of migrate's exact torch optimizers."""
-import json
 import os
-import pickle
 
 import numpy as np
 import torch
 
-from migrate._settings import as_settings
-from migrate.errors import InputFileError, StateConversionError
+from gluon_lr.formats.settings import as_settings
+from gluon_lr.formats.states import split_states, unpickle_states
+from gluon_lr.optimizer_state import state_arrays
+from migrate.errors import InputFileError, SettingsError, StateConversionError
 
-_LR_MAGIC = b"GLUON-LR-STATES\n"  # gluon_lr.states.MAGIC: LrTrainer.save_states wraps MXNet's bytes in a header
 _STATE_NAMES = {"sgd": ("momentum_buffer",), "nag": ("momentum_buffer",), "signum": ("momentum_buffer",),
                 "adam": ("mean", "var"), "adamax": ("mean", "var"), "nadam": ("mean", "var"), "lamb": ("mean", "var"),
                 "adagrad": ("history",), "adadelta": ("acc_g", "acc_delta"), "ftrl": ("z", "n"),
@@ -46,7 +45,7 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
     Note:
         MXNet's ``save_states`` does not store lr_mult or wd_mult; they come from the settings.
     """
-    settings = as_settings(settings)
+    settings = as_settings(settings, SettingsError)
     header_names, states, mx_optimizer = _load_states(mx_states)
     name = settings["optimizer"]["name"]
     _check_optimizer(name, mx_optimizer, optimizer)
@@ -60,7 +59,7 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
         if mx_name not in targets:
             continue
         param = targets[mx_name]
-        arrays = [_to_torch(mapping, mx_name, array, param) for array in _flatten(state)]
+        arrays = [_to_torch(mapping, mx_name, array, param) for array in (a.asnumpy() for a in state_arrays(state))]
         optimizer.state[param] = _torch_state(name, mx_name, arrays, counts.get(index, settings["num_update"]))
         filled += 1
     if name == "nadam" and mx_optimizer is not None:
@@ -80,34 +79,9 @@ def _load_states(mx_states):
     if not isinstance(mx_states, (bytes, bytearray)):
         raise InputFileError(f"mx_states must be a path or bytes, got {type(mx_states).__name__}; pass the file "
                              f"written by gluon.Trainer.save_states")
-    names, mx_states = _unwrap(bytes(mx_states))
-    import mxnet  # noqa: F401  (unpickling NDArrays needs mxnet)
-    try:
-        loaded = pickle.loads(mx_states)
-    except Exception as err:  # pickle raises many kinds on foreign data
-        raise InputFileError(f"MXNet states could not be unpickled ({type(err).__name__}: {err}); pass the file "
-                             f"written by gluon.Trainer.save_states") from None
-    if isinstance(loaded, tuple) and len(loaded) == 2 and isinstance(loaded[0], dict):
-        return (names,) + loaded
-    if isinstance(loaded, dict):
-        return names, loaded, None
-    raise InputFileError(f"MXNet states hold a {type(loaded).__name__}, expected a dict of states or "
-                         f"(states, optimizer); pass the file written by gluon.Trainer.save_states")
-
-
-def _unwrap(data):
-    """(parameter names in index order, MXNet's states bytes) of an LrTrainer states file; (None, data) otherwise."""
-    if not data.startswith(_LR_MAGIC):
-        return None, data
-    start = len(_LR_MAGIC) + 8
-    size = int.from_bytes(data[len(_LR_MAGIC):start], "big")
-    try:
-        header = json.loads(data[start:start + size].decode("utf-8"))
-        names = [str(param["name"]) for param in header["params"]]
-    except (ValueError, KeyError, TypeError) as err:
-        raise InputFileError(f"LrTrainer states file has a corrupt header ({type(err).__name__}: {err}); save the "
-                             f"states again with LrTrainer.save_states") from None
-    return names, data[start + size:]
+    names, mx_states = split_states(bytes(mx_states), "mx_states", error=InputFileError)
+    states, optimizer = unpickle_states(mx_states, "mx_states", error=InputFileError)
+    return (None if names is None else [param["name"] for param in names]), states, optimizer
 
 
 def _check_names(header_names, by_index):
@@ -126,7 +100,7 @@ def _check_optimizer(name, mx_optimizer, optimizer):
     if mx_optimizer is not None and type(mx_optimizer).__name__.lower() != name:
         raise StateConversionError(f"MXNet states come from optimizer {type(mx_optimizer).__name__!r} but the "
                                    f"settings name {name!r}; pass the states saved with these settings")
-    from migrate._mx_optimizers import OPTIMIZERS
+    from migrate.optim.exact import OPTIMIZERS
     if name not in _STATE_NAMES or not isinstance(optimizer, OPTIMIZERS.get(name, ())):
         raise StateConversionError(f"optimizer {type(optimizer).__name__} cannot take MXNet {name!r} states; "
                                    f"build it with migrate.torch_optimizer(model, settings, mapping, exact=True)")
@@ -148,15 +122,6 @@ def _name_of(index, by_index, settings):
         raise StateConversionError(f"MXNet states hold parameter index {index!r} but the settings have indices "
                                    f"0..{len(settings['params']) - 1}; these states belong to another model")
     return by_index[index]
-
-
-def _flatten(state):
-    """The state's arrays as numpy, in MXNet's order (None for an absent momentum is dropped)."""
-    if state is None:
-        return []
-    if isinstance(state, (tuple, list)):
-        return [array for item in state for array in _flatten(item)]
-    return [state.asnumpy()]
 
 
 def _to_torch(mapping, mx_name, array, param):

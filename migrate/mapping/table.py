@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from migrate._files import write_text
+from gluon_lr.formats.atomic import write_text
 from migrate.errors import InputFileError, MappingError, MappingKeyError, WeightShapeError
 
 __all__ = ["NameMapping", "FORMAT", "SCHEMA_VERSION"]

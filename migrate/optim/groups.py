@@ -2,12 +2,34 @@
 import warnings
 from collections.abc import Mapping
 
-from migrate._settings import as_settings
+from gluon_lr.formats.settings import as_settings
 from migrate.errors import MappingError, SettingsError
 
 _DEFAULT_LR = {"sgd": 0.01, "nag": 0.01, "adam": 0.001, "rmsprop": 0.001, "adagrad": 0.01, "adadelta": 0.01,
                "adamax": 0.002, "nadam": 0.001, "lamb": 0.001, "signum": 0.01, "ftrl": 0.1}
 _UNMAPPED = ("error", "freeze", "default")
+
+
+class ParamGroups(list):
+    """The param groups (a list, ready for any ``torch.optim`` optimizer) and ``frozen``, the torch parameter names
+    to hold still: frozen in the settings, or unmapped with ``unmapped="freeze"``. ``param_groups`` leaves the
+    model alone; ``apply_frozen(model)`` sets ``requires_grad=False`` on them (``torch_optimizer`` does).
+
+    Example:
+        >>> groups = param_groups(model, "settings.json", mapping)
+        >>> groups.apply_frozen(model)
+        >>> torch.optim.SGD(groups, lr=0.1)
+    """
+
+    def __init__(self, groups: list, frozen: list):
+        super().__init__(groups)
+        self.frozen = frozen
+
+    def apply_frozen(self, torch_model) -> None:
+        """Set ``requires_grad=False`` on every parameter of ``torch_model`` named in ``frozen``."""
+        named = dict(torch_model.named_parameters())  # TorchScript modules have no get_parameter
+        for name in self.frozen:
+            named[name].requires_grad_(False)
 
 
 def base_lr(settings):
@@ -24,7 +46,8 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
     """torch.optim param groups, one per distinct (lr, weight_decay), from the settings of an MXNet model.
 
     Every trainable torch parameter lands in exactly one group; groups come in MXNet index order of their first
-    parameter. Frozen parameters get ``requires_grad=False`` and stay out of every group. Each group holds the
+    parameter. Frozen parameters stay out of every group and are listed in ``.frozen`` (the model is not changed:
+    ``.apply_frozen(model)`` sets their ``requires_grad=False``). Each group holds the
     absolute ``lr`` (``learning_rate * lr_mult``) and ``weight_decay`` (``wd * wd_mult``), plus ``lr_mult``,
     ``wd_mult``, ``mx_names`` and ``mx_indices`` so schedulers keep the ratios and migrate can match states.
 
@@ -33,11 +56,11 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
         settings: The settings document (dict) or a path to the settings file.
         mapping: MXNet parameter name -> torch state_dict key (``migrate.NameMapping`` or any Mapping).
         unmapped: What to do with trainable torch parameters no MXNet parameter maps to: ``"error"`` raises,
-            ``"freeze"`` sets ``requires_grad=False``, ``"default"`` trains them with lr_mult = wd_mult = 1.
+            ``"freeze"`` lists them in ``.frozen``, ``"default"`` trains them with lr_mult = wd_mult = 1.
             Both of the latter warn with their names.
 
     Returns:
-        A list of param group dicts, ready for any ``torch.optim.Optimizer``.
+        A ``ParamGroups``: the list of param group dicts, ready for any ``torch.optim.Optimizer``, with ``frozen``.
 
     Raises:
         SettingsError: The settings lack a key, or ``unmapped`` is not one of the choices.
@@ -52,14 +75,14 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
         Parameters are matched by the mapping, never by position; BatchNorm running statistics map to torch
         buffers and are skipped here (``convert_weights`` copies them).
     """
-    settings = as_settings(settings)
+    settings = as_settings(settings, SettingsError)
     if unmapped not in _UNMAPPED:
         raise SettingsError(f"param_groups got unmapped={unmapped!r}; expected one of {list(_UNMAPPED)}")
     sources = _torch_sources(torch_model, settings, mapping)
-    groups, by_key = [], {}
+    groups, by_key, frozen = [], {}, []
     for param, mx_name, entry in sources:
         if entry["frozen"]:
-            param.requires_grad_(False)
+            frozen.append(mapping[mx_name])
             continue
         lr_mult, wd_mult = float(entry["lr_mult"]), float(entry["wd_mult"])
         key = (base_lr(settings) * lr_mult, float(settings["optimizer"]["wd"]) * wd_mult, lr_mult)
@@ -70,8 +93,8 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
         by_key[key]["params"].append(param)
         by_key[key]["mx_names"].append(mx_name)
         by_key[key]["mx_indices"].append(entry["index"])
-    _add_unmapped(torch_model, settings, sources, groups, unmapped)
-    return groups
+    frozen += _add_unmapped(torch_model, settings, sources, groups, unmapped)
+    return ParamGroups(groups, frozen)
 
 
 def _torch_sources(torch_model, settings, mapping):
@@ -101,22 +124,22 @@ def _torch_sources(torch_model, settings, mapping):
             if name in mapping and mapping[name] in named]
 
 
-def _add_unmapped(torch_model, settings, sources, groups, unmapped):
-    """Handle trainable torch parameters that no MXNet parameter maps to, as ``unmapped`` says."""
+def _add_unmapped(torch_model, settings, sources, groups, unmapped) -> list:
+    """Handle trainable torch parameters that no MXNet parameter maps to, as ``unmapped`` says; return those to
+    freeze."""
     mapped = {id(param) for param, _, _ in sources}
     orphans = [(name, p) for name, p in torch_model.named_parameters() if p.requires_grad and id(p) not in mapped]
     if not orphans:
-        return
+        return []
     names = [name for name, _ in orphans]
     if unmapped == "error":
         raise MappingError(f"torch parameters {names[:10]} ({len(names)} in all) have no MXNet source in the "
                            f"mapping; extend the mapping, or pass unmapped='freeze' or unmapped='default'")
     warnings.warn(f"torch parameters {names} have no MXNet source; unmapped={unmapped!r}", stacklevel=3)
     if unmapped == "freeze":
-        for _, param in orphans:
-            param.requires_grad_(False)
-        return
+        return names
     start = 1 + max((entry["index"] for entry in settings["params"].values()), default=-1)
     groups.append({"params": [p for _, p in orphans], "lr": base_lr(settings),
                    "weight_decay": float(settings["optimizer"]["wd"]), "lr_mult": 1.0, "wd_mult": 1.0,
                    "mx_names": [], "mx_indices": list(range(start, start + len(orphans)))})
+    return []

@@ -1,0 +1,88 @@
+"""Writing files atomically (temp file in the same folder + ``os.replace``) and fingerprinting inputs.
+
+The one writer of the project: gluon_lr's settings and states files, migrate's outputs and the tutorials' tables all
+go through ``atomic_write``, so a reader never sees half a file and an interrupted write leaves the old file.
+"""
+import hashlib
+import json
+import os
+import tempfile
+
+__all__ = ["atomic_write", "write_json", "write_text", "sha256"]
+
+TEMP_PREFIX = ".tmp-"
+
+
+def atomic_write(path, content, *, error=None) -> None:
+    """Write ``content`` to ``path`` atomically: a temp file in the same folder, then ``os.replace``.
+
+    The file gets the usual permissions (0666 minus the umask), not the temp file's 0600.
+
+    Args:
+        path: Destination file; its folder must exist.
+        content: The bytes to write, or a callable that writes the whole file at the path it is given.
+        error: Exception class raised (naming the folder and the fix) when the folder is missing or not
+            writable; None lets the ``OSError`` through.
+
+    Raises:
+        error: the folder does not exist or is not writable.
+
+    Example:
+        >>> atomic_write("notes.txt", b"hello")
+        >>> atomic_write("model.pt", lambda tmp: torch.save(obj, tmp))  # doctest: +SKIP
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=folder)
+    except OSError as exc:
+        if error is None:
+            raise
+        raise error(f"Cannot write {path!r}: folder {folder!r} is not writable ({exc.strerror}); create it "
+                    f"or choose another path.") from None
+    try:
+        if callable(content):
+            os.close(fd)
+            content(tmp)
+        else:
+            with os.fdopen(fd, "wb") as out:
+                out.write(content)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json(path, document, *, error=None) -> None:
+    """Write ``document`` as indented JSON (NaN and infinity refused), atomically (see ``atomic_write``).
+
+    Example:
+        >>> write_json("settings.json", {"format": "gluon-lr-settings"})
+    """
+    write_text(path, json.dumps(document, indent=1, allow_nan=False) + "\n", error=error)
+
+
+def write_text(path, text: str, *, error=None) -> None:
+    """Write ``text`` as UTF-8, atomically (see ``atomic_write``).
+
+    Example:
+        >>> write_text("report.txt", "ok\\n")
+    """
+    atomic_write(path, text.encode("utf-8"), error=error)
+
+
+def sha256(path) -> str:
+    """The SHA-256 hex digest of the file at ``path``.
+
+    Example:
+        >>> len(sha256("settings.json"))
+        64
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        for block in iter(lambda: source.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,43 @@
+"""``name_mapping``: export both models, build their parameter graphs and match them into a ``NameMapping``."""
+from __future__ import annotations
+
+from migrate.mapping.export import export_mxnet, export_torch, load_mxnet, normalize_shapes
+from migrate.mapping.graph import param_graph
+from migrate.mapping.match import match_graphs
+from migrate.mapping.table import NameMapping
+
+__all__ = ["name_mapping"]
+
+
+def name_mapping(mx_model, torch_model, input_shapes, *, input_dtypes=None) -> NameMapping:
+    """Return the mapping MXNet parameter name -> torch ``state_dict`` key, found from both graphs' structure.
+
+    Args:
+        mx_model: an initialized Gluon ``HybridBlock`` or a tuple ``(symbol_json_path, params_path)``.
+        torch_model: the ``torch.nn.Module`` to carry the parameters to.
+        input_shapes: one input shape tuple, or a list of them for several inputs.
+        input_dtypes: None (float32), one dtype, or one per input; integer inputs become ``torch.long``.
+
+    Returns:
+        A ``NameMapping`` covering every parameter and buffer; ``.ok`` is False when anything is unmatched or a
+        matched pair differs in attributes (``.differences`` says what, with names on both sides).
+
+    Raises:
+        InputShapeError: a model rejects the input shapes.
+        InputFileError: a symbol or params file is missing or not what it claims.
+        ExportError: an ONNX export fails (names the op).
+        ModelTypeError: a model is of an unsupported type.
+
+    Example:
+        >>> from mxnet.gluon.model_zoo import vision
+        >>> net = vision.resnet18_v1(); net.initialize()
+        >>> m = name_mapping(net, torchvision.models.resnet18(), (1, 3, 64, 64))  # doctest: +SKIP
+        >>> m["resnetv10_stage1_conv0_weight"]
+        'layer1.0.conv1.weight'
+    """
+    shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
+    source = load_mxnet(mx_model, shapes, dtypes)
+    mx_graph = param_graph(export_mxnet(source, shapes, dtypes), source.params)
+    torch_keys = list(torch_model.state_dict()) if hasattr(torch_model, "state_dict") else None
+    torch_graph = param_graph(export_torch(torch_model, shapes, dtypes), torch_keys)
+    return match_graphs(mx_graph, torch_graph, torch_keys)
