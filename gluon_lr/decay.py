@@ -21,7 +21,7 @@ from mxnet import gluon
 from mxnet.gluon import nn
 
 from .errors import MultiplierError, ParamsTypeError, RuleMatchError
-from .rules import _NORM_BLOCKS, Rule
+from .rules import NORM_BLOCKS, Rule
 
 __all__ = ["DecayRule", "layer_groups", "layer_decay", "even_mults", "discriminative"]
 
@@ -103,7 +103,7 @@ def _grouped(net: gluon.Block, n_groups) -> list:
                               f"{type(net).__name__}; pass the model (net), not net.collect_params().")
     groups = []
     for where, unit in _units(net, ""):
-        if groups and isinstance(unit, _NORM_BLOCKS):
+        if groups and isinstance(unit, NORM_BLOCKS):
             groups[-1].append((where or net.name, unit))
         else:
             groups.append([(where or net.name, unit)])

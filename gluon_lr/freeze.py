@@ -75,7 +75,7 @@ def _norm_layers(params: list, kinds: Mapping) -> dict:
     for param in params:
         if "norm" not in kinds[param.name].kinds:
             continue
-        for suffix in _rules._NORM_SUFFIXES:
+        for suffix in _rules.NORM_SUFFIXES:
             if param.name.endswith(suffix):
                 groups.setdefault(param.name[:-len(suffix)], []).append(param)
                 break
@@ -301,7 +301,7 @@ class Freezer:
         hits = [n for n in self._names if rule.selects(n, self._kinds[n].kinds)]
         if not hits:
             raise RuleMatchError(f"freeze/unfreeze selector {select!r} selects no parameter among "
-                                 f"{len(self._names)}; the nearest names are {_rules._nearest(select, self._names)}."
+                                 f"{len(self._names)}; the nearest names are {_rules.nearest_names(select, self._names)}."
                                  f" Globs match the whole name; regexes need 're:'.")
         return hits
 

@@ -24,8 +24,8 @@ __all__ = ["Rule", "KINDS", "Entry", "collect_params", "match_rules", "resolve",
 KINDS = ("bias", "norm", "embedding", "depthwise")
 #: Kinds that name conventions cannot tell; they need the Block.
 _BLOCK_ONLY_KINDS = ("embedding", "depthwise")
-_NORM_SUFFIXES = ("gamma", "beta", "running_mean", "running_var", "moving_mean", "moving_var")
-_NORM_BLOCKS = (basic_layers._BatchNorm, nn.InstanceNorm, nn.LayerNorm, nn.GroupNorm)
+NORM_SUFFIXES = ("gamma", "beta", "running_mean", "running_var", "moving_mean", "moving_var")
+NORM_BLOCKS = (basic_layers._BatchNorm, nn.InstanceNorm, nn.LayerNorm, nn.GroupNorm)
 
 
 def check_multiplier(value, what: str) -> float:
@@ -155,7 +155,7 @@ def _name_kinds(name: str) -> frozenset:
     kinds = set()
     if name.endswith("bias"):
         kinds.add("bias")
-    if any(name.endswith(suffix) for suffix in _NORM_SUFFIXES):
+    if any(name.endswith(suffix) for suffix in NORM_SUFFIXES):
         kinds.add("norm")
     return frozenset(kinds)
 
@@ -165,7 +165,7 @@ def _block_kinds(block: gluon.Block, attr: str) -> frozenset:
     kinds = set()
     if attr == "bias" or attr.endswith("_bias"):
         kinds.add("bias")
-    if isinstance(block, _NORM_BLOCKS):
+    if isinstance(block, NORM_BLOCKS):
         kinds.add("norm")
     if isinstance(block, nn.Embedding):
         kinds.add("embedding")
@@ -247,7 +247,7 @@ def collect_params(params) -> tuple:
     return list(merged.values()), kinds
 
 
-def _nearest(select: str, names: Sequence[str]) -> list:
+def nearest_names(select: str, names: Sequence[str]) -> list:
     """The names closest to a selector, for error messages."""
     key = select[3:] if select.startswith("re:") else select
     close = difflib.get_close_matches(key, names, n=5, cutoff=0.0)
@@ -291,7 +291,7 @@ def match_rules(rules: Iterable[Rule], kinds: Mapping[str, ParamKinds]) -> list:
         hits = tuple(n for n in names if rule.selects(n, kinds[n].kinds))
         if not hits:
             hint = (f"the kinds present are {sorted(set().union(*(k.kinds for k in kinds.values())))}"
-                    if rule.kind else f"the nearest names are {_nearest(rule.select, names)}")
+                    if rule.kind else f"the nearest names are {nearest_names(rule.select, names)}")
             raise RuleMatchError(f"{rule.label(i)} selects no parameter among {len(names)}; {hint}. "
                                  f"Fix the selector (globs match the whole name; regexes need 're:') or drop it.")
         matched.append(hits)

@@ -209,7 +209,7 @@ class LrTrainer(gluon.Trainer):
                                   f"{type(values).__name__} {values!r:.80}; pass e.g. {{'{self._names[0]}': 0.1}}.")
         unknown = [name for name in values if name not in self._table]
         if unknown:
-            near = {name: _rules._nearest(name, self._names)[:3] for name in unknown[:5]}
+            near = {name: _rules.nearest_names(name, self._names)[:3] for name in unknown[:5]}
             raise UnknownParameterError(f"{what}: {len(unknown)} unknown parameter name(s) {unknown[:5]}; this "
                                         f"trainer has {len(self._names)} parameters, nearest names: {near}. "
                                         f"Use names from trainer.{field}.keys().")

@@ -19,7 +19,7 @@ from ..errors import StatesFileError
 from ..optimizer_state import state_arrays
 from .atomic import atomic_write
 
-__all__ = ["MAGIC", "write_states", "read_states", "split_states", "unpickle_states", "remap_states",
+__all__ = ["MAGIC", "write_states", "read_states", "states_bytes", "split_states", "unpickle_states", "remap_states",
            "save_trainer_states", "load_trainer_states"]
 
 MAGIC = b"GLUON-LR-STATES\n"
@@ -61,18 +61,34 @@ def read_states(path) -> tuple:
     Example:
         >>> params, raw = read_states("trainer.states")
     """
-    try:
-        with open(path, "rb") as source:
-            data = source.read()
-    except OSError as exc:
-        raise StatesFileError(f"Cannot read states file {str(path)!r}: {exc.strerror}; pass the path written by "
-                              f"LrTrainer.save_states.") from None
-    params, mx_states = split_states(data, str(path))
+    params, mx_states = split_states(states_bytes(path), str(path))
     if params is None:
         raise StatesFileError(f"File {str(path)!r} is not a gluon-lr states file (it does not start with {MAGIC!r}); "
                               f"a stock gluon.Trainer.save_states file holds no multipliers: load it with "
                               f"gluon.Trainer.load_states, or save it again with LrTrainer.save_states.")
     return params, mx_states
+
+
+def states_bytes(source, error=StatesFileError) -> bytes:
+    """The bytes of a states file: ``source`` is its path, or already its bytes.
+
+    Raises:
+        error: the file cannot be read, or ``source`` is neither a path nor bytes.
+
+    Example:
+        >>> data = states_bytes("trainer.states")
+    """
+    if isinstance(source, (bytes, bytearray)):
+        return bytes(source)
+    if not isinstance(source, (str, os.PathLike)):
+        raise error(f"States must be a path or bytes, got {type(source).__name__}; pass the file written by "
+                    f"LrTrainer.save_states or gluon.Trainer.save_states.")
+    try:
+        with open(source, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise error(f"Cannot read states file {str(source)!r}: {exc.strerror}; pass the path written by "
+                    f"LrTrainer.save_states or gluon.Trainer.save_states.") from None
 
 
 def split_states(data: bytes, source: str, error=StatesFileError) -> tuple:

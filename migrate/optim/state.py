@@ -1,11 +1,9 @@
 """MXNet trainer states (``gluon.Trainer.save_states``) -> the state of migrate's exact torch optimizers."""
-import os
-
 import numpy as np
 import torch
 
 from gluon_lr.formats.settings import as_settings
-from gluon_lr.formats.states import split_states, unpickle_states
+from gluon_lr.formats.states import split_states, states_bytes, unpickle_states
 from gluon_lr.optimizer_state import state_arrays
 from migrate.errors import InputFileError, SettingsError, StateConversionError
 
@@ -69,17 +67,8 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
 
 def _load_states(mx_states):
     """(parameter names or None, states by index, pickled MXNet optimizer or None) from a path or bytes."""
-    if isinstance(mx_states, (str, os.PathLike)):
-        try:
-            with open(mx_states, "rb") as handle:
-                mx_states = handle.read()
-        except OSError as err:
-            raise InputFileError(f"cannot read MXNet states file {str(mx_states)!r}: {err.strerror}; pass the file "
-                                 f"written by gluon.Trainer.save_states") from None
-    if not isinstance(mx_states, (bytes, bytearray)):
-        raise InputFileError(f"mx_states must be a path or bytes, got {type(mx_states).__name__}; pass the file "
-                             f"written by gluon.Trainer.save_states")
-    names, mx_states = split_states(bytes(mx_states), "mx_states", error=InputFileError)
+    data = states_bytes(mx_states, error=InputFileError)
+    names, mx_states = split_states(data, "mx_states", error=InputFileError)
     states, optimizer = unpickle_states(mx_states, "mx_states", error=InputFileError)
     return (None if names is None else [param["name"] for param in names]), states, optimizer
 
