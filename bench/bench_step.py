@@ -3,8 +3,8 @@
 Run: ``OMP_NUM_THREADS=2 PYTHONPATH=$PWD python bench/bench_step.py [--reps 7]``. Everything is measured in one
 process, interleaved rep by rep (a shared machine's load then hits every row alike); the table shows the minimum and
 the median per row, and ratios of minima. "LrTrainer (compiled)" is the default fast path: flat buffers and one pass
-of a compiled kernel (``gluon_lr._fused._kernels``, numba) per flat group, one share per core; "fused=False" is the stock
-loop inside LrTrainer. The first step's compile or cache-load cost is measured by ``bench/bench_first_step.py``.
+of a compiled kernel (``gluon_lr._fused._kernels``, numba) per flat group, one share per core; "fused=False" is the
+stock loop inside LrTrainer. The first step's compile or cache-load cost is measured by ``bench/bench_first_step.py``.
 The floor is the bytes one step must stream (SGD-momentum: read w, g, m and write w, m = 20 bytes per float32
 parameter; Adam: read w, g, m, v and write w, m, v = 28 bytes) divided by the best in-place add bandwidth measured
 here on arrays of the model's size (numpy, MXNet, torch; 12 bytes per element).

@@ -301,7 +301,8 @@ class Freezer:
         hits = [n for n in self._names if rule.selects(n, self._kinds[n].kinds)]
         if not hits:
             raise RuleMatchError(f"freeze/unfreeze selector {select!r} selects no parameter among "
-                                 f"{len(self._names)}; the nearest names are {_rules.nearest_names(select, self._names)}."
+                                 f"{len(self._names)}; the nearest names are "
+                                 f"{_rules.nearest_names(select, self._names)}."
                                  f" Globs match the whole name; regexes need 're:'.")
         return hits
 

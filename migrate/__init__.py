@@ -1,13 +1,18 @@
-"""migrate: carry gluon-lr settings, weights and optimizer state from MXNet Gluon to PyTorch."""
-from migrate.optim.groups import ParamGroups, param_groups
-from migrate.mapping.table import NameMapping
+"""migrate: carry gluon-lr settings, weights and optimizer state from MXNet Gluon to PyTorch.
+
+The pipeline: ``mapping`` (MXNet names -> torch names: ``name_mapping``, ``verify``, ``convert_weights``), ``optim``
+(``param_groups``, ``torch_optimizer``, ``stock_torch_optimizer``, ``torch_lr_scheduler``,
+``convert_optimizer_state``), ``migration_folder`` (``load_migration``) and ``cli`` (the ``migrate`` command).
+"""
 from migrate.mapping.name_mapping import name_mapping
-from migrate.migration_folder import load_migration
-from migrate.optim.translate import (MXNetLRScheduler, StockTranslation, stock_torch_optimizer, torch_lr_scheduler,
-                                     torch_optimizer)
-from migrate.optim.state import convert_optimizer_state
+from migrate.mapping.table import NameMapping
 from migrate.mapping.verify import NodeCheck, VerifyReport, verify
 from migrate.mapping.weights import convert_weights
+from migrate.migration_folder import load_migration
+from migrate.optim.groups import ParamGroups, param_groups
+from migrate.optim.state_conversion import convert_optimizer_state
+from migrate.optim.translate import (MXNetLRScheduler, StockTranslation, stock_torch_optimizer, torch_lr_scheduler,
+                                     torch_optimizer)
 
 __all__ = [
     "MXNetLRScheduler",

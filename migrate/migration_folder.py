@@ -13,8 +13,8 @@ from gluon_lr.formats.atomic import atomic_write
 from migrate.errors import InputFileError
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 
-__all__ = ["load_migration", "optimizer_document", "torch_save", "MAPPING", "WEIGHTS", "GROUPS", "OPTIMIZER", "REPORT_JSON",
-           "REPORT_TXT"]
+__all__ = ["load_migration", "optimizer_document", "torch_save", "MAPPING", "WEIGHTS", "GROUPS", "OPTIMIZER",
+           "REPORT_JSON", "REPORT_TXT"]
 
 MAPPING, WEIGHTS, GROUPS, OPTIMIZER = "mapping.json", "weights.pt", "param_groups.json", "optimizer.pt"
 REPORT_JSON, REPORT_TXT = "report.json", "report.txt"

@@ -1,4 +1,4 @@
-"""Back-end: the compiled numba kernels (``_kernels``) for sgd, sgd-momentum, nag and adam on CPU, one share per core."""
+"""Back-end: compiled numba kernels (``_kernels``) for sgd, sgd-momentum, nag and adam on CPU, one share per core."""
 import warnings
 
 import numpy as np

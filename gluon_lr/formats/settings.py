@@ -18,8 +18,8 @@ from ..errors import SettingsFileError
 from ..rules import check_multiplier
 from .atomic import write_json
 
-__all__ = ["FORMAT", "SCHEMA_VERSION", "SettingsDocument", "as_settings", "check_settings", "load_settings", "settings_document",
-           "write_settings"]
+__all__ = ["FORMAT", "SCHEMA_VERSION", "SettingsDocument", "as_settings", "check_settings", "load_settings",
+           "settings_document", "write_settings"]
 
 FORMAT = "gluon-lr-settings"
 SCHEMA_VERSION = 1

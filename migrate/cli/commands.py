@@ -23,7 +23,7 @@ from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.verify import verify
 from migrate.mapping.weights import convert_weights
 from migrate.optim.groups import param_groups
-from migrate.optim.state import convert_optimizer_state
+from migrate.optim.state_conversion import convert_optimizer_state
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 
 __all__ = ["main"]

@@ -584,8 +584,9 @@ def _signum_piece(weight, grad, moment, lr, wd, mom, wd_lh):
 class Ftrl(_MXNetOptimizer):
     """MXNet ``ftrl``: FTRL-proximal with L1 ``lamda1``, ``beta`` and L2 ``wd``; weights are recomputed from z, n.
 
-    Contiguous CPU float32/float64 tensors take one compiled pass of MXNet's FtrlUpdateKernel (``migrate.optim._kernels``,
-    bit for bit ``ftrl_update``); others a torch path in another order of operations (~1e-7 relative per step).
+    Contiguous CPU float32/float64 tensors take one compiled pass of MXNet's FtrlUpdateKernel
+    (``migrate.optim._kernels``, bit for bit ``ftrl_update``); others a torch path in another order of operations
+    (~1e-7 relative per step).
 
     Example:
         >>> opt = Ftrl(model.parameters(), lr=0.1, lamda1=0.01, beta=1.0)

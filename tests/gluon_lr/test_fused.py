@@ -661,7 +661,8 @@ class TestCompiledPath:
         import sys
         import gluon_lr
         root = os.path.dirname(os.path.dirname(os.path.abspath(gluon_lr.__file__)))
-        code = "import sys, gluon_lr; print(sorted(m for m in ('numba', 'gluon_lr._fused._kernels') if m in sys.modules))"
+        code = ("import sys, gluon_lr; "
+                "print(sorted(m for m in ('numba', 'gluon_lr._fused._kernels') if m in sys.modules))")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env=dict(os.environ, PYTHONPATH=root))
         assert out.stdout.strip() == "[]", out.stdout + out.stderr

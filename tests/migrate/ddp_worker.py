@@ -7,8 +7,8 @@ states file, the parameters and the name mapping, then continues ``STEPS`` more 
 Every torch run, in one process or in each DDP rank, rebuilds the migrated model and optimizer from those files with
 :func:`migrated` and trains ``STEPS`` steps with :func:`torch_train`.
 
-Run as ``python -m tests.migrate.ddp_worker OUT DIE_AT CASE_DIR...`` under ``devtools.local_cluster.run_torch_ddp``. Each rank
-migrates and trains every case in turn (one process start for all cases) and writes ``OUT/{case}-rank{r}.npz``
+Run as ``python -m tests.migrate.ddp_worker OUT DIE_AT CASE_DIR...`` under ``devtools.local_cluster.run_torch_ddp``.
+Each rank migrates and trains every case in turn (one process start for all cases) and writes ``OUT/{case}-rank{r}.npz``
 (torch key -> value after the last step; the case is the folder's name). With ``DIE_AT`` > 0, rank 1 exits with
 code 3 just before the backward pass of step ``DIE_AT`` of the first case, leaving rank 0 in the all-reduce.
 """
