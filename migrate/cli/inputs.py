@@ -193,6 +193,9 @@ def output_paths(paths, inputs, force: bool, check_folder: bool = True) -> None:
                                     f"output path")
         if os.path.isdir(path):
             raise CliUsageError(f"--out: {path!r} is a folder; give a file path")
+        if os.path.lexists(path) and not os.path.isfile(path):
+            raise CliUsageError(f"--out: {path!r} is {_special_kind(path) or 'a dangling link'}, not a regular file; "
+                                f"give a file path")
 
 
 def mapping_needs(args) -> None:

@@ -47,7 +47,7 @@ class Report:
     def status(self) -> str:
         """One line: OK, or what failed."""
         if self.interrupted:
-            return "INTERRUPTED: nothing was left half-written (an existing output is kept as it was)"
+            return "INTERRUPTED: each output is complete or absent (the previous one where it was not replaced)"
         if self.error is not None:
             return f"ERROR: {self.error}"
         failed = [name for name, passed in self.checks.items() if not passed]

@@ -67,6 +67,9 @@ class StagedFolder:
         parent folder that is missing or not writable."""
         if not self.name or self.name in (".", ".."):
             raise CliUsageError(f"--out {self.target!r}: give a folder path with a name, such as ./migrated")
+        if os.path.islink(self.target):
+            raise CliUsageError(f"--out {self.target!r}: is a symbolic link; give the folder's real path (the folder "
+                                f"is replaced as a whole)")
         if os.path.lexists(self.target) and not os.path.isdir(self.target):
             raise CliUsageError(f"--out {self.target!r}: exists and is not a folder; give a folder path")
         writable_folder(self.parent, "--out")

@@ -1,0 +1,229 @@
+"""`python -m migrate` against hostile input and interruption: one line and exit 2 for each bad flag, file or folder,
+nothing written or changed; `migrate all` interrupted (Ctrl-C, SIGTERM, kill -9) at each stage leaves no output
+folder, or the previous complete one, and no temporary folder after the next run.
+
+The MXNet side is ``MxResidual`` trained 2 steps by ``LrTrainer`` (sgd, momentum, a FactorScheduler), exported with
+its settings and states; the torch side is ``tests.migrate.models:torch_residual``.
+"""
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mxnet import autograd
+
+from gluon_lr import LrTrainer
+from migrate.cli import main
+from tests.migrate import models as M
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TORCH = "tests.migrate.models:torch_residual"
+SCHEDULE = {"type": "FactorScheduler", "base_lr": 0.05, "step": 5, "factor": 0.5, "stop_factor_lr": 1e-8,
+            "warmup_steps": 0, "warmup_begin_lr": 0, "warmup_mode": "linear"}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Exported network, settings, states and the mapping `migrate map` wrote, plus hostile files beside them."""
+    folder = tmp_path_factory.mktemp("hostile")
+    net = M.gluon(M.MxResidual)
+    net.hybridize()
+    schedule = mx.lr_scheduler.FactorScheduler(step=5, factor=0.5, base_lr=0.05)
+    trainer = LrTrainer(net, "sgd", {"learning_rate": 0.05, "momentum": 0.9, "lr_scheduler": schedule})
+    rng = np.random.RandomState(0)
+    for _ in range(2):
+        with autograd.record():
+            loss = (net(mx.nd.array(rng.randn(2, 3, 8, 8))) ** 2).sum()
+        loss.backward()
+        trainer.step(2)
+    net.export(str(folder / "res"))
+    trainer.export_settings(str(folder / "settings.json"))
+    trainer.save_states(str(folder / "trainer.states"))
+    assert main(["map", "--symbol", str(folder / "res-symbol.json"), "--params", str(folder / "res-0000.params"),
+                 "--torch", TORCH, "--input-shape", "1,3,8,8", "--out", str(folder / "mapping.json")]) == 0
+    _hostile_files(folder)
+    return folder
+
+
+def _hostile_files(folder):
+    """A FIFO, 100,000-deep JSON, and settings whose lr_scheduler MXNet refuses or cannot compute."""
+    os.mkfifo(folder / "fifo")
+    (folder / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    settings = json.loads((folder / "settings.json").read_text())
+    warmup = {"base_lr": 0.05, "warmup_begin_lr": 0, "warmup_mode": "linear"}
+    bad = {"step0": dict(SCHEDULE, step=0), "factor-nan": dict(SCHEDULE, factor=float("nan")),
+           "poly-zero-length": dict(warmup, type="PolyScheduler", max_update=4, pwr=2, final_lr=0, warmup_steps=4),
+           "multifactor-flat": dict(warmup, type="MultiFactorScheduler", step=[3, 3], factor=0.5, warmup_steps=0)}
+    for name, schedule in bad.items():
+        (folder / f"settings-{name}.json").write_text(json.dumps(dict(settings, lr_scheduler=schedule)))
+    (folder / "settings-huge-num-update.json").write_text(json.dumps(dict(
+        settings, num_update=10 ** 9, lr_scheduler=dict(SCHEDULE, step=1, factor=0.9999999, stop_factor_lr=0.0))))
+
+
+def _tree(folder) -> dict:
+    """Relative path -> sha256 of every regular file under ``folder`` (FIFOs as a marker, never opened)."""
+    found = {}
+    for base, dirs, names in os.walk(folder):
+        for name in dirs + names:
+            path = os.path.join(base, name)
+            key = os.path.relpath(path, folder)
+            found[key] = (hashlib.sha256(open(path, "rb").read()).hexdigest() if os.path.isfile(path)
+                          else "dir" if os.path.isdir(path) else "special")
+    return found
+
+
+_MAP = ["map", "--symbol", "{d}/res-symbol.json", "--params", "{d}/res-0000.params", "--torch", TORCH,
+        "--input-shape", "1,3,8,8", "--out", "{out}/m.json"]
+_OPTIM = ["optim", "--settings", "{d}/settings.json", "--states", "{d}/trainer.states", "--torch", TORCH,
+          "--mapping", "{d}/mapping.json", "--out", "{out}/o.pt"]
+_ALL = ["all", "--symbol", "{d}/res-symbol.json", "--params", "{d}/res-0000.params", "--settings",
+        "{d}/settings.json", "--torch", TORCH, "--mapping", "{d}/mapping.json", "--input-shape", "1,3,8,8",
+        "--out", "{out}/all"]
+
+
+def _with(argv, flag, value):
+    """``argv`` with ``flag``'s value replaced (or the flag appended)."""
+    argv = list(argv)
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+    return argv
+
+
+# (description, argv, exit code, pattern of the one line on stderr)
+HOSTILE = [
+    ("input too large", _with(_MAP, "--input-shape", "300000000,4"), 2,
+     r"--input-shape 300000000,4: 1,200,000,000 input elements in all, above the limit of 16,777,216.*"
+     r"set MIGRATE_MAX_INPUT_ELEMENTS=1200000000"),
+    ("zero dimension", _with(_MAP, "--input-shape", "0,3,8,8"), 2, r"--input-shape '0,3,8,8': expected 1 to 32 "
+     r"positive integers"),
+    ("negative dimension", _MAP[:7] + ["--input-shape=-1,3,8,8"] + _MAP[9:], 2, r"--input-shape '-1,3,8,8': "
+     r"expected 1 to 32 positive integers"),
+    ("negative dimension read as a flag", _with(_MAP, "--input-shape", "-1,3,8,8"), 2,
+     r"argument --input-shape: expected one argument \(see migrate map --help\)"),
+    ("5000-digit dimension", _with(_MAP, "--input-shape", "9" * 5000), 2, r"expected comma-separated integers"),
+    ("40 dimensions", _with(_MAP, "--input-shape", ",".join(["1"] * 40)), 2, r"expected 1 to 32 positive"),
+    ("--torch sys:exit", _with(_MAP, "--torch", "sys:exit"), 2, r"--torch 'sys:exit': a built-in .*not a model "
+     r"factory"),
+    ("--torch code:interact", _with(_MAP, "--torch", "code:interact"), 2, r"standard library \(code\), not a model"),
+    ("--torch a class that is no Module", _with(_MAP, "--torch", "collections:OrderedDict"), 2,
+     r"a class that is not a torch.nn.Module"),
+    ("--torch a string", _with(_MAP, "--torch", "os:sep"), 2, r"--torch 'os:sep': a str, not a callable"),
+    ("--torch a FIFO", _with(_MAP, "--torch", "{d}/fifo"), 2, r"--torch '.*fifo': a FIFO \(named pipe\)"),
+    ("--symbol a FIFO", _with(_MAP, "--symbol", "{d}/fifo"), 2, r"--symbol '.*fifo': a FIFO \(named pipe\), not a "
+     r"regular file; give the NAME-symbol.json"),
+    ("--params a folder", _with(_MAP, "--params", "{d}"), 2, r"--params '.*': a folder, not a regular file"),
+    ("--settings a FIFO", _with(_OPTIM, "--settings", "{d}/fifo"), 2, r"--settings '.*fifo': a FIFO"),
+    ("--states a FIFO", _with(_OPTIM, "--states", "{d}/fifo"), 2, r"--states '.*fifo': a FIFO"),
+    ("--mapping a FIFO", _with(_OPTIM, "--mapping", "{d}/fifo"), 2, r"--mapping '.*fifo': a FIFO"),
+    ("--settings 100000 deep", _with(_OPTIM, "--settings", "{d}/deep.json"), 2,
+     r"--settings '.*deep.json': .*not valid JSON \(maximum recursion depth"),
+    ("--mapping 100000 deep", _with(_OPTIM, "--mapping", "{d}/deep.json"), 2,
+     r"--mapping '.*deep.json': .*JSON nested too deeply"),
+    ("--kwargs 50000 deep", _with(_MAP, "--kwargs", "[" * 50_000 + "]" * 50_000), 2,
+     r"--kwargs '\[\[\[.*nested too deeply"),
+    ("FactorScheduler step 0", _with(_OPTIM, "--settings", "{d}/settings-step0.json"), 2,
+     r"lr_scheduler'\] \(FactorScheduler\): step must be a number >= 1.*got 0"),
+    ("FactorScheduler factor NaN", _with(_OPTIM, "--settings", "{d}/settings-factor-nan.json"), 2,
+     r"factor must be a finite number <= 1.*got nan"),
+    ("PolyScheduler max_update == warmup_steps", _with(_OPTIM, "--settings", "{d}/settings-poly-zero-length.json"),
+     2, r"\(PolyScheduler\): max_update 4 equals warmup_steps.*divides by zero at update 4"),
+    ("MultiFactorScheduler not increasing", _with(_OPTIM, "--settings", "{d}/settings-multifactor-flat.json"), 2,
+     r"step \[3, 3\] must be increasing"),
+    ("FactorScheduler that never settles by update 1e9", [a for a in _with(_OPTIM, "--settings", "{d}/settings-"
+                                                                            "huge-num-update.json")
+                                                           if "states" not in a], 2,
+     r"reaching update 1000000001 needs more than 10,000,000 multiplications"),
+    ("--out in a missing folder", _with(_MAP, "--out", "{out}/absent/m.json"), 2,
+     r"--out: folder '.*absent' does not exist; create it"),
+    ("--out in a read-only folder", _with(_MAP, "--out", "{readonly}/m.json"), 2,
+     r"--out: folder '.*' is not writable \(.*\); choose a folder you can write to"),
+    ("--out over a FIFO", _with(_MAP, "--out", "{d}/fifo") + ["--force"], 2, r"is a FIFO \(named pipe\), not a "
+     r"regular file"),
+    ("all: --out parent missing", _with(_ALL, "--out", "{out}/absent/all"), 2, r"folder '.*absent' does not exist"),
+    ("all: --out in a read-only folder", _with(_ALL, "--out", "{readonly}/all"), 2, r"is not writable"),
+    ("all: --out a file", _with(_ALL, "--out", "{d}/settings.json"), 2, r"exists and is not a folder"),
+    ("all: --out holds foreign files", _with(_ALL, "--out", "{d}") + ["--force"], 2,
+     r"holds files `migrate all` does not write \(deep.json, fifo, res-0000.params"),
+    ("all: --out a symbolic link", _with(_ALL, "--out", "{out}/link"), 2, r"is a symbolic link"),
+    ("missing required flag", _MAP[:-2], 2, r"^migrate map: error: the following arguments are required: --out "
+     r"\(see migrate map --help\)$"),
+]
+
+
+@pytest.fixture
+def readonly(tmp_path):
+    """A folder this process cannot create files in (chmod 0555; root ignores that, so /sys then), or skip."""
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    folder.chmod(0o555)
+    yield next((str(p) for p in (folder, "/sys") if os.path.isdir(p) and not _can_write(p)), None)
+    folder.chmod(0o755)
+
+
+def _can_write(folder) -> bool:
+    try:
+        with open(os.path.join(folder, ".probe"), "w"):
+            pass
+    except OSError:
+        return False
+    os.remove(os.path.join(folder, ".probe"))
+    return True
+
+
+@pytest.mark.parametrize("description, argv, code, pattern", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_input_exits_with_one_line(files, tmp_path, readonly, capsys, description, argv, code, pattern):
+    """Exit 2, exactly one line on stderr naming the flag and the fix (no traceback), nothing written, inputs and
+    output folder unchanged."""
+    if "{readonly}" in " ".join(argv) and readonly is None:
+        pytest.skip("no folder this process cannot write to")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(out, out / "link")
+    argv = [a.format(d=files, out=out, readonly=readonly) for a in argv]
+    inputs_before, out_before = _tree(files), _tree(out)
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in captured.err, f"{description}: {captured.err[-2000:]}"
+    assert re.search(pattern, lines[0]), f"{description}: {pattern!r} not in {lines[0]!r}"
+    assert _tree(files) == inputs_before and _tree(out) == out_before, f"{description}: files changed"
+
+
+def test_scheduler_mxnet_computes_still_migrates(files, tmp_path, capsys):
+    """A PolyScheduler with max_update < warmup_steps (MXNet computes it: warmup, then base_lr) is accepted and the
+    lr of the next update is MXNet's own."""
+    settings = json.loads((files / "settings.json").read_text())
+    spec = {"type": "PolyScheduler", "base_lr": 0.05, "max_update": 3, "pwr": 2, "final_lr": 0, "warmup_steps": 6,
+            "warmup_begin_lr": 0.01, "warmup_mode": "linear"}
+    path = tmp_path / "settings-poly.json"
+    path.write_text(json.dumps(dict(settings, lr_scheduler=spec)))
+    argv = _with(_with(_OPTIM, "--settings", str(path)), "--out", str(tmp_path / "o.pt"))
+    assert main([a.format(d=files) for a in argv]) == 0, capsys.readouterr().err
+    reference = mx.lr_scheduler.PolyScheduler(**{k: v for k, v in spec.items() if k != "type"})
+    expected = [reference(n) for n in range(3, 9)]  # num_update 2 done: the next updates are 3..8
+    optimizer, scheduler = _optimizer_from(tmp_path / "o.pt", M.torch_residual())
+    got = []
+    for _ in range(6):
+        got.append(optimizer.param_groups[0]["lr"] / optimizer.param_groups[0]["lr_mult"])
+        optimizer.step()
+        scheduler.step()
+    assert got == pytest.approx(expected, rel=1e-15, abs=0), (got, expected)
+
+
+def _optimizer_from(path, model):
+    """The optimizer and scheduler an ``optim`` output rebuilds (what ``load_migration`` does with optimizer.pt)."""
+    import torch
+
+    import migrate
+    document = torch.load(path, weights_only=True)
+    optimizer = migrate.torch_optimizer(model, document["settings"], document["mapping"])
+    optimizer.load_state_dict(document["optimizer"])
+    return optimizer, migrate.torch_lr_scheduler(optimizer, document["settings"], num_update=document["num_update"])
