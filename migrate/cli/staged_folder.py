@@ -64,7 +64,7 @@ class StagedFolder:
 
     def check(self) -> None:
         """Refuse, before any work, a target that is a file, holds foreign files, or exists without --force; and a
-        parent folder that is missing or not writable."""
+        parent folder that is missing or not writable. Cleans up after dead runs first (``_remove_stale``)."""
         if not self.name or self.name in (".", ".."):
             raise CliUsageError(f"--out {self.target!r}: give a folder path with a name, such as ./migrated")
         if os.path.islink(self.target):
@@ -73,6 +73,7 @@ class StagedFolder:
         if os.path.lexists(self.target) and not os.path.isdir(self.target):
             raise CliUsageError(f"--out {self.target!r}: exists and is not a folder; give a folder path")
         writable_folder(self.parent, "--out")
+        self._remove_stale()
         present = sorted(os.listdir(self.target)) if os.path.isdir(self.target) else []
         foreign = [entry for entry in present if entry not in self.names]
         if foreign:
@@ -89,7 +90,6 @@ class StagedFolder:
         return os.path.join(self.path, name)
 
     def __enter__(self) -> "StagedFolder":
-        self._remove_stale()
         self.path = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{self.name}-{os.getpid()}-", dir=self.parent)
         umask = os.umask(0)
         os.umask(umask)

@@ -227,3 +227,125 @@ def _optimizer_from(path, model):
     optimizer = migrate.torch_optimizer(model, document["settings"], document["mapping"])
     optimizer.load_state_dict(document["optimizer"])
     return optimizer, migrate.torch_lr_scheduler(optimizer, document["settings"], num_update=document["num_update"])
+
+
+# ---------------------------------------------------------------- interrupting `migrate all`
+
+STAGES = ["staged", "wrote-mapping.json", "wrote-optimizer.pt", "before-rename", "after-rename"]
+
+
+def _all_argv(files, out, force=False):
+    argv = [a.format(d=files, out=out) for a in _with(_ALL, "--states", "{d}/trainer.states")]
+    return _with(argv, "--out", str(out)) + (["--force"] if force else [])
+
+
+def _staging(parent) -> list:
+    return sorted(entry for entry in os.listdir(parent) if entry.startswith(".tmp-migrate-"))
+
+
+@pytest.fixture(scope="module")
+def previous(files, tmp_path_factory):
+    """A complete `migrate all` folder: (path, tree of its files)."""
+    out = tmp_path_factory.mktemp("previous") / "all"
+    assert main(_all_argv(files, out)) == 0
+    assert sorted(os.listdir(out)) == ["mapping.json", "optimizer.pt", "param_groups.json", "report.json",
+                                       "report.txt", "weights.pt"]
+    return out, _tree(out)
+
+
+def _expect_outcome(stage, out, before):
+    """After the rename the new complete folder; before it nothing new (absent, or the previous folder)."""
+    if stage == "after-rename":
+        assert sorted(os.listdir(out)) == sorted(before or ["mapping.json", "optimizer.pt", "param_groups.json",
+                                                            "report.json", "report.txt", "weights.pt"])
+        assert json.loads((out / "report.json").read_text())["exit_code"] == 0
+    elif before is None:
+        assert not os.path.lexists(out), f"interrupted at {stage}: {out} exists: {os.listdir(out)}"
+    else:
+        assert _tree(out) == before, f"interrupted at {stage}: the previous folder changed"
+
+
+class TestInterruptedAll:
+    """`migrate all` interrupted at each stage: no folder, or the previous complete one; no temporary folder left."""
+
+    @pytest.mark.parametrize("replace", [False, True], ids=["new", "replace"])
+    @pytest.mark.parametrize("stage", STAGES)
+    def test_ctrl_c_at_each_stage(self, files, previous, tmp_path, monkeypatch, capsys, stage, replace):
+        """Ctrl-C (KeyboardInterrupt) at each stage: exit 130, one status line, and nothing half-written."""
+        from migrate.cli import commands, staged_folder
+        out = tmp_path / "all"
+        if replace:
+            import shutil
+            shutil.copytree(previous[0], out)
+        before = _tree(out) if replace else None
+
+        def interrupt(name):
+            if name == stage:
+                raise KeyboardInterrupt
+        monkeypatch.setattr(commands, "pause_point", interrupt)
+        monkeypatch.setattr(staged_folder, "pause_point", interrupt)
+        assert main(_all_argv(files, out, force=replace)) == 130
+        err = capsys.readouterr().err.splitlines()
+        assert err == ["migrate all: INTERRUPTED: each output is complete or absent (the previous one where it was "
+                       "not replaced)"], err
+        _expect_outcome(stage, out, before)
+        assert _staging(tmp_path) == []
+
+    @pytest.mark.parametrize("signum, stage, replace", [
+        (signal.SIGKILL, "staged", False), (signal.SIGKILL, "wrote-mapping.json", True),
+        (signal.SIGKILL, "before-rename", True), (signal.SIGKILL, "after-rename", True),
+        (signal.SIGINT, "wrote-optimizer.pt", True), (signal.SIGTERM, "before-rename", False)],
+        ids=["kill-staged", "kill-mapping-written", "kill-before-rename", "kill-after-rename", "sigint-optimizer",
+             "sigterm-before-rename"])
+    def test_signal_to_a_process(self, files, previous, tmp_path, signum, stage, replace):
+        """A signal to `python -m migrate all` paused at a stage: the folder is absent or the previous one (the new
+        one after the rename); after kill -9 the next run removes the dead run's temporary folder."""
+        import shutil
+        out = tmp_path / "all"
+        if replace:
+            shutil.copytree(previous[0], out)
+        before = _tree(out) if replace else None
+        env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "MIGRATE_PAUSE_AT": stage}
+        process = subprocess.Popen([sys.executable, "-m", "migrate", *_all_argv(files, out, force=replace)],
+                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            lines = []
+            for line in process.stderr:
+                lines.append(line)
+                if line.startswith("migrate: paused at"):
+                    break
+            assert lines and lines[-1] == f"migrate: paused at {stage}\n", "".join(lines)[-2000:]
+            process.send_signal(signum)
+            rest = process.communicate(timeout=60)[1]
+        finally:
+            process.kill()
+            process.wait()
+        assert process.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 130), rest[-2000:]
+        _expect_outcome(stage, out, before)
+        if signum != signal.SIGKILL:
+            assert _staging(tmp_path) == [] and "INTERRUPTED" in rest
+            return
+        assert len(_staging(tmp_path)) == (0 if stage == "after-rename" and not replace else 1)
+        assert main(_all_argv(files, out, force=True)) == 0  # the next run cleans up after the dead one
+        assert _staging(tmp_path) == [] and sorted(os.listdir(out)) == sorted(previous[1])
+
+    def test_without_atomic_exchange(self, files, previous, tmp_path, monkeypatch):
+        """Where the system cannot swap two folders, two renames replace the folder; a previous folder left aside by
+        a run that died between them is put back by the next run (which then needs --force to replace it)."""
+        import shutil
+
+        from migrate.cli import staged_folder
+        monkeypatch.setattr(staged_folder, "_exchange", lambda source, target: False)
+        out = tmp_path / "all"
+        shutil.copytree(previous[0], out)
+        (out / "report.txt").write_text("an earlier run")
+        assert main(_all_argv(files, out, force=True)) == 0
+        replaced = _tree(out)
+        assert sorted(replaced) == sorted(previous[1]) and _staging(tmp_path) == []
+        assert "migrate all: OK (exit 0)" in (out / "report.txt").read_text()
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        aside = tmp_path / f".tmp-migrate-all-{dead.pid}-abcd1234.previous"
+        out.rename(aside)
+        assert main(_all_argv(files, out)) == 2  # put back, so it exists: --force is needed
+        assert _tree(out) == replaced and _staging(tmp_path) == []
