@@ -115,7 +115,7 @@ def _check_flags(args) -> None:
     """The cheap checks of every flag, before any model is loaded: shapes, --kwargs, input files."""
     if getattr(args, "input_shape", None):
         inputs.input_shapes(args.input_shape)
-    inputs.kwargs_object(args.kwargs)
+    inputs.kwargs_object(getattr(args, "kwargs", "{}"))
     for flag, path in _inputs(args).items():
         if flag != "--torch":
             inputs.existing_file(flag, path, _WHAT[flag])

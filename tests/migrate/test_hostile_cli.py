@@ -125,6 +125,9 @@ HOSTILE = [
     ("--mapping a FIFO", _with(_OPTIM, "--mapping", "{d}/fifo"), 2, r"--mapping '.*fifo': a FIFO"),
     ("--settings 100000 deep", _with(_OPTIM, "--settings", "{d}/deep.json"), 2,
      r"--settings '.*deep.json': .*not valid JSON \(maximum recursion depth"),
+    ("--symbol 100000 deep", _with(_MAP, "--symbol", "{d}/deep.json"), 2,
+     r"MXNet symbol file '.*deep.json': expected a symbol JSON .*could not parse it \(MXNetError: Check "
+     r"failed"),
     ("--mapping 100000 deep", _with(_OPTIM, "--mapping", "{d}/deep.json"), 2,
      r"--mapping '.*deep.json': .*JSON nested too deeply"),
     ("--kwargs 50000 deep", _with(_MAP, "--kwargs", "[" * 50_000 + "]" * 50_000), 2,
