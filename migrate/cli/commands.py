@@ -63,7 +63,7 @@ _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
                ("--symbol", "--params", "--torch", "--input-shape"), ("--kwargs", "--mapping"), None),
     "all": ("everything into one folder: mapping, weights, param groups, optimizer, report",
             ("--symbol", "--params", "--settings", "--torch", "--input-shape"), ("--states", "--kwargs", "--mapping"),
-            "output folder (created if missing)"),
+            "output folder: built under a temporary name beside it and renamed when complete (its parent must exist)"),
 }
 
 

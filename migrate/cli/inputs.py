@@ -52,7 +52,7 @@ def _check_input_size(texts, shapes) -> None:
                             f"elements") from None
     total = sum(math.prod(shape) for shape in shapes)
     if total > limit:
-        raise CliUsageError(f"--input-shape {' '.join(texts)}: {total:,} input elements in all, above the limit of "
+        raise CliUsageError(f"--input-shape {' '.join(texts)[:200]}: {total:,} input elements in all, above the limit of "
                             f"{limit:,} (both models run them, with every activation); a batch of 1 is enough to "
                             f"match and verify; to allow more, set {MAX_INPUT_ELEMENTS_VARIABLE}={total}")
 
@@ -116,7 +116,7 @@ def torch_model(spec: str, kwargs_text: str):
     try:
         model = factory(**kwargs)
     except (Exception, SystemExit) as exc:  # the user's factory may raise anything on bad arguments
-        raise CliUsageError(f"--torch {spec!r} with --kwargs {kwargs}: the factory raised "
+        raise CliUsageError(f"--torch {spec!r} with --kwargs {str(kwargs)[:200]}: the factory raised "
                             f"{type(exc).__name__}: {str(exc)[:300]}; check the arguments") from None
     if not isinstance(model, torch.nn.Module):
         raise CliUsageError(f"--torch {spec!r}: the factory returned a {type(model).__name__}, expected a "

@@ -352,3 +352,39 @@ class TestInterruptedAll:
         out.rename(aside)
         assert main(_all_argv(files, out)) == 2  # put back, so it exists: --force is needed
         assert _tree(out) == replaced and _staging(tmp_path) == []
+
+
+class TestBoundedFactorScheduler:
+    """migrate's FactorScheduler: bounded, and still MXNet's to the last bit."""
+
+    def test_equals_mxnet_on_random_probes(self):
+        """9,000 seeded probes (step, factor, stop_factor_lr, warmup, increasing update counts with jumps): every lr
+        equals MXNet 1.9.1's FactorScheduler exactly."""
+        import logging
+        import random
+
+        from migrate.optim.schedules import FactorScheduler
+        rng, probes = random.Random(0), 0
+        logging.disable(logging.INFO)  # MXNet logs each decay
+        try:
+            for _ in range(300):
+                kwargs = dict(step=rng.choice([1, 2, 3, 7, 2.5]), factor=rng.choice([1, 0.5, 0.9, 0, -0.5, 0.999]),
+                              stop_factor_lr=rng.choice([1e-8, 1e-3, 0.0, -1.0, 0.02]),
+                              warmup_steps=rng.choice([0, 3]), base_lr=0.1, warmup_begin_lr=0.0)
+                reference, ours, update = mx.lr_scheduler.FactorScheduler(**kwargs), FactorScheduler(**kwargs), 0
+                for _ in range(30):
+                    update += rng.choice([1, 1, 5, 40, 300])
+                    expected, got = reference(update), ours(update)
+                    assert got == expected and str(got) == str(expected), (kwargs, update, got, expected)
+                    probes += 1
+        finally:
+            logging.disable(logging.NOTSET)
+        assert probes == 9000
+
+    def test_settled_schedule_jumps(self):
+        """Halving down to stop_factor_lr 1e-3 from 0.1, then update 10**18: the lr is 1e-3 and the step count lands
+        where MXNet's loop would stop (count < update <= count + step)."""
+        from migrate.optim.schedules import FactorScheduler
+        schedule = FactorScheduler(step=3, factor=0.5, stop_factor_lr=1e-3, base_lr=0.1)
+        assert schedule(10 ** 18) == 1e-3
+        assert schedule.count < 10 ** 18 <= schedule.count + 3 and schedule.count % 3 == 0
