@@ -5,7 +5,7 @@ Interrupted at any point (Ctrl-C, SIGTERM, kill -9, a crash), ``--out`` is eithe
 folder: with ``--force`` the old folder is swapped out only once the new one is complete (``renameat2`` with
 ``RENAME_EXCHANGE`` on Linux; elsewhere two renames, the old folder kept as ``<temp>.previous`` in between and put
 back by the next run if the process died there). Temporary folders are named
-``.tmp-migrate-<out name>-<pid>-<random>``; those of a process that no longer runs are removed by the next run into the
+``.tmp-migrate-<out name, 40 characters at most>-<pid>-<random>``; those of a process that no longer runs are removed by the next run into the
 same parent folder, those of a running process are left alone.
 
 ``pause_point`` is the fault tests' hook: with ``MIGRATE_PAUSE_AT=<stage>`` in the environment the command prints
@@ -59,14 +59,16 @@ class StagedFolder:
     def __init__(self, target, names, force: bool):
         self.target = os.path.abspath(os.fspath(target))
         self.parent, self.name = os.path.split(self.target)
+        self._stem = STAGING_PREFIX + self.name[:40]  # temporary names stay within NAME_MAX (255 bytes)
         self.names, self.force = tuple(names), force
         self.path, self.committed = None, False
 
     def check(self) -> None:
         """Refuse, before any work, a target that is a file, holds foreign files, or exists without --force; and a
         parent folder that is missing or not writable. Cleans up after dead runs first (``_remove_stale``)."""
-        if not self.name or self.name in (".", ".."):
-            raise CliUsageError(f"--out {self.target!r}: give a folder path with a name, such as ./migrated")
+        if not self.name or self.name in (".", "..") or len(os.fsencode(self.name)) > 255:
+            raise CliUsageError(f"--out {self.target[-300:]!r}: give a folder path with a name of 1 to 255 bytes, "
+                                f"such as ./migrated")
         if os.path.islink(self.target):
             raise CliUsageError(f"--out {self.target!r}: is a symbolic link; give the folder's real path (the folder "
                                 f"is replaced as a whole)")
@@ -90,7 +92,7 @@ class StagedFolder:
         return os.path.join(self.path, name)
 
     def __enter__(self) -> "StagedFolder":
-        self.path = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{self.name}-{os.getpid()}-", dir=self.parent)
+        self.path = tempfile.mkdtemp(prefix=f"{self._stem}-{os.getpid()}-", dir=self.parent)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(self.path, 0o777 & ~umask)  # a normal folder once renamed, not mkdtemp's 0700
@@ -119,7 +121,7 @@ class StagedFolder:
 
     def _remove_stale(self) -> None:
         """Remove the temporary folders of earlier runs into the same target whose process has died."""
-        pattern = re.compile(rf"{re.escape(STAGING_PREFIX + self.name)}-(\d+)-[A-Za-z0-9_]+({re.escape(_PREVIOUS)})?")
+        pattern = re.compile(rf"{re.escape(self._stem)}-(\d+)-[A-Za-z0-9_]+({re.escape(_PREVIOUS)})?")
         for entry in os.listdir(self.parent):
             match = pattern.fullmatch(entry)
             path = os.path.join(self.parent, entry)

@@ -155,6 +155,9 @@ HOSTILE = [
     ("all: --out a file", _with(_ALL, "--out", "{d}/settings.json"), 2, r"exists and is not a folder"),
     ("all: --out holds foreign files", _with(_ALL, "--out", "{d}") + ["--force"], 2,
      r"holds files `migrate all` does not write \(deep.json, fifo, res-0000.params"),
+    ("all: --out name of 300 bytes", _with(_ALL, "--out", "{out}/" + "n" * 300), 2,
+     r"give a folder path with a name of 1 to 255 bytes"),
+    ("all: --out /", _with(_ALL, "--out", "/"), 2, r"--out '/': give a folder path with a name"),
     ("all: --out a symbolic link", _with(_ALL, "--out", "{out}/link"), 2, r"is a symbolic link"),
     ("missing required flag", _MAP[:-2], 2, r"^migrate map: error: the following arguments are required: --out "
      r"\(see migrate map --help\)$"),
