@@ -52,9 +52,9 @@ def _check_input_size(texts, shapes) -> None:
                             f"elements") from None
     total = sum(math.prod(shape) for shape in shapes)
     if total > limit:
-        raise CliUsageError(f"--input-shape {' '.join(texts)[:200]}: {total:,} input elements in all, above the limit of "
-                            f"{limit:,} (both models run them, with every activation); a batch of 1 is enough to "
-                            f"match and verify; to allow more, set {MAX_INPUT_ELEMENTS_VARIABLE}={total}")
+        raise CliUsageError(f"--input-shape {' '.join(texts)[:200]}: {total:,} input elements in all, above the "
+                            f"limit of {limit:,} (both models run them, with every activation); a batch of 1 is enough "
+                            f"to match and verify; to allow more, set {MAX_INPUT_ELEMENTS_VARIABLE}={total}")
 
 
 def existing_file(flag: str, path: str, what: str) -> str:

@@ -5,8 +5,8 @@ Interrupted at any point (Ctrl-C, SIGTERM, kill -9, a crash), ``--out`` is eithe
 folder: with ``--force`` the old folder is swapped out only once the new one is complete (``renameat2`` with
 ``RENAME_EXCHANGE`` on Linux; elsewhere two renames, the old folder kept as ``<temp>.previous`` in between and put
 back by the next run if the process died there). Temporary folders are named
-``.tmp-migrate-<out name, 40 characters at most>-<pid>-<random>``; those of a process that no longer runs are removed by the next run into the
-same parent folder, those of a running process are left alone.
+``.tmp-migrate-<out name, 40 characters at most>-<pid>-<random>``; those of a process that no longer runs are removed
+by the next run into the same parent folder, those of a running process are left alone.
 
 ``pause_point`` is the fault tests' hook: with ``MIGRATE_PAUSE_AT=<stage>`` in the environment the command prints
 ``migrate: paused at <stage>`` on stderr and sleeps there (``MIGRATE_PAUSE_SECONDS``, default 60) so a test can
@@ -79,9 +79,10 @@ class StagedFolder:
         present = sorted(os.listdir(self.target)) if os.path.isdir(self.target) else []
         foreign = [entry for entry in present if entry not in self.names]
         if foreign:
-            raise CliUsageError(f"--out {self.target!r} holds files `migrate all` does not write ({', '.join(foreign[:5])}"
-                                f"{', ...' if len(foreign) > 5 else ''}); the folder is replaced as a whole, so give a "
-                                f"new or empty folder, or move those files out")
+            listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise CliUsageError(f"--out {self.target!r} holds files `migrate all` does not write ({listed}); the "
+                                f"folder is replaced as a whole, so give a new or empty folder, or move those files "
+                                f"out")
         if present and not self.force:
             raise OutputExistsError(f"--out: {os.path.join(self.target, present[0])!r} exists; pass --force to "
                                     f"replace the folder {self.target!r} once the new one is complete, or choose "
