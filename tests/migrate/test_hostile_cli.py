@@ -391,3 +391,44 @@ class TestBoundedFactorScheduler:
         schedule = FactorScheduler(step=3, factor=0.5, stop_factor_lr=1e-3, base_lr=0.1)
         assert schedule(10 ** 18) == 1e-3
         assert schedule.count < 10 ** 18 <= schedule.count + 3 and schedule.count % 3 == 0
+
+
+_WARMUP = {"base_lr": 0.1, "warmup_steps": 0, "warmup_begin_lr": 0, "warmup_mode": "linear"}
+# (description, lr_scheduler entry, message pattern): torch_lr_scheduler refuses each with LrSchedulerError
+SCHEDULER_ERRORS = [
+    ("factor step 0", dict(SCHEDULE, step=0), r"\(FactorScheduler\): step must be a number >= 1"),
+    ("factor step a bool", dict(SCHEDULE, step=True), r"step must be a number >= 1.*got True"),
+    ("factor above 1", dict(SCHEDULE, factor=2), r"factor must be a finite number <= 1"),
+    ("factor infinite", dict(SCHEDULE, factor=float("-inf")), r"factor must be a finite number"),
+    ("warmup_steps negative", dict(SCHEDULE, warmup_steps=-1), r"warmup_steps must be an integer >= 0"),
+    ("warmup_mode unknown", dict(SCHEDULE, warmup_mode="cubic"), r"warmup_mode must be 'linear' or 'constant'"),
+    ("multifactor empty", dict(_WARMUP, type="MultiFactorScheduler", step=[], factor=0.5),
+     r"step must be a non-empty list of numbers >= 1"),
+    ("multifactor decreasing", dict(_WARMUP, type="MultiFactorScheduler", step=[5, 2], factor=0.5),
+     r"step \[5, 2\] must be increasing"),
+    ("poly max_update a float", dict(_WARMUP, type="PolyScheduler", max_update=10.0, pwr=2, final_lr=0),
+     r"max_update must be an integer >= 1"),
+    ("poly zero-length decay", dict(_WARMUP, type="PolyScheduler", max_update=3, pwr=2, final_lr=0, warmup_steps=3),
+     r"max_update 3 equals warmup_steps.*divides by zero at update 3"),
+    ("poly negative pwr", dict(_WARMUP, type="PolyScheduler", max_update=10, pwr=-1, final_lr=0),
+     r"pwr -1 is negative.*raises 0 to a negative power at update 10"),
+    ("cosine zero-length decay", dict(_WARMUP, type="CosineScheduler", max_update=5, final_lr=0, warmup_steps=5),
+     r"\(CosineScheduler\): max_update 5 equals warmup_steps"),
+    ("cosine final_lr NaN", dict(_WARMUP, type="CosineScheduler", max_update=5, final_lr=float("nan")),
+     r"final_lr must be a finite number, got nan"),
+]
+
+
+@pytest.mark.parametrize("description, spec, pattern", SCHEDULER_ERRORS, ids=[e[0] for e in SCHEDULER_ERRORS])
+def test_torch_lr_scheduler_refuses_malformed(files, description, spec, pattern):
+    """The API refuses what MXNet refuses or cannot compute, with LrSchedulerError naming the argument; the
+    optimizer's lr is left as it was."""
+    import torch
+
+    import migrate
+    from migrate.errors import LrSchedulerError
+    settings = dict(json.loads((files / "settings.json").read_text()), lr_scheduler=spec)
+    optimizer = torch.optim.SGD([torch.zeros(2, requires_grad=True)], lr=0.1)
+    with pytest.raises(LrSchedulerError, match=pattern):
+        migrate.torch_lr_scheduler(optimizer, settings)
+    assert optimizer.param_groups[0]["lr"] == 0.1
