@@ -432,3 +432,20 @@ def test_torch_lr_scheduler_refuses_malformed(files, description, spec, pattern)
     with pytest.raises(LrSchedulerError, match=pattern):
         migrate.torch_lr_scheduler(optimizer, settings)
     assert optimizer.param_groups[0]["lr"] == 0.1
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom\nsecond line"), MemoryError(), RecursionError("deep")],
+                         ids=["RuntimeError", "MemoryError", "RecursionError"])
+def test_unexpected_error_is_one_line_exit_2(files, tmp_path, monkeypatch, capsys, error):
+    """The last resort: an exception no check foresaw (raised while verifying) ends in exit 2 and one line naming its
+    type, and `all` leaves no folder and no temporary folder."""
+    from migrate.cli import commands
+
+    def fail(*args, **kwargs):
+        raise error
+    monkeypatch.setattr(commands, "verify", fail)
+    out = tmp_path / "all"
+    assert main(_all_argv(files, out)) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"migrate all: error: unexpected {type(error).__name__}"), lines
+    assert not out.exists() and _staging(tmp_path) == []
