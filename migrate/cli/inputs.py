@@ -188,14 +188,14 @@ def output_paths(paths, inputs, force: bool, check_folder: bool = True) -> None:
         if real in given:
             raise CliUsageError(f"--out: {path!r} is the input of {given[real]}; inputs are never overwritten, "
                                 f"choose another output path")
-        if os.path.exists(path) and not force:
-            raise OutputExistsError(f"--out: {path!r} exists; pass --force to replace it, or choose another "
-                                    f"output path")
         if os.path.isdir(path):
             raise CliUsageError(f"--out: {path!r} is a folder; give a file path")
         if os.path.lexists(path) and not os.path.isfile(path):
             raise CliUsageError(f"--out: {path!r} is {_special_kind(path) or 'a dangling link'}, not a regular file; "
                                 f"give a file path")
+        if os.path.exists(path) and not force:
+            raise OutputExistsError(f"--out: {path!r} exists; pass --force to replace it, or choose another "
+                                    f"output path")
 
 
 def mapping_needs(args) -> None:

@@ -148,7 +148,7 @@ HOSTILE = [
      r"--out: folder '.*absent' does not exist; create it"),
     ("--out in a read-only folder", _with(_MAP, "--out", "{readonly}/m.json"), 2,
      r"--out: folder '.*' is not writable \(.*\); choose a folder you can write to"),
-    ("--out over a FIFO", _with(_MAP, "--out", "{d}/fifo") + ["--force"], 2, r"is a FIFO \(named pipe\), not a "
+    ("--out over a FIFO", _with(_MAP, "--out", "{d}/fifo"), 2, r"is a FIFO \(named pipe\), not a "
      r"regular file"),
     ("all: --out parent missing", _with(_ALL, "--out", "{out}/absent/all"), 2, r"folder '.*absent' does not exist"),
     ("all: --out in a read-only folder", _with(_ALL, "--out", "{readonly}/all"), 2, r"is not writable"),
