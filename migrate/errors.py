@@ -56,5 +56,13 @@ class SettingsError(MigrateError, ValueError):
     """A settings document lacks a key migrate needs or holds a value of the wrong kind."""
 
 
+class LrSchedulerError(SettingsError):
+    """A settings document's lr_scheduler is one MXNet refuses or cannot compute (names the argument and the range)."""
+
+
+class OutputPathError(MigrateError, ValueError):
+    """An output path cannot be written: its folder is missing, not a folder, or not writable (names it and the fix)."""
+
+
 class OutputExistsError(MigrateError, ValueError):
     """An output file exists and ``--force`` was not given (names the file and the flag)."""

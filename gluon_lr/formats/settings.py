@@ -167,7 +167,7 @@ def _read_json(path) -> dict:
     except OSError as exc:
         raise SettingsFileError(f"Cannot read settings file {path!r}: {exc.strerror}; pass the path written by "
                                 f"LrTrainer.export_settings.") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise SettingsFileError(f"Settings file {path!r} is not valid JSON ({exc}); it is corrupt or not a "
                                 f"settings file: re-export it with LrTrainer.export_settings.") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:

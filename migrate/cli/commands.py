@@ -3,7 +3,11 @@
 Subcommands: ``map`` (name mapping + verification), ``groups`` (param groups), ``weights`` (state_dict), ``optim``
 (optimizer and scheduler with the MXNet state), ``verify`` (numeric check of a mapping) and ``all`` (everything into
 a folder with a report). Real output goes to stdout (``--json``: one document with ``schema_version``), messages
-and progress bars to stderr. Exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error.
+and progress bars to stderr. Exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error,
+130 interrupted (Ctrl-C or SIGTERM; nothing is left half-written).
+
+Every flag and output folder is checked before the work starts; ``all`` builds its folder under a temporary name and
+renames it when complete (``staged_folder``); the other subcommands write their one file atomically.
 """
 from __future__ import annotations
 
@@ -12,13 +16,17 @@ import contextlib
 import json
 import math
 import os
+import signal
 import sys
+import threading
 
+from gluon_lr.errors import LrTrainerError
 from gluon_lr.formats import atomic
 from migrate import migration_folder
 from migrate.cli import inputs
 from migrate.cli.report import Report
-from migrate.errors import CliUsageError, InputFileError, MigrateError
+from migrate.cli.staged_folder import StagedFolder, pause_point
+from migrate.errors import InputFileError, MigrateError, OutputPathError
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.verify import verify
 from migrate.mapping.weights import convert_weights
@@ -55,7 +63,7 @@ _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
                ("--symbol", "--params", "--torch", "--input-shape"), ("--kwargs", "--mapping"), None),
     "all": ("everything into one folder: mapping, weights, param groups, optimizer, report",
             ("--symbol", "--params", "--settings", "--torch", "--input-shape"), ("--states", "--kwargs", "--mapping"),
-            "output folder (created if missing)"),
+            "output folder: built under a temporary name beside it and renamed when complete (its parent must exist)"),
 }
 
 
@@ -67,7 +75,7 @@ def main(argv=None) -> int:
 
     Returns:
         0 when everything is mapped (and verified), 1 when verification failed or names are unmapped,
-        2 for a usage, input or IO error (argparse errors included).
+        2 for a usage, input or IO error (argparse errors included), 130 when interrupted (SIGINT or SIGTERM).
 
     Example:
         >>> main(["all", "--symbol", "net-symbol.json", "--params", "net-0000.params", "--settings",
@@ -80,17 +88,65 @@ def main(argv=None) -> int:
     except SystemExit as exc:
         return 0 if exc.code in (0, None) else 2
     report = Report(args.command)
-    with _progress(args):
+    with _progress(args), _terminate_as_interrupt():
         try:
+            _check_flags(args)
             _RUN[args.command](args, report)
-        except (MigrateError, OSError) as exc:
+        except (MigrateError, LrTrainerError, OSError) as exc:  # typed input errors; OSError: the system refused
             report.error = str(exc)
+        except KeyboardInterrupt:
+            report.interrupted = True
+        except Exception as exc:  # last resort: a bug or a library's raw error still ends in one line, exit 2
+            report.error = (f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                            f" (inputs are unchanged and nothing was written; please report this with the command)")
+    if report.error is not None or report.interrupted:
+        report.outputs = []  # single files are written last and atomically; `all` removed its staged folder
     _emit(args, report)
     return report.exit_code
 
 
+_WHAT = {"--symbol": "the NAME-symbol.json HybridBlock.export wrote",
+         "--params": "the NAME-0000.params HybridBlock.export wrote",
+         "--settings": "the JSON file LrTrainer.export_settings wrote",
+         "--states": "the file LrTrainer.save_states wrote", "--mapping": "the mapping file `migrate map` wrote"}
+
+
+def _check_flags(args) -> None:
+    """The cheap checks of every flag, before any model is loaded: shapes, --kwargs, input files."""
+    if getattr(args, "input_shape", None):
+        inputs.input_shapes(args.input_shape)
+    inputs.kwargs_object(getattr(args, "kwargs", "{}"))
+    for flag, path in _inputs(args).items():
+        if flag != "--torch":
+            inputs.existing_file(flag, path, _WHAT[flag])
+    if getattr(args, "out", None) and args.command != "all":
+        inputs.output_paths([args.out], _inputs(args), args.force)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt while the command runs, so a staged folder is removed as on Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block): the error and where to read the usage."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="migrate", description="Carry an MXNet Gluon model, its gluon-lr settings and optimizer state to PyTorch.",
         epilog="exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -150,32 +206,35 @@ def _run_verify(args, report):
 
 
 def _run_all(args, report):
-    document, model = inputs.settings(args.settings), _model(args)
     names = (migration_folder.MAPPING, migration_folder.WEIGHTS, migration_folder.GROUPS, migration_folder.OPTIMIZER,
              migration_folder.REPORT_JSON, migration_folder.REPORT_TXT)
+    folder = StagedFolder(args.out, names, args.force)
+    folder.check()
     paths = {name: os.path.join(args.out, name) for name in names}
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise CliUsageError(f"--out {args.out!r}: exists and is not a folder; give a folder path")
-    inputs.output_paths(paths.values(), _inputs(args), args.force)
+    inputs.output_paths(paths.values(), _inputs(args), force=True, check_folder=False)
+    document, model = inputs.settings(args.settings), _model(args)
     report.sections["inputs"] = _fingerprints(args)
-    mapping = _mapping(args, model, report, document, show=True)
-    _verify(args, model, mapping, report)
-    writes = {migration_folder.MAPPING: mapping.save}
-    if report.exit_code == 0:  # no weights or optimizer for a model that is not equivalent
-        state_dict = _weights(args, model, mapping, report)
-        groups = _groups(model, document, mapping, report)
-        saved = _optimizer(args, model, document, mapping, report)
-        writes.update({migration_folder.WEIGHTS: lambda path: migration_folder.torch_save(state_dict, path),
-                       migration_folder.GROUPS: lambda path: atomic.write_json(path, groups),
-                       migration_folder.OPTIMIZER: lambda path: migration_folder.torch_save(saved, path)})
-    os.makedirs(args.out, exist_ok=True)
-    for name, write in writes.items():
-        _write(report, paths[name], write)
-    stale = (migration_folder.WEIGHTS, migration_folder.GROUPS, migration_folder.OPTIMIZER)
-    _remove_stale(report, [paths[n] for n in stale])
-    report.outputs += [paths[migration_folder.REPORT_JSON], paths[migration_folder.REPORT_TXT]]
-    atomic.write_json(paths[migration_folder.REPORT_JSON], _jsonable(report.to_dict()))
-    atomic.write_text(paths[migration_folder.REPORT_TXT], report.render() + "\n")
+    with folder:
+        pause_point("staged")
+        mapping = _mapping(args, model, report, document, show=True)
+        _verify(args, model, mapping, report)
+        writes = {migration_folder.MAPPING: mapping.save}
+        if report.exit_code == 0:  # no weights or optimizer for a model that is not equivalent
+            state_dict = _weights(args, model, mapping, report)
+            groups = _groups(model, document, mapping, report)
+            saved = _optimizer(args, model, document, mapping, report)
+            writes.update({migration_folder.WEIGHTS: lambda path: migration_folder.torch_save(state_dict, path),
+                           migration_folder.GROUPS: lambda path: atomic.write_json(path, groups),
+                           migration_folder.OPTIMIZER: lambda path: migration_folder.torch_save(saved, path)})
+        for name, write in writes.items():
+            _write(report, folder.file(name), write, shown=paths[name])
+            pause_point(f"wrote-{name}")
+        report.outputs += [paths[migration_folder.REPORT_JSON], paths[migration_folder.REPORT_TXT]]
+        _write(report, folder.file(migration_folder.REPORT_JSON),
+               lambda path: atomic.write_json(path, _jsonable(report.to_dict())), shown=None)
+        _write(report, folder.file(migration_folder.REPORT_TXT),
+               lambda path: atomic.write_text(path, report.render() + "\n"), shown=None)
+        folder.commit()
 
 
 _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim": _run_optim,
@@ -289,18 +348,16 @@ def _optimizer(args, model, document, mapping, report) -> dict:
     return migration_folder.optimizer_document(optimizer, scheduler, document, mapping)
 
 
-def _write(report, path, write):
-    """Write one output atomically (``write(path)`` does it) and record it."""
-    write(path)
-    report.outputs.append(path)
-
-
-def _remove_stale(report, paths):
-    """With --force, outputs of an earlier run that this run did not write would mislead: remove them."""
-    for path in paths:
-        if path not in report.outputs and os.path.exists(path):
-            os.remove(path)
-            report.text.append(f"removed {path} of an earlier run (not valid for this one)")
+def _write(report, path, write, shown=""):
+    """Write one output atomically (``write(path)`` does it) and record it as ``shown`` (default: ``path``; None:
+    already recorded). A refusal of the system (disk full, permissions changed meanwhile) names the output."""
+    try:
+        write(path)
+    except OSError as exc:
+        raise OutputPathError(f"--out: cannot write {shown or path!r}: {exc.strerror or exc}; free space or choose "
+                              f"another output path (nothing was left half-written)") from None
+    if shown is not None:
+        report.outputs.append(shown or path)
 
 
 def _fingerprints(args) -> dict:
@@ -342,10 +399,10 @@ def _emit(args, report):
     """stdout: the report (or one JSON document); stderr: the error and the status line."""
     if args.json:
         print(json.dumps(_jsonable(report.to_dict()), indent=1))
-    elif report.error is None:
+    elif report.error is None and not report.interrupted:
         print(report.render())
-    if report.error is not None:
-        print(f"migrate {args.command}: error: {report.error}", file=sys.stderr)
+    if report.error is not None:  # one line: the error names the flag or file, what was wrong and the fix
+        print(f"migrate {args.command}: error: {' '.join(report.error.split())}", file=sys.stderr)
+        return
     written = f"; wrote {', '.join(report.outputs)}" if report.outputs else ""
-    print(f"migrate {args.command}: {report.status() if report.error is None else 'ERROR'}{written}",
-          file=sys.stderr)
+    print(f"migrate {args.command}: {report.status()}{written}", file=sys.stderr)

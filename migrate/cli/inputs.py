@@ -1,14 +1,24 @@
 """Loading and checking the inputs of the ``migrate`` command; each error names the flag, the file and what to do."""
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import json
+import math
 import os
+import stat
+import sys
+import tempfile
 
-from migrate.errors import CliUsageError, InputFileError, MappingError, OutputExistsError
+from migrate.errors import CliUsageError, InputFileError, MappingError, OutputExistsError, SettingsError
 from migrate.mapping.table import NameMapping
+from migrate.optim.schedules import check_schedule
 
 _MATCH_FLAGS = ("--symbol", "--params", "--input-shape")
+#: Environment variable that raises the bound on the elements of all ``--input-shape`` inputs together.
+MAX_INPUT_ELEMENTS_VARIABLE = "MIGRATE_MAX_INPUT_ELEMENTS"
+MAX_INPUT_ELEMENTS = 2 ** 24  # 64 MiB of float32: one 3x2048x2048 image fits; matching needs a batch of 1
 
 
 def input_shapes(texts) -> tuple[list, list]:
@@ -19,20 +29,55 @@ def input_shapes(texts) -> tuple[list, list]:
         try:
             shapes.append(tuple(int(d) for d in spec.split(",")))
         except ValueError:
-            raise CliUsageError(f"--input-shape {text!r}: expected comma-separated integers such as 1,3,32,32 "
-                                f"(optionally ':int64'); received {text!r}") from None
+            raise CliUsageError(f"--input-shape {text!r:.80}: expected comma-separated integers such as 1,3,32,32 "
+                                f"(optionally ':int64'); received {text!r:.80}") from None
+        if any(d < 1 for d in shapes[-1]) or len(shapes[-1]) > 32:
+            raise CliUsageError(f"--input-shape {text!r:.80}: expected 1 to 32 positive integers such as 1,3,32,32; "
+                                f"a batch of 1 is enough to match and verify")
         if dtype not in ("", "float32", "int64", "int32"):
-            raise CliUsageError(f"--input-shape {text!r}: dtype {dtype!r} is not one of float32, int64, int32; "
-                                f"write e.g. 2,5:int64")
+            raise CliUsageError(f"--input-shape {text!r:.80}: dtype {dtype!r:.40} is not one of float32, int64, "
+                                f"int32; write e.g. 2,5:int64")
         dtypes.append(dtype or "float32")
+    _check_input_size(texts, shapes)
     return shapes, dtypes
 
 
+def _check_input_size(texts, shapes) -> None:
+    """Refuse inputs whose elements together pass the bound (both models run them, with all their activations)."""
+    limit_text = os.environ.get(MAX_INPUT_ELEMENTS_VARIABLE, str(MAX_INPUT_ELEMENTS))
+    try:
+        limit = int(limit_text)
+    except ValueError:
+        raise CliUsageError(f"{MAX_INPUT_ELEMENTS_VARIABLE}={limit_text!r:.40}: expected an integer number of "
+                            f"elements") from None
+    total = sum(math.prod(shape) for shape in shapes)
+    if total > limit:
+        raise CliUsageError(f"--input-shape {' '.join(texts)[:200]}: {total:,} input elements in all, above the "
+                            f"limit of {limit:,} (both models run them, with every activation); a batch of 1 is enough "
+                            f"to match and verify; to allow more, set {MAX_INPUT_ELEMENTS_VARIABLE}={total}")
+
+
 def existing_file(flag: str, path: str, what: str) -> str:
-    """``path`` if it is a file, else InputFileError naming the flag and what the file should be."""
+    """``path`` if it is a regular file, else InputFileError naming the flag and what the file should be.
+
+    A FIFO, device or socket is refused without opening it (reading one could block forever).
+    """
     if not os.path.isfile(path):
-        raise InputFileError(f"{flag} {path!r}: file not found; give {what}")
+        kind = _special_kind(path)
+        raise InputFileError(f"{flag} {path!r}: " + (f"{kind}, not a regular file" if kind else "file not found")
+                             + f"; give {what}")
     return path
+
+
+def _special_kind(path: str):
+    """'a folder', 'a FIFO', ... for an existing path that is not a regular file, None when nothing is there."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def mx_files(args) -> tuple[str, str]:
@@ -44,6 +89,9 @@ def mx_files(args) -> tuple[str, str]:
 def torch_model(spec: str, kwargs_text: str):
     """The torch model of ``--torch``: a TorchScript file, or ``package.module:callable`` called with ``--kwargs``."""
     import torch
+    if _special_kind(spec) is not None and not os.path.isfile(spec):
+        raise InputFileError(f"--torch {spec!r}: {_special_kind(spec)}, not a TorchScript file; give a file "
+                             f"torch.jit.save wrote, or package.module:callable")
     if os.path.isfile(spec):
         try:
             return torch.jit.load(spec, map_location="cpu")
@@ -55,26 +103,55 @@ def torch_model(spec: str, kwargs_text: str):
     if not module_name or not attr:
         raise CliUsageError(f"--torch {spec!r}: expected package.module:callable (e.g. torchvision.models:resnet18) "
                             f"or an existing TorchScript file")
-    kwargs = _kwargs(kwargs_text)
+    kwargs = kwargs_object(kwargs_text)
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise CliUsageError(f"--torch {spec!r}: cannot import it ({exc}); check the module is on PYTHONPATH and "
                             f"the callable exists") from None
+    except Exception as exc:  # importing a user's module runs its code, which may raise anything
+        raise CliUsageError(f"--torch {spec!r}: importing {module_name!r} raised {type(exc).__name__}: "
+                            f"{str(exc)[:200]}; fix the module or name another one") from None
+    _check_factory(spec, factory)
     try:
         model = factory(**kwargs)
-    except Exception as exc:  # the user's factory may raise anything on bad arguments
-        raise CliUsageError(f"--torch {spec!r} with --kwargs {kwargs}: the factory raised "
-                            f"{type(exc).__name__}: {exc}; check the arguments") from None
+    except (Exception, SystemExit) as exc:  # the user's factory may raise anything on bad arguments
+        raise CliUsageError(f"--torch {spec!r} with --kwargs {str(kwargs)[:200]}: the factory raised "
+                            f"{type(exc).__name__}: {str(exc)[:300]}; check the arguments") from None
     if not isinstance(model, torch.nn.Module):
         raise CliUsageError(f"--torch {spec!r}: the factory returned a {type(model).__name__}, expected a "
                             f"torch.nn.Module; name a callable that builds the model")
     return model
 
 
-def _kwargs(text: str) -> dict:
+def _check_factory(spec: str, factory) -> None:
+    """Refuse, without calling it, what cannot be a model factory: a non-callable, a built-in (``sys:exit``), a
+    class that is not a ``torch.nn.Module``, or a function of Python's standard library (``code:interact``)."""
+    import torch
+    module = getattr(factory, "__module__", None) or ""
+    if isinstance(factory, functools.partial):
+        return _check_factory(spec, factory.func)
+    if inspect.isclass(factory):
+        why = None if issubclass(factory, torch.nn.Module) else "a class that is not a torch.nn.Module"
+    elif not callable(factory):
+        why = f"a {type(factory).__name__}, not a callable"
+    elif inspect.isbuiltin(factory) or not (inspect.isfunction(factory) or inspect.ismethod(factory)):
+        why = f"a built-in or foreign callable ({type(factory).__name__})"
+    elif module.partition(".")[0] in sys.stdlib_module_names:
+        why = f"a function of Python's standard library ({module})"
+    else:
+        return
+    raise CliUsageError(f"--torch {spec!r}: {why}, not a model factory; name a function or torch.nn.Module class "
+                        f"that builds the model, e.g. torchvision.models:resnet18")
+
+
+def kwargs_object(text: str) -> dict:
+    """The JSON object of ``--kwargs``, or CliUsageError naming what is wrong with it."""
     try:
         kwargs = json.loads(text)
+    except RecursionError:
+        raise CliUsageError(f"--kwargs {text[:40]!r}...: nested too deeply to parse; write a flat JSON object such "
+                            f"as '{{\"num_classes\": 10}}'") from None
     except json.JSONDecodeError as exc:
         raise CliUsageError(f"--kwargs {text!r}: expected a JSON object, could not parse it ({exc}); write e.g. "
                             f"'{{\"num_classes\": 10}}'") from None
@@ -89,24 +166,36 @@ def settings(path: str) -> dict:
     from gluon_lr import SettingsFileError, load_settings
     existing_file("--settings", path, "the JSON file LrTrainer.export_settings wrote")
     try:
-        return load_settings(path)
+        document = load_settings(path)
     except SettingsFileError as exc:
         raise InputFileError(f"--settings {path!r}: {exc}") from None
+    if document.get("lr_scheduler"):
+        try:
+            check_schedule(document["lr_scheduler"])
+        except SettingsError as exc:
+            raise InputFileError(f"--settings {path!r}: {exc}") from None
+    return document
 
 
-def output_paths(paths, inputs, force: bool) -> None:
-    """Refuse to write over an input (always) or over an existing file (unless ``--force``)."""
+def output_paths(paths, inputs, force: bool, check_folder: bool = True) -> None:
+    """Refuse to write over an input (always) or over an existing file (unless ``--force``), or into a folder that
+    is missing or not writable (checked by creating and removing a file there)."""
     given = {os.path.realpath(p): flag for flag, p in inputs.items() if p and os.path.exists(p)}
     for path in paths:
+        if check_folder:
+            writable_folder(os.path.dirname(os.path.abspath(path)), "--out")
         real = os.path.realpath(path)
         if real in given:
             raise CliUsageError(f"--out: {path!r} is the input of {given[real]}; inputs are never overwritten, "
                                 f"choose another output path")
+        if os.path.isdir(path):
+            raise CliUsageError(f"--out: {path!r} is a folder; give a file path")
+        if os.path.lexists(path) and not os.path.isfile(path):
+            raise CliUsageError(f"--out: {path!r} is {_special_kind(path) or 'a dangling link'}, not a regular file; "
+                                f"give a file path")
         if os.path.exists(path) and not force:
             raise OutputExistsError(f"--out: {path!r} exists; pass --force to replace it, or choose another "
                                     f"output path")
-        if os.path.isdir(path):
-            raise CliUsageError(f"--out: {path!r} is a folder; give a file path")
 
 
 def mapping_needs(args) -> None:
@@ -157,3 +246,19 @@ def unmapped_names(mapping, model, document=None) -> dict:
     mx_names = set(mapping.unmatched_mx) | ({k for k in document["params"] if k not in mapping}
                                            if document is not None else set())
     return {"mxnet": sorted(mx_names), "torch": sorted(torch_names)}
+
+
+def writable_folder(folder: str, flag: str) -> None:
+    """OutputPathError unless ``folder`` exists, is a folder, and a file can be created in it (read-only mounts
+    and permissions included), checked before any work starts."""
+    from migrate.errors import OutputPathError
+    if not os.path.isdir(folder):
+        what = _special_kind(folder) or "does not exist"
+        raise OutputPathError(f"{flag}: folder {folder!r} {what if what == 'does not exist' else 'is ' + what}; "
+                              f"create it (mkdir -p) or choose another output path")
+    try:
+        probe = tempfile.NamedTemporaryFile(prefix=".tmp-migrate-probe-", dir=folder)
+    except OSError as exc:
+        raise OutputPathError(f"{flag}: folder {folder!r} is not writable ({exc.strerror}); choose a folder you can "
+                              f"write to, or change its permissions") from None
+    probe.close()

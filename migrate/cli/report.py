@@ -18,6 +18,7 @@ class Report:
         sections: JSON-ready details by topic (mapping, verify, groups, weights, optimizer, inputs).
         text: Readable blocks for stdout, in order.
         outputs: Files written.
+        interrupted: The command was interrupted (SIGINT or SIGTERM): exit 130, nothing half-written.
     """
 
     command: str
@@ -27,6 +28,7 @@ class Report:
     sections: dict = field(default_factory=dict)
     text: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
+    interrupted: bool = False
 
     @property
     def names_unmapped(self) -> bool:
@@ -35,13 +37,17 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """2 usage/input/IO error, 1 a check failed or names are unmapped, 0 clean."""
+        """130 interrupted, 2 usage/input/IO error, 1 a check failed or names are unmapped, 0 clean."""
+        if self.interrupted:
+            return 130
         if self.error is not None:
             return 2
         return 1 if self.names_unmapped or not all(self.checks.values()) else 0
 
     def status(self) -> str:
         """One line: OK, or what failed."""
+        if self.interrupted:
+            return "INTERRUPTED: each output is complete or absent (the previous one where it was not replaced)"
         if self.error is not None:
             return f"ERROR: {self.error}"
         failed = [name for name, passed in self.checks.items() if not passed]

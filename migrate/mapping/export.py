@@ -287,6 +287,9 @@ def _torch_input(shape, dtype):
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """The message of ``exc`` in one line: MXNet's C++ errors put a stack trace first and the message last."""
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if text and text[0].startswith("Traceback") and any("Error:" in line for line in text):
+        text = [next(line for line in reversed(text) if "Error:" in line)]
     return text[0][:300] if text else type(exc).__name__
 

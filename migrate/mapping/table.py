@@ -246,11 +246,16 @@ def _untuple(key: str, value):
 
 
 def _read_json(path: str):
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO or device could block the read forever
+        raise InputFileError(f"mapping file {path!r}: not a regular file; give the file `migrate map --out` wrote")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except FileNotFoundError:
         raise InputFileError(f"mapping file {path!r}: not found; give the path `migrate map --out` wrote") from None
+    except RecursionError:
+        raise InputFileError(f"mapping file {path!r}: JSON nested too deeply to be a mapping; regenerate it with "
+                             f"`migrate map`") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputFileError(f"mapping file {path!r}: expected JSON written by NameMapping.save, could not parse "
                              f"it ({exc}); regenerate it with `migrate map`") from None

@@ -161,4 +161,7 @@ def torch_lr_scheduler(optimizer, settings, num_update=None):
     if num_update is None:
         counts = [int(s["step"]) for s in optimizer.state.values() if isinstance(s, dict) and "step" in s]
         num_update = max(counts) if counts else int(settings["num_update"])
+    if not isinstance(num_update, int) or isinstance(num_update, bool) or not 0 <= num_update < 2 ** 63:
+        raise SettingsError(f"torch_lr_scheduler got num_update {num_update!r:.40}; expected an integer in "
+                            f"[0, 2**63), MXNet's count of updates done")
     return MXNetLRScheduler(optimizer, mx_schedule(settings), base_lr(settings), num_update=num_update)
