@@ -6,9 +6,9 @@ The public API: ``LrTrainer`` (a ``gluon.Trainer`` with one multiplier table), `
 ``migrate`` reads) and the exceptions, each a ``ValueError`` subclass of ``LrTrainerError``.
 """
 from .decay import DecayRule, discriminative, even_mults, layer_decay, layer_groups
-from .errors import (DistributedError, DuplicateParameterError, KVStoreConfigError, LrTrainerError, MaskError,
-                     MultiplierError, ParamsTypeError, PatternError, RuleMatchError, ScheduleError, SettingsFileError,
-                     StatesFileError, UnknownParameterError)
+from .errors import (DistributedError, DuplicateParameterError, HyperparameterError, KVStoreConfigError,
+                     LrTrainerError, MaskError, MultiplierError, ParamsTypeError, PatternError, RuleMatchError,
+                     ScheduleError, SettingsFileError, StatesFileError, UnknownParameterError, UnsafeStatesError)
 from .explain import Explanation
 from .formats.settings import load_settings
 from .rules import KINDS, Rule
@@ -20,5 +20,5 @@ __all__ = [
     "DecayRule", "discriminative", "even_mults", "layer_decay", "layer_groups", "GradualUnfreezing",
     "LrTrainerError", "MultiplierError", "PatternError", "RuleMatchError", "UnknownParameterError",
     "DuplicateParameterError", "KVStoreConfigError", "ParamsTypeError", "SettingsFileError", "StatesFileError",
-    "MaskError", "ScheduleError", "DistributedError",
+    "MaskError", "ScheduleError", "DistributedError", "HyperparameterError", "UnsafeStatesError",
 ]

@@ -32,8 +32,10 @@ from pathlib import Path
 import numpy as np
 from mxnet.kvstore.kvstore import KVStore, _get_kvstore_server_command_type
 
-from .errors import DistributedError, MaskError, StatesFileError
+from .errors import DistributedError, MaskError, StatesFileError, UnsafeStatesError
 from .formats.atomic import atomic_write
+from .formats.reading import read_regular_file
+from .formats.safe_pickle import safe_loads
 from .optimizer_state import state_arrays
 
 __all__ = []
@@ -187,9 +189,11 @@ class _ServerStatesKVStore(KVStore):
         """Load the states (and optimizer, when saved with it) in `fname` into every server."""
         path = os.path.abspath(fname)
         try:
-            with open(path, "rb") as fin:
-                loaded = pickle.load(fin)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as err:
+            loaded = safe_loads(read_regular_file(path, StatesFileError, "a file written by Trainer.save_states"),
+                                str(fname))
+        except UnsafeStatesError:
+            raise
+        except (StatesFileError, pickle.UnpicklingError, EOFError, ValueError, TypeError) as err:
             raise StatesFileError(f"States file '{fname}' could not be read for the kvstore servers: {err!r}. "
                                    f"Pass a file written by Trainer.save_states.") from None
         _check_loadable(loaded, fname)

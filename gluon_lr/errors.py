@@ -60,3 +60,11 @@ class ScheduleError(LrTrainerError, ValueError):
 class DistributedError(LrTrainerError, ValueError):
     """A distributed-kvstore operation of gluon_lr cannot be carried out as asked (states sliced over servers,
     a folder the servers cannot write, ...)."""
+
+
+class UnsafeStatesError(StatesFileError):
+    """A states file names a class that optimizer states never hold; it was refused unread (it could run code)."""
+
+
+class HyperparameterError(LrTrainerError, ValueError):
+    """An optimizer argument (learning rate, weight decay, momentum, ...) is not a finite number in its range."""

@@ -50,7 +50,7 @@ from mxnet import gluon, nd
 from mxnet import initializer as mx_init
 
 from . import rules as _rules
-from .errors import MaskError, ParamsTypeError, RuleMatchError, UnknownParameterError
+from .errors import MaskError, ParamsTypeError, RuleMatchError, StatesFileError, UnknownParameterError
 from .optimizer_state import state_arrays
 
 __all__ = ["Freezer"]
@@ -463,6 +463,28 @@ class Freezer:
                        if name in self._masks else None, "hold_norm_stats": name not in no_hold}
                 for name in self._names}
 
+    def check_records(self, records: list, source: str) -> None:
+        """Raise StatesFileError unless a states file's freeze fields (``frozen``, ``hold_norm_stats``, ``mask``) fit
+        this trainer's parameters; nothing changes (``load_records`` applies them after this)."""
+        for record in records:
+            name = record["name"]
+            for flag in ("frozen", "hold_norm_stats"):
+                if flag in record and not isinstance(record[flag], bool):
+                    raise StatesFileError(f"States file {source!r}: {name!r}.{flag} must be true or false, got "
+                                          f"{record[flag]!r:.40}; the file is damaged: save the states again.")
+            if name not in self._params or not record.get("mask"):
+                continue
+            param = self._params[name]
+            try:
+                mask = _decode(record["mask"], param.shape)
+            except (ValueError, TypeError) as exc:  # not base64, or too few bits for the shape
+                raise StatesFileError(f"States file {source!r}: the mask of {name!r} cannot be read ({exc}); the "
+                                      f"file is damaged or the parameter's shape changed: save the states again.") \
+                    from None
+            if mask.size != int(np.prod(param.shape)):
+                raise StatesFileError(f"States file {source!r}: the mask of {name!r} has {mask.size} elements, the "
+                                      f"parameter {tuple(param.shape)}; load states saved from this model.")
+
     def load_records(self, records: list) -> None:
         """Re-apply the freeze state of a states file's parameter records (by name; other names are skipped)."""
         saved = {r["name"]: r for r in records if r["name"] in self._params}
@@ -485,5 +507,5 @@ def _encode(values: np.ndarray) -> str:
 
 def _decode(text: str, shape: tuple) -> np.ndarray:
     """The inverse of ``_encode`` for a parameter of ``shape``."""
-    bits = np.unpackbits(np.frombuffer(base64.b64decode(text), dtype=np.uint8))
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8))
     return bits[:int(np.prod(shape))].reshape(shape)

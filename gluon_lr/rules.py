@@ -17,6 +17,7 @@ from mxnet.gluon.nn import basic_layers, conv_layers
 
 from .errors import (DuplicateParameterError, MultiplierError, ParamsTypeError, PatternError,
                      RuleMatchError)
+from .validate import MAX_MULTIPLIER
 
 __all__ = ["Rule", "KINDS", "Entry", "collect_params", "match_rules", "resolve", "check_multiplier"]
 
@@ -46,12 +47,17 @@ def check_multiplier(value, what: str) -> float:
         1.0
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise MultiplierError(f"{what} must be a finite number >= 0, got {value!r} of type {type(value).__name__}; "
-                              f"pass a float such as 0.1 (0 stops updates, 1 keeps the base value).")
+        raise MultiplierError(f"{what} must be a finite number >= 0, got {value!r:.60} of type "
+                              f"{type(value).__name__}; pass a float such as 0.1 (0 stops updates, 1 keeps the base "
+                              f"value).")
     value = float(value)
     if math.isnan(value) or math.isinf(value) or value < 0:
         raise MultiplierError(f"{what} must be a finite number >= 0, got {value!r}; "
                               f"pass a float such as 0.1 (0 stops updates, 1 keeps the base value).")
+    if value > MAX_MULTIPLIER:
+        raise MultiplierError(f"{what} must be a finite number >= 0 and at most {MAX_MULTIPLIER:g}, got {value!r}: "
+                              f"one step that large overflows float32 weights; raise the base learning rate or weight "
+                              f"decay instead.")
     return value
 
 
@@ -95,9 +101,10 @@ class Rule:
         if self.select.startswith("re:"):
             try:
                 re.compile(self.select[3:])
-            except re.error as exc:
-                raise PatternError(f"Rule.select {self.select!r} is not a valid regex ({exc}); fix the pattern "
-                                   f"after 're:' or use a glob without the prefix.") from None
+            except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999} overflows, deep nesting recurses
+                raise PatternError(f"Rule.select {self.select!r:.80} is not a valid regex ({type(exc).__name__}: "
+                                   f"{str(exc):.80}); fix the pattern after 're:' or use a glob without the "
+                                   f"prefix.") from None
         for field in ("lr_mult", "wd_mult"):
             value = getattr(self, field)
             if value is not None:

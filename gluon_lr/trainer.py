@@ -13,6 +13,7 @@ from . import rules as _rules
 from . import _fused
 from .formats import settings as _settings
 from .formats import states as _states
+from . import validate as _validate
 from .explain import Explanation
 from .errors import KVStoreConfigError, MaskError, MultiplierError, ParamsTypeError, UnknownParameterError
 
@@ -34,6 +35,15 @@ def _own_multipliers(param: gluon.Parameter) -> tuple:
     own = getattr(param, _OWN) if getattr(param, _APPLIED, None) == current else current
     return (_rules.check_multiplier(own[0], f"Parameter {param.name!r}.lr_mult"),
             _rules.check_multiplier(own[1], f"Parameter {param.name!r}.wd_mult"))
+
+
+def _optimizer_values(optimizer) -> dict:
+    """The numeric settings of an optimizer object, by MXNet's argument names (for validation)."""
+    names = ("wd", "rescale_grad", "clip_gradient", "momentum", "beta1", "beta2", "epsilon", "rho", "gamma1",
+             "gamma2")
+    values = {name: getattr(optimizer, name) for name in names if hasattr(optimizer, name)}
+    values["learning_rate"] = optimizer.learning_rate if optimizer.lr_scheduler is None else None
+    return values
 
 
 class LrTrainer(gluon.Trainer):
@@ -107,6 +117,9 @@ class LrTrainer(gluon.Trainer):
         if not isinstance(fused, bool):
             raise ParamsTypeError(f"LrTrainer(fused=...) must be True or False, got {type(fused).__name__} "
                                   f"{fused!r:.40}; pass fused=False to always run the stock update loop.")
+        _validate.check_optimizer_params(dict(optimizer_params or {}), "optimizer_params")
+        if isinstance(optimizer, mx.optimizer.Optimizer):
+            _validate.check_optimizer_params(_optimizer_values(optimizer), f"{type(optimizer).__name__} optimizer")
         param_list, kinds = _rules.collect_params(params)
         matched = _rules.match_rules(rules, kinds)
         base = {p.name: _own_multipliers(p) for p in param_list}
@@ -127,6 +140,17 @@ class LrTrainer(gluon.Trainer):
             self._fused.prepare(early=True)
 
     # ----------------------------------------------------------------------------------------------- the table
+    def set_learning_rate(self, lr) -> None:
+        """Set the base learning rate, as ``gluon.Trainer.set_learning_rate``, after checking it.
+
+        Raises:
+            HyperparameterError: ``lr`` is not a finite number >= 0 (NaN, infinity, a negative or a string).
+
+        Example:
+            >>> trainer.set_learning_rate(0.01)
+        """
+        super().set_learning_rate(_validate.check_number(lr, "set_learning_rate(lr)", *_validate.OPTIMIZER_RANGES["learning_rate"]))
+
     @property
     def lr_mult(self) -> Mapping[str, float]:
         """Read-only mapping name -> resolved lr_mult, in the optimizer's index order."""
@@ -170,7 +194,7 @@ class LrTrainer(gluon.Trainer):
         Example:
             >>> trainer.set_lr_mult({"dense0_weight": 10.0, "dense0_bias": 10.0})
         """
-        self._set_explicit("lr_mult", lr_mult, replace)
+        self._set_explicit("lr_mult", lr_mult, _validate.check_bool(replace, "set_lr_mult(replace=...)"))
 
     def set_wd_mult(self, wd_mult: Mapping[str, float], replace: bool = False) -> None:
         """Set explicit weight-decay multipliers; they override rules and Parameter attributes.
@@ -188,7 +212,7 @@ class LrTrainer(gluon.Trainer):
         Example:
             >>> trainer.set_wd_mult({"dense0_bias": 0.0})
         """
-        self._set_explicit("wd_mult", wd_mult, replace)
+        self._set_explicit("wd_mult", wd_mult, _validate.check_bool(replace, "set_wd_mult(replace=...)"))
 
     def _set_explicit(self, field: str, values: Mapping[str, float], replace: bool, source: str = "") -> None:
         """Validate ``values`` completely, then resolve and apply the new table (all or nothing)."""
@@ -459,6 +483,7 @@ class LrTrainer(gluon.Trainer):
             did unfrozen: one weight-gradient GEMM and a weight-sized buffer. Freeze the bias too to save it.
             Convolution, Deconvolution and norm layers are not affected and get ``grad_req='null'``.
         """
+        _validate.check_bool(hold_norm_stats, "freeze(hold_norm_stats=...)")
         names = self._freezer.select(select)
         if mask is None:
             with self._grad_req_watch():

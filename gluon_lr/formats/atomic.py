@@ -6,11 +6,66 @@ go through ``atomic_write``, so a reader never sees half a file and an interrupt
 import hashlib
 import json
 import os
+import re
+import shutil
 import tempfile
 
-__all__ = ["atomic_write", "write_json", "write_text", "sha256"]
+__all__ = ["atomic_write", "write_json", "write_text", "sha256", "process_running", "temp_prefix", "remove_stale"]
 
 TEMP_PREFIX = ".tmp-"
+_TEMP_NAME = re.compile(r"\.tmp-(?:gluon-lr-)?(\d+)-")
+
+
+def temp_prefix(kind: str = "") -> str:
+    """The prefix of this process's temporary names: ``.tmp-<pid>-`` (files) or ``.tmp-<kind>-<pid>-`` (folders).
+
+    The pid lets a later run tell a dead process's leftovers (``remove_stale``) from a live one's.
+    """
+    return f"{TEMP_PREFIX}{kind + '-' if kind else ''}{os.getpid()}-"
+
+
+def process_running(pid: int) -> bool:
+    """True when a process with this id exists.
+
+    Example:
+        >>> process_running(os.getpid())
+        True
+    """
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid > 0
+    return True
+
+
+def remove_stale(folder) -> list:
+    """Remove the temporary files and folders that processes no longer running left in ``folder`` (kill -9).
+
+    Returns:
+        The paths removed.
+
+    Example:
+        >>> remove_stale("checkpoints")
+        []
+    """
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        match = _TEMP_NAME.match(name)
+        if not match or process_running(int(match.group(1))):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
 
 
 def atomic_write(path, content, *, error=None) -> None:
@@ -31,10 +86,17 @@ def atomic_write(path, content, *, error=None) -> None:
         >>> atomic_write("notes.txt", b"hello")
         >>> atomic_write("model.pt", lambda tmp: torch.save(obj, tmp))  # doctest: +SKIP
     """
+    if not isinstance(path, (str, os.PathLike)):
+        problem = f"Cannot write to {path!r}: a path is needed, got {type(path).__name__}; pass a file path."
+        raise (error or TypeError)(problem)
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        problem = f"Cannot write {path!r}: it is a folder; pass a file path inside it (e.g. {path!r}/name)."
+        raise (error or IsADirectoryError)(problem)
+    remove_stale(folder)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(), dir=folder)
     except OSError as exc:
         if error is None:
             raise

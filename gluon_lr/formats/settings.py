@@ -16,7 +16,9 @@ from mxnet import optimizer as _opt
 
 from ..errors import SettingsFileError
 from ..rules import check_multiplier
+from ..validate import MAX_NUM_UPDATE, check_optimizer_params
 from .atomic import write_json
+from .reading import read_regular_file
 
 __all__ = ["FORMAT", "SCHEMA_VERSION", "SettingsDocument", "as_settings", "check_settings", "load_settings",
            "settings_document", "write_settings"]
@@ -159,22 +161,35 @@ def _check_fields(source: str, where: str, obj, fields: dict, error) -> None:
                         f"re-export it with LrTrainer.export_settings.")
 
 
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object's dict; a key given twice is an error (json keeps the last one silently)."""
+    document = {}
+    for key, value in pairs:
+        if key in document:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        document[key] = value
+    return document
+
+
+def _no_constant(name: str):
+    """NaN, Infinity and -Infinity are not JSON numbers (Python's json reads them by default)."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _read_json(path) -> dict:
     """Read a JSON object from ``path`` or raise SettingsFileError saying what is wrong."""
+    data = read_regular_file(path, SettingsFileError, "the settings file LrTrainer.export_settings wrote")
     try:
-        with open(path, encoding="utf-8") as source:
-            document = json.load(source)
-    except OSError as exc:
-        raise SettingsFileError(f"Cannot read settings file {path!r}: {exc.strerror}; pass the path written by "
-                                f"LrTrainer.export_settings.") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
+        document = json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise SettingsFileError(f"Settings file {path!r} is not valid JSON ({exc}); it is corrupt or not a "
                                 f"settings file: re-export it with LrTrainer.export_settings.") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         got = document.get("format") if isinstance(document, dict) else type(document).__name__
         raise SettingsFileError(f"File {path!r} is not a gluon-lr settings file: expected format {FORMAT!r}, got "
                                 f"{got!r}; pass the file written by LrTrainer.export_settings.")
-    if document.get("schema_version") != SCHEMA_VERSION:
+    version = document.get("schema_version")
+    if isinstance(version, bool) or version != SCHEMA_VERSION:
         raise SettingsFileError(f"Settings file {path!r} has schema_version {document.get('schema_version')!r}, "
                                 f"this gluon_lr reads version {SCHEMA_VERSION}; re-export it with this version.")
     return document
@@ -216,6 +231,21 @@ class SettingsDocument(dict):
     passes it on without checking it again. Edit a copy as a plain dict (``dict(document)``): that is checked anew."""
 
 
+def _check_values(source: str, document: dict, error) -> None:
+    """Every number of the optimizer in its range (``gluon_lr.validate``), and ``num_update`` bounded. The lr
+    scheduler's arguments are checked where a scheduler is built (``migrate.optim.schedules.check_schedule``)."""
+    optimizer = document["optimizer"]
+    values = {key: optimizer[key] for key in ("learning_rate", "wd", "rescale_grad", "clip_gradient")}
+    try:
+        check_optimizer_params(values, "optimizer", error)
+        check_optimizer_params(optimizer["hyperparameters"], "optimizer.hyperparameters", error)
+    except error as exc:
+        raise error(f"{source}: {exc}") from None
+    if document["num_update"] > MAX_NUM_UPDATE:
+        raise error(f"{source}: num_update must be at most {MAX_NUM_UPDATE}, got {document['num_update']}; "
+                    f"re-export it with LrTrainer.export_settings.")
+
+
 _DOCUMENT_FIELDS = {
     "optimizer": (lambda v: isinstance(v, dict), "an object"),
     "num_update": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
@@ -245,6 +275,7 @@ def check_settings(document, source: str = "settings document", error=SettingsFi
                     f"the document LrTrainer.export_settings wrote.")
     _check_fields(source, "the document", document, _DOCUMENT_FIELDS, error)
     _check_fields(source, "optimizer", document["optimizer"], _OPTIMIZER_FIELDS, error)
+    _check_values(source, document, error)
     _check_scheduler(source, document["lr_scheduler"], error)
     _check_params(source, document["params"], error)
     document = SettingsDocument(document)

@@ -7,17 +7,22 @@ Layout: the magic line ``GLUON-LR-STATES\\n``, an 8-byte big-endian length, a UT
 States are matched to parameters BY NAME when loading, so a trainer whose parameters are ordered differently, or
 that lacks some of them, still gets each parameter's own state.
 """
+import contextlib
 import json
 import os
 import pickle
+import shutil
 import tempfile
 import warnings
 
 from mxnet import gluon
 
-from ..errors import StatesFileError
+from ..errors import MultiplierError, StatesFileError, UnsafeStatesError
 from ..optimizer_state import state_arrays
-from .atomic import atomic_write
+from ..rules import check_multiplier
+from .atomic import atomic_write, remove_stale, temp_prefix
+from .reading import read_regular_file
+from .safe_pickle import safe_loads
 
 __all__ = ["MAGIC", "write_states", "read_states", "states_bytes", "split_states", "unpickle_states", "remap_states",
            "save_trainer_states", "load_trainer_states"]
@@ -83,12 +88,7 @@ def states_bytes(source, error=StatesFileError) -> bytes:
     if not isinstance(source, (str, os.PathLike)):
         raise error(f"States must be a path or bytes, got {type(source).__name__}; pass the file written by "
                     f"LrTrainer.save_states or gluon.Trainer.save_states.")
-    try:
-        with open(source, "rb") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise error(f"Cannot read states file {str(source)!r}: {exc.strerror}; pass the path written by "
-                    f"LrTrainer.save_states or gluon.Trainer.save_states.") from None
+    return read_regular_file(source, error, "the states file LrTrainer.save_states or gluon.Trainer.save_states wrote")
 
 
 def split_states(data: bytes, source: str, error=StatesFileError) -> tuple:
@@ -126,7 +126,10 @@ def split_states(data: bytes, source: str, error=StatesFileError) -> tuple:
 
 
 def unpickle_states(mx_states: bytes, source: str, error=StatesFileError) -> tuple:
-    """``(states by index, optimizer or None)`` from the bytes MXNet's ``save_states`` wrote.
+    """``(states by index, optimizer or None)`` from the bytes MXNet's ``save_states`` wrote, unpickled safely.
+
+    Only the classes such a file legitimately holds are admitted (``safe_pickle``): a file that names another
+    callable is refused before anything in it runs.
 
     Args:
         mx_states: MXNet's bytes (a pickle of the states dict, or of ``(states, optimizer)``).
@@ -137,7 +140,11 @@ def unpickle_states(mx_states: bytes, source: str, error=StatesFileError) -> tup
         >>> states, optimizer = unpickle_states(raw, "trainer.states")
     """
     try:
-        loaded = pickle.loads(mx_states)
+        loaded = safe_loads(mx_states, source)
+    except UnsafeStatesError as exc:
+        if error is StatesFileError:
+            raise
+        raise error(str(exc)) from None
     except Exception as exc:  # pickle raises many types on corrupt input
         raise error(f"States file {source!r}: the MXNet optimizer states are corrupt: they could not be unpickled "
                     f"({type(exc).__name__}: {exc}); save the states again.") from None
@@ -148,14 +155,14 @@ def unpickle_states(mx_states: bytes, source: str, error=StatesFileError) -> tup
     return states, optimizer
 
 
-def remap_states(path, mx_states: bytes, old_names: list, new_params: list) -> bytes:
+def remap_states(path, states: dict, optimizer, old_names: list, new_params: list) -> bytes:
     """Re-key MXNet's index-keyed optimizer states from the file's parameter order to the trainer's, by name.
 
     States of names the trainer lacks are dropped; update counts (Adam's bias correction) follow their parameter.
 
     Args:
         path: The states file (named in errors).
-        mx_states: MXNet's states bytes from the file.
+        states, optimizer: What ``unpickle_states`` read from the file.
         old_names: Parameter names in the file's index order.
         new_params: The trainer's Parameters in its index order.
 
@@ -163,12 +170,11 @@ def remap_states(path, mx_states: bytes, old_names: list, new_params: list) -> b
         MXNet states bytes keyed by the trainer's indices.
 
     Raises:
-        StatesFileError: the bytes are corrupt, or a state's shape does not fit the parameter of the same name.
+        StatesFileError: a state's shape does not fit the parameter of the same name.
 
     Example:
-        >>> raw = remap_states(path, raw, [p["name"] for p in header], trainer._params)
+        >>> raw = remap_states(path, states, optimizer, [p["name"] for p in header], trainer._params)
     """
-    states, optimizer = unpickle_states(mx_states, str(path))
     new_index = {param.name: i for i, param in enumerate(new_params)}
     moved = {}
     for old, state in states.items():
@@ -193,15 +199,25 @@ def remap_states(path, mx_states: bytes, old_names: list, new_params: list) -> b
 def save_trainer_states(trainer, fname) -> None:
     """``LrTrainer.save_states``: MXNet's states of ``trainer`` plus its table and freezing, by name, atomically.
 
+    Without a kvstore that updates, the bytes come straight from the updater (what ``Trainer.save_states`` writes);
+    a kvstore that updates writes its file first, into a temporary folder beside ``fname`` whose name carries this
+    process's id (a later save, load or write in that folder removes it if the process was killed).
+
     Example:
         >>> save_trainer_states(trainer, "trainer.states")
     """
-    folder = os.path.dirname(os.path.abspath(fname))
-    with tempfile.TemporaryDirectory(dir=folder if os.path.isdir(folder) else None) as tmp:
-        raw_path = os.path.join(tmp, "mx.states")
-        gluon.Trainer.save_states(trainer, raw_path)
-        with open(raw_path, "rb") as source:
-            raw = source.read()
+    if not trainer._kv_initialized:
+        trainer._init_kvstore()
+    if trainer._params_to_init:
+        trainer._init_params()
+    if trainer._update_on_kvstore:
+        with _scratch_folder(os.path.dirname(os.path.abspath(fname)), StatesFileError) as tmp:
+            raw_path = os.path.join(tmp, "mx.states")
+            gluon.Trainer.save_states(trainer, raw_path)
+            with open(raw_path, "rb") as source:
+                raw = source.read()
+    else:
+        raw = trainer._updaters[0].get_states(dump_optimizer=True)
     freeze = trainer._freezer.records()
     header = [{"name": r["name"], "shape": r["shape"], "lr_mult": r["lr_mult"], "wd_mult": r["wd_mult"],
                **freeze[r["name"]]} for r in trainer._param_records()]
@@ -209,22 +225,34 @@ def save_trainer_states(trainer, fname) -> None:
 
 
 def load_trainer_states(trainer, fname) -> list:
-    """``LrTrainer.load_states``: optimizer states by name, then the table and the freezing of the file.
+    """``LrTrainer.load_states``: the whole file is checked against ``trainer`` first, then applied.
+
+    Checked before anything changes: the header (names, shapes, multipliers, freeze fields, masks), the pickle
+    (only the classes states hold), the optimizer's type, every state's shape. A file that fails leaves the trainer
+    exactly as it was. The folder of ``fname`` may be read-only.
 
     Returns:
         The names in the file that ``trainer`` does not have (a warning lists them too).
+
+    Raises:
+        StatesFileError: the file does not fit (the message names what and where); ``UnsafeStatesError`` for a
+            pickle that names another class.
 
     Example:
         >>> missing = load_trainer_states(trainer, "trainer.states")
     """
     header, raw = read_states(fname)
+    _check_header(str(fname), header)
+    trainer._freezer.check_records(header, str(fname))
+    states, optimizer = unpickle_states(raw, str(fname))
+    _check_optimizer(str(fname), optimizer, trainer._optimizer)
     old_names = [p["name"] for p in header]
-    raw = remap_states(fname, raw, old_names, trainer._params)
+    raw = remap_states(fname, states, optimizer, old_names, trainer._params)
     restored = {field: {p["name"]: p[field] for p in header if p["name"] in trainer._table
                         and p[field] != getattr(trainer._table[p["name"]], field)}
                 for field in ("lr_mult", "wd_mult")}
-    folder = os.path.dirname(os.path.abspath(fname))  # next to fname: dist kvstore servers read it from there
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+    folder = os.path.dirname(os.path.abspath(fname))  # dist kvstore servers read the file from there
+    with _scratch_folder(folder if os.access(folder, os.W_OK) else tempfile.gettempdir(), StatesFileError) as tmp:
         raw_path = os.path.join(tmp, "mx.states")
         with open(raw_path, "wb") as out:
             out.write(raw)
@@ -240,3 +268,40 @@ def load_trainer_states(trainer, fname) -> list:
         warnings.warn(f"load_states({str(fname)!r}): {len(missing)} parameter(s) in the file are not in this "
                       f"trainer and were skipped: {missing[:10]}")
     return missing
+
+
+def _check_header(source: str, header: list) -> None:
+    """Every header record's multipliers are valid and every name appears once (before anything is applied)."""
+    seen = set()
+    for record in header:
+        if record["name"] in seen:
+            raise StatesFileError(f"States file {source!r} names parameter {record['name']!r} twice; the file is "
+                                  f"damaged: save the states again.")
+        seen.add(record["name"])
+        for field in ("lr_mult", "wd_mult"):
+            try:
+                check_multiplier(record[field], f"{record['name']!r}.{field}")
+            except MultiplierError as exc:
+                raise StatesFileError(f"States file {source!r}: {exc}") from None
+
+
+def _check_optimizer(source: str, saved, current) -> None:
+    """The file's optimizer (when it holds one) is of the trainer's optimizer class."""
+    if saved is not None and type(saved) is not type(current):
+        raise StatesFileError(f"States file {source!r} holds {type(saved).__name__} states, this trainer runs "
+                              f"{type(current).__name__}; load a file saved with {type(current).__name__}, or build "
+                              f"the trainer with {type(saved).__name__} to resume that run.")
+
+
+@contextlib.contextmanager
+def _scratch_folder(folder: str, error):
+    """A temporary folder in ``folder`` named with this process's id; leftovers of killed processes go first."""
+    remove_stale(folder)
+    try:
+        path = tempfile.mkdtemp(prefix=temp_prefix("gluon-lr"), dir=folder)
+    except OSError as exc:
+        raise error(f"Cannot write in folder {folder!r} ({exc.strerror}); choose a writable folder.") from None
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

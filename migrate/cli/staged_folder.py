@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 
+from gluon_lr.formats.atomic import process_running
 from migrate.errors import CliUsageError, OutputExistsError
 from migrate.cli.inputs import writable_folder
 
@@ -126,7 +127,7 @@ class StagedFolder:
         for entry in os.listdir(self.parent):
             match = pattern.fullmatch(entry)
             path = os.path.join(self.parent, entry)
-            if not match or not os.path.isdir(path) or os.path.islink(path) or _running(int(match.group(1))):
+            if not match or not os.path.isdir(path) or os.path.islink(path) or _in_use(int(match.group(1))):
                 continue
             if match.group(2) and not os.path.lexists(self.target):
                 os.rename(path, self.target)  # a previous complete folder that was never put back
@@ -134,17 +135,9 @@ class StagedFolder:
                 shutil.rmtree(path, ignore_errors=True)
 
 
-def _running(pid: int) -> bool:
-    """True when a process with this id exists (its temporary folder may be in use)."""
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return pid > 0
-    return True
+def _in_use(pid: int) -> bool:
+    """True when another running process owns a temporary folder (this process's own are leftovers)."""
+    return pid != os.getpid() and process_running(pid)
 
 
 def _exchange(source: str, target: str) -> bool:
