@@ -204,8 +204,9 @@ class TorchControl:
         if target is None:
             target = {k: v for k, v in group.items() if k not in ("params", "mx_names", "mx_indices")}
             target.update(keys, params=[], mx_names=[], mx_indices=[])
-            target["lr"] = _base_lr(self.optimizer, group) * keys["lr_mult"]
-            target["weight_decay"] = _base_wd(self.optimizer, group) * keys["wd_mult"]
+            held = 0.0 if keys["frozen"] else 1.0  # frozen groups: lr = weight_decay = 0, as param_groups makes them
+            target["lr"] = _base(self.optimizer, "lr", "lr_mult") * keys["lr_mult"] * held
+            target["weight_decay"] = _base(self.optimizer, "weight_decay", "wd_mult") * keys["wd_mult"] * held
             self.optimizer.param_groups.append(target)
         target["params"].append(group["params"].pop(position))
         for key in ("mx_names", "mx_indices"):
@@ -264,6 +265,8 @@ class TorchControl:
             modules[name].momentum = momentum
         for name in want - set(self._held):
             module = modules[name]
+            if isinstance(module, torch.jit.ScriptModule):  # no hooks: control_from_mxnet reports it as lost
+                continue
             count = getattr(module, "num_batches_tracked", None)
             copy = count.detach().clone() if count is not None else None
             self._held[name] = (module.register_forward_hook(_count_restorer(copy)), module.momentum)
@@ -329,14 +332,13 @@ def _norm_modules(model, names) -> dict:
     return out
 
 
-def _base_lr(optimizer, group) -> float:
-    mult = group.get("lr_mult") or 0.0
-    return group["lr"] / mult if mult else optimizer.defaults.get("lr", 0.0)
-
-
-def _base_wd(optimizer, group) -> float:
-    mult = group.get("wd_mult") or 0.0
-    return group["weight_decay"] / mult if mult else optimizer.defaults.get("weight_decay", 0.0)
+def _base(optimizer, key, mult_key) -> float:
+    """The current base value of ``key`` (lr or weight_decay): from a trained group with a multiplier, else the
+    optimizer's default (migrate's optimizers hold MXNet's base values there)."""
+    for group in optimizer.param_groups:
+        if not group.get("frozen") and group.get(mult_key):
+            return group[key] / group[mult_key]
+    return optimizer.defaults.get(key, 0.0)
 
 
 def control_from_mxnet(model, optimizer, settings, mapping, states=None) -> tuple:

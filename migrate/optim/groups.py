@@ -47,8 +47,8 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
     """torch.optim param groups, one per distinct (lr, weight_decay, lr_mult, wd_mult, frozen), from MXNet settings.
 
     Every mapped torch parameter lands in exactly one group; groups come in MXNet index order of their first
-    parameter. Frozen parameters go to groups with ``frozen=True`` (so an optimizer keeps their state for a later
-    unfreeze; torch optimizers skip them, as they get no gradient) and are listed in ``.frozen`` (the model is not
+    parameter. Frozen parameters go to groups with ``frozen=True`` and lr = weight_decay = 0 (so an optimizer keeps
+    their state for a later unfreeze; torch optimizers skip them, as they get no gradient) and are listed in ``.frozen`` (the model is not
     changed: ``.apply_frozen(model)`` sets their ``requires_grad=False``). Each group holds the
     absolute ``lr`` (``learning_rate * lr_mult``) and ``weight_decay`` (``wd * wd_mult``), plus ``lr_mult``,
     ``wd_mult``, ``frozen``, ``mx_names`` and ``mx_indices`` so schedulers keep the ratios and migrate can match
@@ -90,7 +90,8 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
         key = (base_lr(settings) * lr_mult, float(settings["optimizer"]["wd"]) * wd_mult, lr_mult, wd_mult,
                bool(entry["frozen"]))
         if key not in by_key:
-            by_key[key] = {"params": [], "lr": key[0], "weight_decay": key[1], "lr_mult": lr_mult,
+            held = 0.0 if key[4] else 1.0  # a frozen group trains nothing, even in an optimizer that ignores it
+            by_key[key] = {"params": [], "lr": key[0] * held, "weight_decay": key[1] * held, "lr_mult": lr_mult,
                            "wd_mult": wd_mult, "frozen": key[4], "mx_names": [], "mx_indices": []}
             groups.append(by_key[key])
         by_key[key]["params"].append(param)

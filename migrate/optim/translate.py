@@ -115,7 +115,8 @@ def _options(settings, rescale_grad):
 
 
 class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):
-    """Sets each group's lr to MXNet's ``schedule(num_update) * lr_mult`` before every optimizer step.
+    """Sets each group's lr to MXNet's ``schedule(num_update) * lr_mult`` before every optimizer step (0 for a group
+    with ``frozen=True``).
 
     Args:
         optimizer: The optimizer whose groups it drives (groups from ``param_groups`` carry ``lr_mult``).
@@ -135,7 +136,8 @@ class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):
         """Learning rates of the next optimizer step, one per group."""
         count = self.num_update + self.last_epoch + 1
         lr = self.schedule(count) if self.schedule is not None else self.base_lr
-        return [lr * (group["lr_mult"] if "lr_mult" in group else group["initial_lr"] / self.base_lr)
+        return [0.0 if group.get("frozen") else lr * (group["lr_mult"] if "lr_mult" in group
+                                                      else group["initial_lr"] / self.base_lr)
                 for group in self.optimizer.param_groups]
 
 
