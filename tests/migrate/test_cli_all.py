@@ -412,3 +412,21 @@ def test_json_error_document(trained, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert code == 2 and doc["exit_code"] == 2 and doc["schema_version"] == 1
     assert doc["error"].startswith("--settings ") and "file not found" in doc["error"]
+
+
+def test_what_cannot_cross_is_listed_and_exits_1(trained, migrated, tmp_path, capsys):
+    """Settings that record an element mask, with a states file that holds none: `optim` lists the mask under
+    "not carried to torch", says FAILED and exits 1 (the optimizer file is still written, the loss named)."""
+    settings = json.loads((trained["folder"] / "settings.json").read_text())
+    settings["params"]["fc_weight"]["masked_elements"] = 3
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    args = ["optim", "--settings", str(tmp_path / "settings.json"), "--states",
+            str(trained["folder"] / "trainer.states"), "--torch", TORCH, "--mapping",
+            str(migrated[1] / "mapping.json"), "--out", str(tmp_path / "optimizer.pt")]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "not carried to torch:\n  - element mask of fc_weight (3 elements)" in out
+    assert "migrate optim: FAILED: 1 not carried to torch (exit 1)" in out
+    assert main(args + ["--force", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and len(doc["lost"]) == 1 and doc["lost"][0].startswith("element mask of fc_weight")
