@@ -26,7 +26,7 @@ import torch
 
 from gluon_lr.formats.settings import as_settings
 from gluon_lr.formats.states import split_states, states_bytes
-from migrate.errors import InputFileError, MappingError, SettingsError
+from migrate.errors import InputFileError, MappingError, SettingsError, UnsupportedOptimizerError
 
 __all__ = ["TorchControl", "control_from_mxnet"]
 
@@ -169,6 +169,12 @@ class TorchControl:
             raise MappingError(f"TorchControl.freeze: a mask applies to one parameter, the selector picks "
                                f"{len(names)} ({names[:5]}); select one parameter")
         name, param = names[0], self._named[names[0]]
+        from migrate.optim.exact import _MXNetOptimizer
+        if not isinstance(self.optimizer, _MXNetOptimizer):
+            raise UnsupportedOptimizerError(f"TorchControl.freeze({name!r}, mask=...): element masks need one of "
+                                            f"migrate's exact optimizers (they call the mask hook around each step), "
+                                            f"got {type(self.optimizer).__name__}; build it with "
+                                            f"migrate.torch_optimizer")
         values = mask.detach().cpu().numpy() if torch.is_tensor(mask) else np.asarray(mask)
         if values.shape != tuple(param.shape) or not np.isin(values, (0, 1)).all():
             raise MappingError(f"TorchControl.freeze: the mask of {name!r} must be 0/1 of the parameter's torch "
@@ -380,7 +386,10 @@ def control_from_mxnet(model, optimizer, settings, mapping, states=None) -> tupl
         elif record.get("mask") and torch_name not in control._named:
             lost.append(f"element mask of {mx_name}: no torch parameter is mapped to it")
         elif record.get("mask"):
-            control.freeze(torch_name, mask=_torch_mask(mapping, mx_name, record["mask"], entry["shape"]))
+            try:
+                control.freeze(torch_name, mask=_torch_mask(mapping, mx_name, record["mask"], entry["shape"]))
+            except UnsupportedOptimizerError as exc:
+                lost.append(f"element mask of {mx_name}: {exc}")
         if entry["frozen"] and torch_name not in control._named and torch_name not in buffers:
             lost.append(f"frozen parameter {mx_name}: no torch parameter is mapped to it")
         if entry["frozen"] and record.get("hold_norm_stats") is False and torch_name in control._named:

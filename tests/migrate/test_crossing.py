@@ -120,7 +120,7 @@ def crossed(tmp_path_factory):
     for x, y in data[5:10]:
         torch_step(model, optimizer, x, y)
     return dict(ref_net=ref_net, ref=ref, model=model, optimizer=optimizer, control=control, lost=lost, data=data,
-                filled=filled)
+                filled=filled, folder=folder, net=net)
 
 
 class TestCrossing:
@@ -162,3 +162,25 @@ class TestCrossing:
         assert np.abs(values(model=model)["net_batchnorm0_running_mean"] - held).min() > 1e-4  # released
         assert control.frozen == frozenset() and control.held_norm_layers == []
         assert model[2].momentum == 0.1
+
+
+class TestLost:
+    """What could not cross is listed by control_from_mxnet (the CLI report prints it and exits 1)."""
+
+    def test_without_states_the_mask_is_lost(self, crossed):
+        """No states file: the mask (recorded in the settings, held in the states) is listed; nothing else."""
+        model = torch_model(crossed["net"])
+        settings = str(crossed["folder"] / "settings.json")
+        optimizer = migrate.torch_optimizer(model, settings, MAPPING)
+        control, lost = migrate.control_from_mxnet(model, optimizer, settings, MAPPING)
+        assert lost == [f"element mask of net_dense0_weight ({int(MASK.sum())} elements): the masks are in "
+                        f"LrTrainer's states file, pass it (--states)"]
+        assert control.masked_elements == {} and control.held_norm_layers == ["2"]
+
+    def test_stock_optimizer_cannot_hold_the_mask(self, crossed):
+        """A stock torch.optim optimizer: the mask is listed as lost, naming the exact optimizers."""
+        model = torch_model(crossed["net"])
+        settings, states = str(crossed["folder"] / "settings.json"), str(crossed["folder"] / "trainer.states")
+        stock = migrate.stock_torch_optimizer(model, settings, MAPPING).optimizer
+        _, lost = migrate.control_from_mxnet(model, stock, settings, MAPPING, states)
+        assert len(lost) == 1 and lost[0].startswith("element mask of net_dense0_weight") and "exact" in lost[0]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import migrate
-from migrate.errors import MappingError
+from migrate.errors import MappingError, UnsupportedOptimizerError
 from migrate.migration_folder import OPTIMIZER, WEIGHTS, optimizer_document, torch_save
 from tests.migrate import _mx_reference as R
 
@@ -123,6 +123,15 @@ class TestMasks:
         _, _, control, _ = _setup()
         with pytest.raises(MappingError, match=pattern):
             control.freeze(select, mask=mask)
+
+
+    def test_mask_needs_an_exact_optimizer(self):
+        """A stock torch optimizer never calls the mask hook: a mask is refused (UnsupportedOptimizerError)."""
+        model, _, _, settings = _setup()
+        stock = migrate.stock_torch_optimizer(model, settings, R.MAPPING).optimizer
+        control = migrate.TorchControl(model, stock, R.MAPPING)
+        with pytest.raises(UnsupportedOptimizerError, match="exact optimizers"):
+            control.freeze("0.weight", mask=np.zeros((R.SIZES[1], R.SIZES[0])))
 
 
 class TestSelectors:
