@@ -2,8 +2,9 @@
 
 The pipeline: ``mapping`` (MXNet names -> torch names: ``name_mapping``, ``verify``, ``convert_weights``), ``optim``
 (``param_groups``, ``torch_optimizer``, ``stock_torch_optimizer``, ``torch_lr_scheduler``,
-``convert_optimizer_state``), ``torch_control`` (``TorchControl``: freeze, masks, held norm statistics and layer rates in torch after the
-migration), ``migration_folder`` (``load_migration``) and ``cli`` (the ``migrate`` command).
+``convert_optimizer_state``), ``torch_control`` (``TorchControl``, ``control_from_mxnet``: freezing, element masks,
+held norm statistics and layer rates in torch after the migration), ``migration_folder`` (``load_migration``) and
+``cli`` (the ``migrate`` command).
 """
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.table import NameMapping

@@ -58,7 +58,8 @@ class Report:
         """The JSON document ``--json`` prints and ``report.json`` holds."""
         return {"schema_version": SCHEMA_VERSION, "command": self.command, "ok": self.exit_code == 0,
                 "exit_code": self.exit_code, "status": self.status(), "error": self.error,
-                "unmapped": self.unmapped, "checks": self.checks, "lost": self.lost, **self.sections, "outputs": self.outputs}
+                "unmapped": self.unmapped, "checks": self.checks, "lost": self.lost, **self.sections,
+                "outputs": self.outputs}
 
     def render(self) -> str:
         """The readable report: every block, then the unmapped names, checks and status."""

@@ -82,7 +82,8 @@ class VerifyReport:
         lines = [f"{'MXNet node':<{w0}}  {'torch module':<{w1}}  {'max abs diff':>12}  result"]
         for r in self.rows:
             diff = "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.3g}"
-            lines.append(f"{r.mx_node:<{w0}}  {r.torch_node:<{w1}}  {diff:>12}  {'skipped' if r.skipped else 'ok' if r.ok else 'DIVERGES'}"
+            result = "skipped" if r.skipped else "ok" if r.ok else "DIVERGES"
+            lines.append(f"{r.mx_node:<{w0}}  {r.torch_node:<{w1}}  {diff:>12}  {result}"
                          f"{'  ' + r.note if r.note else ''}")
         first = self.first_divergence
         lines.append(f"final output: max abs diff {self.max_abs_diff:.3g} (atol {self.atol:g}): "

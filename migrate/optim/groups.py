@@ -48,11 +48,11 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
 
     Every mapped torch parameter lands in exactly one group; groups come in MXNet index order of their first
     parameter. Frozen parameters go to groups with ``frozen=True`` and lr = weight_decay = 0 (so an optimizer keeps
-    their state for a later unfreeze; torch optimizers skip them, as they get no gradient) and are listed in ``.frozen`` (the model is not
-    changed: ``.apply_frozen(model)`` sets their ``requires_grad=False``). Each group holds the
-    absolute ``lr`` (``learning_rate * lr_mult``) and ``weight_decay`` (``wd * wd_mult``), plus ``lr_mult``,
-    ``wd_mult``, ``frozen``, ``mx_names`` and ``mx_indices`` so schedulers keep the ratios and migrate can match
-    states.
+    their state for a later unfreeze; torch optimizers skip them, as they get no gradient) and are listed in
+    ``.frozen`` (the model is not changed: ``.apply_frozen(model)`` sets their ``requires_grad=False``). Each other
+    group holds the absolute ``lr`` (``learning_rate * lr_mult``) and ``weight_decay`` (``wd * wd_mult``); every
+    group holds ``lr_mult``, ``wd_mult``, ``frozen``, ``mx_names`` and ``mx_indices`` so schedulers keep the ratios
+    and migrate can match states.
 
     Args:
         torch_model: The torch model whose parameters the groups hold.

@@ -222,7 +222,8 @@ def test_subcommand_help(capsys, command, flags):
 
 def test_all_with_torchscript_file(trained, migrated, tmp_path, capsys):
     """A TorchScript file as --torch: compared at the final output only (no forward hooks in TorchScript), so not
-    "verified" (exit 1, the skipped nodes listed), yet written; the loaded TorchScript model continues the MXNet training within 1e-5."""
+    "verified" (exit 1, the skipped nodes listed), yet written; the loaded TorchScript model continues the MXNet
+    training within 1e-5."""
     script = str(trained["folder"] / "res.ts")
     code = main(["all", *_files(trained["folder"], "symbol", "params", "settings", "states"), "--torch", script,
                  "--mapping", str(migrated[1] / "mapping.json"), "--input-shape", "1,3,8,8", "--out",
