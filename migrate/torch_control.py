@@ -18,8 +18,9 @@ The semantics are LrTrainer's (``gluon_lr/freeze.py``):
   MXNet's do) and a forward hook that keeps ``num_batches_tracked``; unfreezing one of its parameters releases the
   hold and gives the module its momentum back. (A batch holding NaN would still reach the statistics: 0*NaN.)
 """
-import fnmatch
+import base64
 import difflib
+import fnmatch
 
 import numpy as np
 import torch
@@ -400,8 +401,9 @@ def control_from_mxnet(model, optimizer, settings, mapping, states=None) -> tupl
 
 
 def _torch_mask(mapping, mx_name, text, shape):
-    from gluon_lr.freeze import _decode
-    values = _decode(text, tuple(shape)).astype(np.float32)
+    """A states file's mask (base64 of packed bits, MXNet layout; ``gluon_lr.freeze``) as 0/1 in torch layout."""
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(text), dtype=np.uint8))
+    values = bits[:int(np.prod(shape))].reshape(tuple(shape)).astype(np.float32)
     convert = getattr(mapping, "to_torch", None)
     return np.asarray(convert(mx_name, values) if convert is not None else values)
 
