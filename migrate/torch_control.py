@@ -61,8 +61,12 @@ class TorchControl:
                                f"{type(model).__name__} model; pass the model the optimizer was built for")
         self._masks = {}       # torch name -> bool tensor (True = frozen element)
         self._no_hold = set()  # norm module names whose statistics run although they are frozen
-        self._held = {}        # norm module name -> (hook handle, {buffer name: copy})
+        self._held = {}        # norm module name -> (forward hook handle, momentum before the hold)
         self._norms = _norm_modules(model, self._names)
+        previous = getattr(optimizer, "_control", None)
+        if previous is not None:  # one control per optimizer: the new one takes over the holds
+            previous._no_hold = set(previous._norms)
+            previous._update_held()
         optimizer._control = self
         for name in self.frozen:
             self._named[name].requires_grad_(False)

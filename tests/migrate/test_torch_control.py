@@ -203,8 +203,22 @@ class TestHeldNorm:
         _step_norm(model, opt, 2)
         assert float((model[1].running_mean - mean).abs().min()) > 0
 
+    def test_second_control_takes_over(self):
+        """A second TorchControl on the same optimizer releases the first one's hold and holds with the true
+        momentum (0.1 back on release)."""
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+        groups = [{"params": list(model.parameters()), "lr": 0.1, "weight_decay": 0.0, "lr_mult": 1.0,
+                   "wd_mult": 1.0, "frozen": False}]
+        opt = migrate.optim.exact.SGD(groups, lr=0.1)
+        migrate.TorchControl(model, opt).freeze("1.*")
+        second = migrate.TorchControl(model, opt)
+        assert second.held_norm_layers == ["1"] and model[1].momentum == 0.0
+        second.unfreeze("1.*")
+        assert model[1].momentum == 0.1 and not model[1]._forward_hooks
+
 
 def _step_norm(model, opt, seed):
+    """One SGD step of the Linear-BatchNorm model on a seeded batch (train mode)."""
     x = torch.from_numpy(np.random.RandomState(seed).normal(size=(6, 3)).astype(np.float32))
     opt.zero_grad()
     model(x).pow(2).sum().backward()
@@ -230,3 +244,4 @@ class TestLoadMigration:
         _step(fresh, loaded, 0)
         assert torch.equal(fresh.get_parameter("0.weight").detach()[torch.from_numpy(mask == 1)],
                            start[torch.from_numpy(mask == 1)])
+
