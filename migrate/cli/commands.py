@@ -67,8 +67,9 @@ def main(argv=None) -> int:
         argv: The arguments after the program name; None reads ``sys.argv``.
 
     Returns:
-        0 when everything is mapped (and verified), 1 when verification failed or names are unmapped,
-        2 for a usage, input or IO error (argparse errors included).
+        0 when everything is mapped (and verified), 1 when verification failed, names are unmapped or something
+        the MXNet training held did not cross to torch (listed under "not carried to torch"), 2 for a usage, input
+        or IO error (argparse errors included).
 
     Example:
         >>> main(["all", "--symbol", "net-symbol.json", "--params", "net-0000.params", "--settings",
@@ -93,7 +94,8 @@ def main(argv=None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="migrate", description="Carry an MXNet Gluon model, its gluon-lr settings and optimizer state to PyTorch.",
-        epilog="exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error")
+        epilog="exit codes: 0 ok, 1 verification failed, names unmapped or not carried to torch, 2 usage, input "
+               "or IO error")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, required, optional, out) in _COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
