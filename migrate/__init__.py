@@ -2,7 +2,9 @@
 
 The pipeline: ``mapping`` (MXNet names -> torch names: ``name_mapping``, ``verify``, ``convert_weights``), ``optim``
 (``param_groups``, ``torch_optimizer``, ``stock_torch_optimizer``, ``torch_lr_scheduler``,
-``convert_optimizer_state``), ``migration_folder`` (``load_migration``) and ``cli`` (the ``migrate`` command).
+``convert_optimizer_state``), ``torch_control`` (``TorchControl``, ``control_from_mxnet``: freezing, element masks,
+held norm statistics and layer rates in torch after the migration), ``migration_folder`` (``load_migration``) and
+``cli`` (the ``migrate`` command).
 """
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.table import NameMapping
@@ -13,6 +15,7 @@ from migrate.optim.groups import ParamGroups, param_groups
 from migrate.optim.state_conversion import convert_optimizer_state
 from migrate.optim.translate import (MXNetLRScheduler, StockTranslation, stock_torch_optimizer, torch_lr_scheduler,
                                      torch_optimizer)
+from migrate.torch_control import TorchControl, control_from_mxnet
 
 __all__ = [
     "MXNetLRScheduler",
@@ -20,7 +23,9 @@ __all__ = [
     "NodeCheck",
     "ParamGroups",
     "StockTranslation",
+    "TorchControl",
     "VerifyReport",
+    "control_from_mxnet",
     "convert_optimizer_state",
     "convert_weights",
     "load_migration",

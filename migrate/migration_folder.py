@@ -12,6 +12,7 @@ import torch
 from gluon_lr.formats.atomic import atomic_write
 from migrate.errors import InputFileError
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
+from migrate.torch_control import TorchControl
 
 __all__ = ["load_migration", "optimizer_document", "torch_save", "MAPPING", "WEIGHTS", "GROUPS", "OPTIMIZER",
            "REPORT_JSON", "REPORT_TXT"]
@@ -33,7 +34,7 @@ def torch_save(obj, path) -> None:
     atomic_write(path, buffer.getvalue())
 
 
-def optimizer_document(optimizer, scheduler, settings: dict, mapping) -> dict:
+def optimizer_document(optimizer, scheduler, settings: dict, mapping, control=None) -> dict:
     """The content of ``optimizer.pt``: what ``load_migration`` needs to rebuild the optimizer and scheduler.
 
     Args:
@@ -41,6 +42,7 @@ def optimizer_document(optimizer, scheduler, settings: dict, mapping) -> dict:
         scheduler: Its ``torch_lr_scheduler``.
         settings: The settings document it was built from.
         mapping: MXNet name -> torch key (only the names are kept).
+        control: The ``TorchControl`` of ``control_from_mxnet`` (element masks, norm layers left running), or None.
 
     Returns:
         A dict of tensors and plain values, loadable with ``torch.load(..., weights_only=True)``.
@@ -51,15 +53,17 @@ def optimizer_document(optimizer, scheduler, settings: dict, mapping) -> dict:
     return {"format": OPTIMIZER_FORMAT, "schema_version": SCHEMA_VERSION,
             "optimizer_class": type(optimizer).__name__, "settings": dict(settings),
             "mapping": {name: mapping[name] for name in mapping}, "num_update": int(scheduler.num_update),
-            "optimizer": optimizer.state_dict()}
+            "optimizer": optimizer.state_dict(), "control": control.records() if control is not None else {}}
 
 
 def load_migration(out_dir, torch_model, rescale_grad=None):
     """Load the weights of a ``migrate all`` (or ``weights`` + ``optim``) folder and rebuild its optimizer.
 
     The model receives ``weights.pt`` (strictly); the optimizer is ``torch_optimizer(exact=True)`` over the
-    same groups (frozen parameters get ``requires_grad=False``) with the converted MXNet state; the scheduler
-    resumes at MXNet's update count.
+    same groups (frozen parameters get ``requires_grad=False`` and keep their converted state) with the converted
+    MXNet state; a ``TorchControl`` (``TorchControl.of(optimizer)``) holds the element masks and the running
+    statistics of frozen norm layers as LrTrainer did, and freezes or unfreezes later; the scheduler resumes at
+    MXNet's update count.
 
     Args:
         out_dir: The folder ``migrate all --out`` wrote.
@@ -92,6 +96,7 @@ def load_migration(out_dir, torch_model, rescale_grad=None):
     _load_weights(torch_model, weights, os.path.join(folder, WEIGHTS))
     optimizer = torch_optimizer(torch_model, document["settings"], document["mapping"])
     optimizer.load_state_dict(document["optimizer"])
+    TorchControl(torch_model, optimizer, document["mapping"]).load_records(document.get("control") or {})
     for group in optimizer.param_groups:
         if rescale_grad is not None:
             group["rescale_grad"] = float(rescale_grad)

@@ -33,6 +33,7 @@ from migrate.mapping.weights import convert_weights
 from migrate.optim.groups import param_groups
 from migrate.optim.state_conversion import convert_optimizer_state
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
+from migrate.torch_control import control_from_mxnet
 
 __all__ = ["main"]
 
@@ -74,8 +75,9 @@ def main(argv=None) -> int:
         argv: The arguments after the program name; None reads ``sys.argv``.
 
     Returns:
-        0 when everything is mapped (and verified), 1 when verification failed or names are unmapped,
-        2 for a usage, input or IO error (argparse errors included), 130 when interrupted (SIGINT or SIGTERM).
+        0 when everything is mapped (and verified), 1 when verification failed, names are unmapped or something
+        the MXNet training held did not cross to torch (listed under "not carried to torch"), 2 for a usage, input
+        or IO error (argparse errors included), 130 when interrupted (SIGINT or SIGTERM).
 
     Example:
         >>> main(["all", "--symbol", "net-symbol.json", "--params", "net-0000.params", "--settings",
@@ -148,7 +150,8 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="migrate", description="Carry an MXNet Gluon model, its gluon-lr settings and optimizer state to PyTorch.",
-        epilog="exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error")
+        epilog="exit codes: 0 ok, 1 verification failed, names unmapped or not carried to torch, 2 usage, input "
+               "or IO error, 130 interrupted")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, required, optional, out) in _COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
@@ -219,7 +222,7 @@ def _run_all(args, report):
         mapping = _mapping(args, model, report, document, show=True)
         _verify(args, model, mapping, report)
         writes = {migration_folder.MAPPING: mapping.save}
-        if report.exit_code == 0:  # no weights or optimizer for a model that is not equivalent
+        if _equivalent(report):  # no weights or optimizer for a model that is not equivalent
             state_dict = _weights(args, model, mapping, report)
             groups = _groups(model, document, mapping, report)
             saved = _optimizer(args, model, document, mapping, report)
@@ -235,6 +238,13 @@ def _run_all(args, report):
         _write(report, folder.file(migration_folder.REPORT_TXT),
                lambda path: atomic.write_text(path, report.render() + "\n"), shown=None)
         folder.commit()
+
+
+def _equivalent(report) -> bool:
+    """Mapped, equivalent and within tolerance where compared (skipped nodes make ``verified`` false, exit 1, but
+    the outputs are still written: a TorchScript model is compared at its final output only)."""
+    return (report.error is None and not report.names_unmapped and report.checks.get("equivalent", True)
+            and report.sections.get("verify", {}).get("ok", False))
 
 
 _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim": _run_optim,
@@ -283,9 +293,10 @@ def _verify(args, model, mapping, report):
     with _stage(args, "verifying node by node"):
         result = verify(inputs.mx_files(args), model, mapping, shapes, input_dtypes=dtypes)
     first = result.first_divergence
-    report.checks["verified"] = result.ok
+    report.checks["verified"] = result.verified  # compared: a skipped node is not a passed one
     report.sections["verify"] = {"ok": result.ok, "max_abs_diff": result.max_abs_diff, "atol": result.atol,
-                                 "nodes": len(result.rows), "first_divergence": first and {
+                                 "nodes": len(result.rows), "skipped": [r.mx_node for r in result.skipped],
+                                 "first_divergence": first and {
                                      "mxnet": first.mx_node, "torch": first.torch_node,
                                      "max_abs_diff": first.max_abs_diff, "note": first.note},
                                  "rows": result.to_dict()["rows"]}
@@ -313,7 +324,8 @@ def _groups(model, document, mapping, report) -> dict:
     named = dict(model.named_parameters())
     names = {id(param): name for name, param in named.items()}
     rows = [{"params": [names[id(p)] for p in g["params"]], "mx_names": g["mx_names"], "lr": g["lr"],
-             "weight_decay": g["weight_decay"], "lr_mult": g["lr_mult"], "wd_mult": g["wd_mult"]} for g in groups]
+             "weight_decay": g["weight_decay"], "lr_mult": g["lr_mult"], "wd_mult": g["wd_mult"],
+             "frozen": g["frozen"]} for g in groups]
     frozen = [{"torch": mapping[name], "mxnet": name} for name, entry in document["params"].items()
               if entry["frozen"] and mapping[name] in named]
     report.sections["groups"] = {"count": len(rows), "params": sum(len(r["params"]) for r in rows),
@@ -336,6 +348,7 @@ def _optimizer(args, model, document, mapping, report) -> dict:
                 filled = convert_optimizer_state(path, document, mapping, optimizer)
             except MigrateError as exc:
                 raise InputFileError(f"--states {args.states!r}: {exc}") from None
+    control, report.lost = control_from_mxnet(model, optimizer, document, mapping, _states_path(args))
     scheduler = torch_lr_scheduler(optimizer, document)
     lrs, rescale = [group["lr"] for group in optimizer.param_groups], document["optimizer"]["rescale_grad"]
     report.sections["optimizer"] = {"class": f"migrate.{type(optimizer).__name__}", "mxnet": document["optimizer"]
@@ -345,7 +358,18 @@ def _optimizer(args, model, document, mapping, report) -> dict:
                        f"exact); {filled} parameter states converted; resumes at update {scheduler.num_update}; "
                        f"next lr per group: {', '.join(f'{lr:.4g}' for lr in lrs)}; gradients times "
                        f"rescale_grad {rescale:g} (MXNet's 1/batch_size: sum the loss over the batch)")
-    return migration_folder.optimizer_document(optimizer, scheduler, document, mapping)
+    report.sections["optimizer"]["control"] = {"frozen": sorted(control.frozen), "masked_elements":
+                                               control.masked_elements, "held_norm_layers": control.held_norm_layers}
+    if control.frozen or control.masked_elements or control.held_norm_layers:
+        report.text.append(f"held in torch: frozen {', '.join(sorted(control.frozen)) or 'none'}; masked "
+                           f"{', '.join(f'{k} ({v})' for k, v in control.masked_elements.items()) or 'none'}; "
+                           f"running statistics held: {', '.join(control.held_norm_layers) or 'none'}")
+    return migration_folder.optimizer_document(optimizer, scheduler, document, mapping, control)
+
+
+def _states_path(args):
+    """The --states file (checked by then), or None."""
+    return args.states if getattr(args, "states", None) else None
 
 
 def _write(report, path, write, shown=""):

@@ -23,7 +23,7 @@ class NodeCheck:
         torch_node: the torch module path whose forward output is compared.
         max_abs_diff: largest absolute difference (None when the node could not be compared).
         scale: largest absolute MXNet output value; the limit is ``atol * max(1, scale)``.
-        ok: within the limit (True for skipped nodes).
+        ok: within the limit (True for skipped nodes: see ``skipped``).
         note: why a node was skipped, or a shape difference.
     """
 
@@ -33,6 +33,11 @@ class NodeCheck:
     scale: float
     ok: bool
     note: str = ""
+
+    @property
+    def skipped(self) -> bool:
+        """True when the node could not be compared (its ``ok`` says nothing then)."""
+        return self.max_abs_diff is None and self.note.startswith("skipped")
 
 
 @dataclass
@@ -53,9 +58,23 @@ class VerifyReport:
     rows: list = field(default_factory=list)
     first_divergence: NodeCheck | None = None
 
+    @property
+    def skipped(self) -> list:
+        """The rows that could not be compared (``ok`` rests on the others and the final output)."""
+        return [row for row in self.rows if row.skipped]
+
+    @property
+    def verified(self) -> bool:
+        """``ok`` and every matched node compared: what ``migrate`` reports as "verified"."""
+        return self.ok and not self.skipped
+
     def to_dict(self) -> dict:
-        """Return the report as a JSON-ready dict."""
-        return asdict(self)
+        """Return the report as a JSON-ready dict (each row with ``skipped``; ``compared``/``skipped`` counts)."""
+        document = asdict(self)
+        for row, data in zip(self.rows, document["rows"]):
+            data["skipped"] = row.skipped
+        document.update(compared=len(self.rows) - len(self.skipped), skipped=len(self.skipped))
+        return document
 
     def __str__(self) -> str:
         w0 = max([len(r.mx_node) for r in self.rows] + [10])
@@ -63,11 +82,15 @@ class VerifyReport:
         lines = [f"{'MXNet node':<{w0}}  {'torch module':<{w1}}  {'max abs diff':>12}  result"]
         for r in self.rows:
             diff = "-" if r.max_abs_diff is None else f"{r.max_abs_diff:.3g}"
-            lines.append(f"{r.mx_node:<{w0}}  {r.torch_node:<{w1}}  {diff:>12}  {'ok' if r.ok else 'DIVERGES'}"
+            result = "skipped" if r.skipped else "ok" if r.ok else "DIVERGES"
+            lines.append(f"{r.mx_node:<{w0}}  {r.torch_node:<{w1}}  {diff:>12}  {result}"
                          f"{'  ' + r.note if r.note else ''}")
         first = self.first_divergence
         lines.append(f"final output: max abs diff {self.max_abs_diff:.3g} (atol {self.atol:g}): "
                      f"{'OK' if self.ok else 'NOT EQUIVALENT'}")
+        if self.skipped:
+            lines.append(f"{len(self.skipped)} of {len(self.rows)} matched nodes skipped (not compared): "
+                         f"{', '.join(r.mx_node for r in self.skipped[:10])}")
         if first is not None:
             lines.append(f"first divergence: MXNet {first.mx_node!r} vs torch {first.torch_node!r} "
                          f"({first.note or f'max abs diff {first.max_abs_diff:.3g}'})")

@@ -47,6 +47,8 @@ class _MXNetOptimizer(torch.optim.Optimizer):
     def _gather(self, group):
         """Parameters of ``group`` that have a gradient, their gradients and their states (count advanced)."""
         params, grads, states = [], [], []
+        if group.get("frozen"):  # frozen parameters: no update, state and count untouched
+            return params, grads, states
         for param in group["params"]:
             if param.grad is None:
                 continue
@@ -87,7 +89,11 @@ class _MXNetOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        control = getattr(self, "_control", None)  # migrate.torch_control: element masks, held norm statistics
+        saved = control.before_step() if control is not None else None
         self._step_all()
+        if control is not None:
+            control.after_step(saved)
         return loss
 
     def _step_all(self):

@@ -11,8 +11,9 @@ _UNMAPPED = ("error", "freeze", "default")
 
 
 class ParamGroups(list):
-    """The param groups (a list, ready for any ``torch.optim`` optimizer) and ``frozen``, the torch parameter names
-    to hold still: frozen in the settings, or unmapped with ``unmapped="freeze"``. ``param_groups`` leaves the
+    """The param groups (a list, ready for any ``torch.optim`` optimizer; frozen parameters sit in groups with
+    ``frozen=True``) and ``frozen``, the torch parameter names to hold still: frozen in the settings, or unmapped with
+    ``unmapped="freeze"``. ``param_groups`` leaves the
     model alone; ``apply_frozen(model)`` sets ``requires_grad=False`` on them (``torch_optimizer`` does).
 
     Example:
@@ -43,13 +44,15 @@ def base_lr(settings):
 
 
 def param_groups(torch_model, settings, mapping, unmapped="error"):
-    """torch.optim param groups, one per distinct (lr, weight_decay), from the settings of an MXNet model.
+    """torch.optim param groups, one per distinct (lr, weight_decay, lr_mult, wd_mult, frozen), from MXNet settings.
 
-    Every trainable torch parameter lands in exactly one group; groups come in MXNet index order of their first
-    parameter. Frozen parameters stay out of every group and are listed in ``.frozen`` (the model is not changed:
-    ``.apply_frozen(model)`` sets their ``requires_grad=False``). Each group holds the
-    absolute ``lr`` (``learning_rate * lr_mult``) and ``weight_decay`` (``wd * wd_mult``), plus ``lr_mult``,
-    ``wd_mult``, ``mx_names`` and ``mx_indices`` so schedulers keep the ratios and migrate can match states.
+    Every mapped torch parameter lands in exactly one group; groups come in MXNet index order of their first
+    parameter. Frozen parameters go to groups with ``frozen=True`` and lr = weight_decay = 0 (so an optimizer keeps
+    their state for a later unfreeze; torch optimizers skip them, as they get no gradient) and are listed in
+    ``.frozen`` (the model is not changed: ``.apply_frozen(model)`` sets their ``requires_grad=False``). Each other
+    group holds the absolute ``lr`` (``learning_rate * lr_mult``) and ``weight_decay`` (``wd * wd_mult``); every
+    group holds ``lr_mult``, ``wd_mult``, ``frozen``, ``mx_names`` and ``mx_indices`` so schedulers keep the ratios
+    and migrate can match states.
 
     Args:
         torch_model: The torch model whose parameters the groups hold.
@@ -83,12 +86,13 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
     for param, mx_name, entry in sources:
         if entry["frozen"]:
             frozen.append(mapping[mx_name])
-            continue
         lr_mult, wd_mult = float(entry["lr_mult"]), float(entry["wd_mult"])
-        key = (base_lr(settings) * lr_mult, float(settings["optimizer"]["wd"]) * wd_mult, lr_mult)
+        key = (base_lr(settings) * lr_mult, float(settings["optimizer"]["wd"]) * wd_mult, lr_mult, wd_mult,
+               bool(entry["frozen"]))
         if key not in by_key:
-            by_key[key] = {"params": [], "lr": key[0], "weight_decay": key[1], "lr_mult": lr_mult,
-                           "wd_mult": wd_mult, "mx_names": [], "mx_indices": []}
+            held = 0.0 if key[4] else 1.0  # a frozen group trains nothing, even in an optimizer that ignores it
+            by_key[key] = {"params": [], "lr": key[0] * held, "weight_decay": key[1] * held, "lr_mult": lr_mult,
+                           "wd_mult": wd_mult, "frozen": key[4], "mx_names": [], "mx_indices": []}
             groups.append(by_key[key])
         by_key[key]["params"].append(param)
         by_key[key]["mx_names"].append(mx_name)
@@ -141,5 +145,5 @@ def _add_unmapped(torch_model, settings, sources, groups, unmapped) -> list:
     start = 1 + max((entry["index"] for entry in settings["params"].values()), default=-1)
     groups.append({"params": [p for _, p in orphans], "lr": base_lr(settings),
                    "weight_decay": float(settings["optimizer"]["wd"]), "lr_mult": 1.0, "wd_mult": 1.0,
-                   "mx_names": [], "mx_indices": list(range(start, start + len(orphans)))})
+                   "frozen": False, "mx_names": [], "mx_indices": list(range(start, start + len(orphans)))})
     return []

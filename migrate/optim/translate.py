@@ -25,7 +25,8 @@ def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=Non
     One of migrate's optimizers that reproduce MXNet 1.9.1's update operators (sgd, nag, adam, rmsprop plain and
     centered, adagrad, adadelta, adamax, nadam, lamb, signum, ftrl): rescale_grad, clip_gradient, lr_mult/wd_mult
     groups, frozen parameters and float32 hyperparameters included. Frozen parameters get ``requires_grad=False``
-    (``ParamGroups.apply_frozen``). For the closest stock ``torch.optim`` optimizer use ``stock_torch_optimizer``.
+    (``ParamGroups.apply_frozen``) and sit in groups with ``frozen=True``, which these optimizers skip (their state,
+    once converted, waits for an unfreeze: ``migrate.TorchControl``). For the closest stock ``torch.optim`` optimizer use ``stock_torch_optimizer``.
 
     Args:
         torch_model: The torch model to train.
@@ -115,7 +116,8 @@ def _options(settings, rescale_grad):
 
 
 class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):
-    """Sets each group's lr to MXNet's ``schedule(num_update) * lr_mult`` before every optimizer step.
+    """Sets each group's lr to MXNet's ``schedule(num_update) * lr_mult`` before every optimizer step (0 for a group
+    with ``frozen=True``).
 
     Args:
         optimizer: The optimizer whose groups it drives (groups from ``param_groups`` carry ``lr_mult``).
@@ -135,7 +137,8 @@ class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):
         """Learning rates of the next optimizer step, one per group."""
         count = self.num_update + self.last_epoch + 1
         lr = self.schedule(count) if self.schedule is not None else self.base_lr
-        return [lr * (group["lr_mult"] if "lr_mult" in group else group["initial_lr"] / self.base_lr)
+        return [0.0 if group.get("frozen") else lr * (group["lr_mult"] if "lr_mult" in group
+                                                      else group["initial_lr"] / self.base_lr)
                 for group in self.optimizer.param_groups]
 
 

@@ -116,7 +116,7 @@ class TestAll:
         assert doc["verify"]["max_abs_diff"] <= ATOL and doc["unmapped"] == {"mxnet": [], "torch": []}
         rows = doc["verify"]["rows"]
         assert len(rows) == 9 and all(r["max_abs_diff"] <= ATOL for r in rows), rows
-        assert doc["optimizer"]["states_converted"] == 13 and doc["optimizer"]["num_update"] == STEPS
+        assert doc["optimizer"]["states_converted"] == 14 and doc["optimizer"]["num_update"] == STEPS
         assert "migrate all: OK (exit 0)" in (out / "report.txt").read_text()
         assert "stages done" not in done.stderr and "\r" not in done.stderr, "no progress bar without a terminal"
 
@@ -128,14 +128,15 @@ class TestAll:
         assert {k: recorded[k] for k in INPUTS} == trained["sha"]
 
     def test_param_groups_file(self, migrated):
-        """Head lr 0.05 * 2, norms without weight decay, the frozen stem in no group."""
+        """Head lr 0.05 * 2, norms without weight decay, the frozen stem in a frozen group (lr 0)."""
         groups = json.loads((migrated[1] / "param_groups.json").read_text())
         by_name = {name: g for g in groups["groups"] for name in g["params"]}
         assert by_name["fc.weight"]["lr"] == pytest.approx(0.1) and by_name["fc.bias"]["weight_decay"] == 1e-3
         assert by_name["bn1.weight"]["weight_decay"] == 0.0 and by_name["bn1.weight"]["lr"] == pytest.approx(0.05)
-        assert by_name["conv1.weight"]["weight_decay"] == 1e-3 and "stem.weight" not in by_name
+        assert by_name["conv1.weight"]["weight_decay"] == 1e-3
+        assert by_name["stem.weight"]["frozen"] and by_name["stem.weight"]["lr"] == 0.0
         assert groups["frozen"] == [{"torch": "stem.weight", "mxnet": "stem_weight"}]
-        assert len(by_name) == 13
+        assert len(by_name) == 14 and sum(len(g["params"]) for g in groups["groups"] if g["frozen"]) == 1
 
     def test_continued_training_equals_mxnet(self, trained, migrated):
         """load_migration + 4 torch steps (lr halves at update 6) == 4 more MXNet steps, within 1e-5."""
@@ -149,7 +150,8 @@ class TestAll:
         assert moved > 1e-2, f"the weights barely moved ({moved:.3g}): the comparison proves nothing"
         np.testing.assert_array_equal(model.stem.weight.detach().numpy(), trained["middle"]["stem_weight"])
         assert not model.stem.weight.requires_grad
-        assert {g["lr"] for g in optimizer.param_groups} == {0.025, 0.05}, "the schedule stepped down at update 6"
+        assert {g["lr"] for g in optimizer.param_groups if not g["frozen"]} == {0.025, 0.05}, "the schedule stepped"
+        assert {g["lr"] for g in optimizer.param_groups if g["frozen"]} == {0.0}
 
 
     def test_mean_loss_with_rescale_grad_1(self, trained, migrated):
@@ -219,14 +221,17 @@ def test_subcommand_help(capsys, command, flags):
 
 
 def test_all_with_torchscript_file(trained, migrated, tmp_path, capsys):
-    """A TorchScript file as --torch: verified at the final output (no forward hooks in TorchScript), and the
-    loaded TorchScript model continues the MXNet training within 1e-5."""
+    """A TorchScript file as --torch: compared at the final output only (no forward hooks in TorchScript), so not
+    "verified" (exit 1, the skipped nodes listed), yet written; the loaded TorchScript model continues the MXNet
+    training within 1e-5."""
     script = str(trained["folder"] / "res.ts")
     code = main(["all", *_files(trained["folder"], "symbol", "params", "settings", "states"), "--torch", script,
                  "--mapping", str(migrated[1] / "mapping.json"), "--input-shape", "1,3,8,8", "--out",
                  str(tmp_path), "--json"])
     doc = json.loads(capsys.readouterr().out)
-    assert code == 0 and doc["verify"]["max_abs_diff"] <= ATOL, doc["status"]
+    assert doc["verify"]["max_abs_diff"] <= ATOL, doc["status"]
+    # no node could be compared: not "verified" (exit 1), but the outputs are written
+    assert code == 1 and doc["checks"] == {"equivalent": True, "verified": False} and doc["verify"]["skipped"]
     model = torch.jit.load(script)
     optimizer, scheduler = migrate.load_migration(tmp_path, model)
     _continue(model, optimizer, scheduler, trained["data"][STEPS:])
@@ -408,3 +413,21 @@ def test_json_error_document(trained, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert code == 2 and doc["exit_code"] == 2 and doc["schema_version"] == 1
     assert doc["error"].startswith("--settings ") and "file not found" in doc["error"]
+
+
+def test_what_cannot_cross_is_listed_and_exits_1(trained, migrated, tmp_path, capsys):
+    """Settings that record an element mask, with a states file that holds none: `optim` lists the mask under
+    "not carried to torch", says FAILED and exits 1 (the optimizer file is still written, the loss named)."""
+    settings = json.loads((trained["folder"] / "settings.json").read_text())
+    settings["params"]["fc_weight"]["masked_elements"] = 3
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    args = ["optim", "--settings", str(tmp_path / "settings.json"), "--states",
+            str(trained["folder"] / "trainer.states"), "--torch", TORCH, "--mapping",
+            str(migrated[1] / "mapping.json"), "--out", str(tmp_path / "optimizer.pt")]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "not carried to torch:\n  - element mask of fc_weight (3 elements)" in out
+    assert "migrate optim: FAILED: 1 not carried to torch (exit 1)" in out
+    assert main(args + ["--force", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and len(doc["lost"]) == 1 and doc["lost"][0].startswith("element mask of fc_weight")

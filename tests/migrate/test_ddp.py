@@ -80,7 +80,8 @@ class TestDDPMigratedGroups:
             for key, param in model.named_parameters():
                 expected = W.expected_multipliers()[key]
                 if expected is None:
-                    assert id(param) not in group_of and not param.requires_grad, f"{case}: {key} is not frozen"
+                    group = group_of[id(param)]
+                    assert group["frozen"] and group["lr"] == 0 and not param.requires_grad, f"{case}: {key} not frozen"
                     continue
                 group = group_of[id(param)]
                 got, want = (group["lr"], group["weight_decay"]), (rate * expected[0], wd * expected[1])

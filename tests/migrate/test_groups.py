@@ -15,7 +15,7 @@ def _setup(lr=0.1, wd=0.01):
 
 class TestParamGroups:
     def test_membership_by_id(self):
-        """Each trainable torch parameter is in exactly the group its lr_mult/wd_mult call for."""
+        """Each torch parameter is in exactly the group its lr_mult/wd_mult/frozen call for (frozen: lr = wd = 0)."""
         model, settings = _setup()
         groups = migrate.param_groups(model, settings, R.MAPPING)
         where = {}
@@ -29,17 +29,20 @@ class TestParamGroups:
             id(p("0.bias")): (pytest.approx(0.05), 0.0),
             id(p("4.weight")): (pytest.approx(0.2), pytest.approx(0.02)),
             id(p("4.bias")): (pytest.approx(0.2), 0.0),
+            id(p("2.weight")): (0.0, 0.0),
+            id(p("2.bias")): (0.0, 0.0),
         }
 
-    def test_frozen_parameters_are_left_out(self):
-        """The frozen layer is in no group and listed in .frozen; the model changes only on apply_frozen."""
+    def test_frozen_parameters_in_frozen_groups(self):
+        """The frozen layer is in a group with frozen=True (its state can be kept) and listed in .frozen; the model
+        changes only on apply_frozen."""
         model, settings = _setup()
         groups = migrate.param_groups(model, settings, R.MAPPING)
-        in_groups = {id(p) for g in groups for p in g["params"]}
+        in_frozen = {id(p) for g in groups if g["frozen"] for p in g["params"]}
         assert sorted(groups.frozen) == ["2.bias", "2.weight"]
         for key in ("2.weight", "2.bias"):
             param = model.get_parameter(key)
-            assert param.requires_grad and id(param) not in in_groups
+            assert param.requires_grad and id(param) in in_frozen
         groups.apply_frozen(model)
         assert [k for k, p in model.named_parameters() if not p.requires_grad] == ["2.weight", "2.bias"]
 
@@ -47,20 +50,24 @@ class TestParamGroups:
         """Groups follow MXNet's index order and carry lr_mult, wd_mult, mx_names and mx_indices."""
         model, settings = _setup()
         groups = migrate.param_groups(model, settings, R.MAPPING)
-        assert [g["mx_names"] for g in groups] == [["mlp_fc0_bias"], ["mlp_fc0_weight"], ["mlp_fc2_bias"],
-                                                   ["mlp_fc2_weight"]]
-        assert [g["mx_indices"] for g in groups] == [[0], [1], [4], [5]]
-        assert [(g["lr_mult"], g["wd_mult"]) for g in groups] == [(0.5, 0.0), (0.5, 1.0), (2.0, 0.0), (2.0, 2.0)]
+        assert [g["mx_names"] for g in groups] == [["mlp_fc0_bias"], ["mlp_fc0_weight"], ["mlp_fc1_bias",
+                                                   "mlp_fc1_weight"], ["mlp_fc2_bias"], ["mlp_fc2_weight"]]
+        assert [g["mx_indices"] for g in groups] == [[0], [1], [2, 3], [4], [5]]
+        assert [(g["lr_mult"], g["wd_mult"], g["frozen"]) for g in groups] == [
+            (0.5, 0.0, False), (0.5, 1.0, False), (1.0, 1.0, True), (2.0, 0.0, False), (2.0, 2.0, False)]
 
-    def test_zero_weight_decay_merges_groups(self):
-        """With wd=0 the groups differ only by lr: one group per distinct (lr, weight_decay)."""
+    def test_zero_weight_decay_keeps_wd_mult_apart(self):
+        """With wd=0 a weight (wd_mult 1) and a bias (wd_mult 0) still get their own groups, each labelled with its
+        own wd_mult: groups are keyed by (lr, weight_decay, lr_mult, wd_mult, frozen)."""
         model, settings = _setup(wd=0.0)
-        groups = migrate.param_groups(model, settings, R.MAPPING)
-        assert [sorted(g["mx_names"]) for g in groups] == [["mlp_fc0_bias", "mlp_fc0_weight"],
-                                                           ["mlp_fc2_bias", "mlp_fc2_weight"]]
+        groups = [g for g in migrate.param_groups(model, settings, R.MAPPING) if not g["frozen"]]
+        assert [(g["mx_names"], g["wd_mult"], g["weight_decay"]) for g in groups] == [
+            (["mlp_fc0_bias"], 0.0, 0.0), (["mlp_fc0_weight"], 1.0, 0.0), (["mlp_fc2_bias"], 0.0, 0.0),
+            (["mlp_fc2_weight"], 2.0, 0.0)]
 
     def test_groups_work_with_stock_torch(self):
-        """The groups feed torch.optim.SGD; one step moves the trained head and leaves the frozen layer."""
+        """The groups feed torch.optim.SGD; one step moves the trained head and leaves the frozen layer (lr 0 in its
+        group, even without apply_frozen)."""
         model, settings = _setup()
         before = {k: v.detach().clone() for k, v in model.named_parameters()}
         optimizer = torch.optim.SGD(migrate.param_groups(model, settings, R.MAPPING), lr=1.0)

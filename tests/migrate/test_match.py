@@ -72,6 +72,21 @@ class TestNameMapping:
         assert len(compared) == len(report.rows), f"{key}: nodes not compared:\n{report}"
         assert report.first_divergence is None
 
+    def test_verify_reports_skipped_nodes(self, pair):
+        """A TorchScript model (no forward hooks): every node "skipped" in the table and the JSON, ``ok`` rests on
+        the final output and ``verified`` is False."""
+        net, model, shape, dtype, mapping = pair("concat-nesting")
+        scripted = torch.jit.script(model)
+        report = migrate.verify(net, scripted, mapping, shape)
+        assert report.ok and report.max_abs_diff <= ATOL
+        assert len(report.skipped) == len(report.rows) > 0 and not report.verified
+        rows = str(report).splitlines()[1:1 + len(report.rows)]
+        assert all(" skipped  skipped: torch module output not captured" in line for line in rows), str(report)
+        assert f"{len(report.rows)} of {len(report.rows)} matched nodes skipped" in str(report)
+        document = report.to_dict()
+        assert document["skipped"] == len(report.rows) and document["compared"] == 0
+        assert all(row["skipped"] for row in document["rows"])
+
     def test_verify_leaves_the_torch_model_alone(self, pair):
         """verify copies the weights into a deep copy: the caller's torch model keeps its own values."""
         net, model, shape, dtype, mapping = pair("concat-nesting")
