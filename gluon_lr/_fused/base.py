@@ -5,6 +5,7 @@ slot; each ``Member`` is one parameter's slice. The back-ends (``mxnet_ops``, ``
 runs of a group; ``update.FusedUpdate`` drives them.
 """
 import ctypes
+import functools
 
 import numpy as np
 from mxnet import autograd, nd
@@ -172,12 +173,34 @@ def kvstore_may_update(trainer) -> bool:
 def clip_of(optimizer):
     """clip_gradient as MXNet's kernels see it: a float32 bound, or None when off (unset, 0 or negative)."""
     clip = optimizer.clip_gradient
-    return np.float32(clip) if clip and clip >= 0 else None
+    return param_float32(clip) if clip and clip >= 0 else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(value: float) -> np.float32:
+    """``value`` as MXNet parses an operator's ``float`` parameter (see ``param_float32``)."""
+    echo = nd.sgd_update(nd.zeros(1), nd.ones(1), lr=value, wd=0.0, rescale_grad=1.0)  # 0 - lr * 1, exact
+    return np.float32(-echo.asnumpy()[0])
+
+
+def param_float32(value) -> np.float32:
+    """``value`` as an MXNet operator's ``float`` parameter holds it: MXNet passes ``str(value)`` and parses the
+    decimal with dmlc's own parser, which is not correctly rounded: for some values (Adam's bias-corrected lr at
+    lr_mult 0.1, step 3, for one) it lands one unit in the last place away from ``np.float32(value)``. So an
+    operator is asked (once per value, cached) to echo it.
+
+    Example:
+        >>> param_float32(2.0201059743896793e-05) == np.nextafter(np.float32(2.0201059743896793e-05), 1)
+        True
+    """
+    value = float(value)
+    return np.float32(0.0) if value == 0.0 else _parsed(value)
 
 
 def mx_float(dtype: np.dtype):
-    """A value as an MXNet operator's ``float`` parameter reaches a kernel on ``dtype`` data: float32, then cast."""
-    return lambda value: dtype.type(np.float32(value))
+    """A value as an MXNet operator's ``float`` parameter reaches a kernel on ``dtype`` data: parsed by MXNet into a
+    float32 (``param_float32``), then cast."""
+    return lambda value: dtype.type(param_float32(value))
 
 
 class Choice:

@@ -2,7 +2,7 @@
 import numpy as np
 from mxnet import optimizer as mxopt
 
-from .base import clip_of
+from .base import clip_of, param_float32
 from .threads import pool, split_segments, thread_count
 
 
@@ -12,10 +12,10 @@ _CHUNK = 1 << 15
 
 def _adam_consts(optimizer) -> tuple:
     """Adam's float32 constants, as ``AdamUpdateKernel`` receives them."""
-    f32 = np.float32
+    f32 = param_float32
     beta1, beta2 = f32(optimizer.beta1), f32(optimizer.beta2)
-    return (beta1, beta2, f32(1) - beta1, f32(1) - beta2, f32(optimizer.epsilon), f32(optimizer.rescale_grad),
-            clip_of(optimizer))
+    return (beta1, beta2, np.float32(1) - beta1, np.float32(1) - beta2, f32(optimizer.epsilon),
+            f32(optimizer.rescale_grad), clip_of(optimizer))
 
 
 def _adam_chunk(arrays, lr, wd, consts, tmp) -> None:
@@ -44,8 +44,7 @@ def _adam_chunk(arrays, lr, wd, consts, tmp) -> None:
 
 def _sgd_mom_consts(optimizer) -> tuple:
     """SGD-momentum's float32 constants, as ``SGDMomKernel`` receives them."""
-    f32 = np.float32
-    return f32(optimizer.momentum), f32(optimizer.rescale_grad), clip_of(optimizer)
+    return param_float32(optimizer.momentum), param_float32(optimizer.rescale_grad), clip_of(optimizer)
 
 
 def _sgd_mom_chunk(arrays, lr, wd, consts, tmp) -> None:

@@ -6,7 +6,8 @@ import mxnet as mx
 import numpy as np
 
 from ..optimizer_state import state_arrays
-from .base import Group, Member, kvstore_may_update, pack, qualifies, reinstall, state_signature, wait_to_write
+from .base import (Group, Member, kvstore_may_update, pack, param_float32, qualifies, reinstall, state_signature,
+                   wait_to_write)
 from .compiled import compiled_kernel, compiled_update
 from .mxnet_ops import MX_KERNELS
 from .numpy_ops import NUMPY_KERNELS, numpy_applies, numpy_update
@@ -274,7 +275,7 @@ def _update_group(group: Group, optimizer, kernel, runs: list) -> None:
         wait_to_write([group.weight, group.grad] + group.slots)
         consts, chunk_fn, _ = NUMPY_KERNELS[type(optimizer)]
         arrays = group.numpy()
-        numpy_update(chunk_fn, consts(optimizer), [([a[lo:hi] for a in arrays], np.float32(lr), np.float32(wd))
+        numpy_update(chunk_fn, consts(optimizer), [([a[lo:hi] for a in arrays], param_float32(lr), param_float32(wd))
                                                     for lo, hi, lr, wd in runs])
     else:
         for lo, hi, lr, wd in runs:

@@ -8,6 +8,8 @@ each against its operator on random data, NaN and inf included); without numba (
 and MXNet implementations run, each timed on steps 1-4 (numpy on 1 and 3, MXNet on 2 and 4), so a 20-step comparison
 checks both; rmsprop, adagrad and float16 master copies run MXNet's operators on the flat runs.
 """
+import math
+
 import numpy as np
 import pytest
 import mxnet as mx
@@ -484,7 +486,8 @@ class TestMXNetStaticShape:
 # ------------------------------------------------------------------------------------------- compiled kernels
 def _mx_float(value, dtype):
     """A hyperparameter as MXNet's operators hand it to a kernel: a float32 parameter, cast to the data's dtype."""
-    return np.dtype(dtype).type(np.float32(value))
+    from gluon_lr._fused.base import param_float32
+    return np.dtype(dtype).type(param_float32(value))
 
 
 def _kernel_case(name, dtype, clip):
@@ -666,3 +669,52 @@ class TestCompiledPath:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env=dict(os.environ, PYTHONPATH=root))
         assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+FUSED_OPTIMIZERS = [("sgd", {"learning_rate": 0.1}), ("sgd", {"learning_rate": 0.1, "momentum": 0.9}),
+                    ("nag", {"learning_rate": 0.1, "momentum": 0.9}), ("adam", {"learning_rate": 1e-3}),
+                    ("rmsprop", {"learning_rate": 1e-3}), ("rmsprop", {"learning_rate": 1e-3, "centered": True}),
+                    ("adagrad", {"learning_rate": 0.01})]
+
+
+class TestDeepNetBitIdentical:
+    """A model-zoo resnet18_v1, half its parameters at lr_mult 0.1, weight decay, six steps: every fused optimizer
+    gives the stock Trainer's weights and BatchNorm statistics bit for bit (the case that found Adam's lr parse)."""
+
+    @staticmethod
+    def _run(fused, name, hyper, steps=6):
+        mx.random.seed(0)
+        net = gluon.model_zoo.vision.resnet18_v1(classes=10)
+        net.initialize(mx.init.Xavier())
+        x, y = nd.random.normal(shape=(4, 3, 32, 32)), nd.array([1, 2, 3, 4])
+        trainer = LrTrainer(net, name, dict(hyper, wd=1e-4), rules=[Rule("re:.*stage[12]_.*", lr_mult=0.1)],
+                            fused=fused)
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        history = []
+        for _ in range(steps):
+            with autograd.record():
+                loss = loss_fn(net(x), y).sum()
+            loss.backward()
+            trainer.step(4)
+            history.append([(k, p.data().asnumpy().copy()) for k, p in net.collect_params().items()])
+        return history, trainer
+
+    @pytest.mark.parametrize("name, hyper", FUSED_OPTIMIZERS, ids=[f"{n}-{len(h)}" for n, h in FUSED_OPTIMIZERS])
+    def test_six_steps(self, name, hyper):
+        """Weights and running statistics equal the stock Trainer's exactly after every step."""
+        fast, trainer = self._run(True, name, hyper)
+        stock, _ = self._run(False, name, hyper)
+        assert len(trainer.fused_params) > 0
+        for step, (got, want) in enumerate(zip(fast, stock), 1):  # two nets: same order, other name prefixes
+            worst = max((float(np.abs(g - w).max()), k) for (k, g), (_, w) in zip(got, want))
+            assert worst[0] == 0.0, f"{name}: step {step}, {worst[1]} differs by {worst[0]}"
+
+
+def test_float_parameters_parsed_as_mxnet_parses_them():
+    """MXNet parses an operator's float parameter from its decimal string, one unit in the last place away from
+    numpy's rounding for Adam's lr at step 3 with lr_mult 0.1; the fast path hands kernels MXNet's value."""
+    from gluon_lr._fused.base import param_float32
+    lr = 1e-3 * 0.1 * math.sqrt(1 - 0.999 ** 3) / (1 - 0.9 ** 3)
+    echo = -nd.sgd_update(nd.zeros(1), nd.ones(1), lr=lr, wd=0.0, rescale_grad=1.0).asnumpy()[0]
+    assert param_float32(lr) == echo == np.nextafter(np.float32(lr), np.float32(1))
+    assert param_float32(0.0) == 0.0 and param_float32(-1.0) == -1.0
