@@ -60,3 +60,8 @@ class ScheduleError(LrTrainerError, ValueError):
 class DistributedError(LrTrainerError, ValueError):
     """A distributed-kvstore operation of gluon_lr cannot be carried out as asked (states sliced over servers,
     a folder the servers cannot write, ...)."""
+
+
+class SettingsSourceError(LrTrainerError, ValueError):
+    """``gluon_lr.export_settings`` got a source it cannot read: not a Module/Trainer, a Module not bound or before
+    ``init_optimizer``, or an optimizer ``migrate`` has no translation for."""

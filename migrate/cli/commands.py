@@ -267,8 +267,9 @@ def _mapping(args, model, report, document=None, show=False):
     report.unmapped = inputs.unmapped_names(mapping, model, document)
     report.checks["equivalent"] = not mapping.differences
     report.sections["mapping"] = {"source": source, "mapped": len(mapping), "differences": mapping.differences,
-                                  "torch_defaults": mapping.torch_defaults,
+                                  "torch_defaults": mapping.torch_defaults, "notes": mapping.notes,
                                   "entries": {name: mapping[name] for name in mapping}}
+    report.text += mapping.notes if not show else []
     if show:
         report.text.append(str(mapping))
     return mapping
