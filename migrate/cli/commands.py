@@ -37,10 +37,14 @@ from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 __all__ = ["main"]
 
 _FLAGS = {  # flag -> argparse keywords; each subcommand takes the flags named in _COMMANDS
-    "--symbol": dict(metavar="FILE", help="MXNet NAME-symbol.json (HybridBlock.export)"),
-    "--params": dict(metavar="FILE", help="MXNet NAME-0000.params (HybridBlock.export)"),
-    "--settings": dict(metavar="FILE", help="settings file (LrTrainer.export_settings)"),
-    "--states": dict(metavar="FILE", help="optimizer states (LrTrainer.save_states or Trainer.save_states)"),
+    "--symbol": dict(metavar="FILE", help="MXNet NAME-symbol.json (HybridBlock.export or "
+                     "Module.save_checkpoint: loss heads and labels are cut)"),
+    "--params": dict(metavar="FILE", help="MXNet NAME-0000.params (HybridBlock.export or "
+                     "Module.save_checkpoint)"),
+    "--settings": dict(metavar="FILE", help="settings file (LrTrainer.export_settings or "
+                     "gluon_lr.export_settings)"),
+    "--states": dict(metavar="FILE", help="optimizer states (LrTrainer.save_states, "
+                     "Trainer.save_states or Module.save_optimizer_states)"),
     "--torch": dict(metavar="MODULE:CALLABLE|FILE", help="torch model: a factory such as "
                     "torchvision.models:resnet18, or a TorchScript file (torch.jit.save)"),
     "--kwargs": dict(default="{}", metavar="JSON", help="JSON object of keyword arguments for the factory"),
