@@ -72,6 +72,15 @@ class TestExportSettingsModule:
         assert doc["num_update"] == 3
         assert doc["lr_scheduler"]["type"] == "FactorScheduler" and doc["lr_scheduler"]["base_lr"] == 0.1
 
+    def test_fixed_params_are_frozen(self, tmp_path):
+        """fixed_param_names -> frozen True for exactly those names."""
+        mod = mx.mod.Module(mlp_symbol(), context=mx.cpu(), fixed_param_names=["fc1_weight"])
+        mod.bind(data_shapes=[("data", (BATCH, 5))], label_shapes=[("softmax_label", (BATCH,))])
+        mod.init_params()
+        mod.init_optimizer()
+        doc = export_settings(mod, tmp_path / "s.json")
+        assert [name for name, p in doc["params"].items() if p["frozen"]] == ["fc1_weight"]
+
     def test_two_set_lr_mult_pitfall(self, tmp_path):
         """Two set_lr_mult calls: fc2_weight's 3.0 from the first is gone; its weight moves 3x less than asked."""
         asked = module(momentum=0.0)
@@ -117,6 +126,14 @@ def _no_optimizer():
     return module(init_optimizer=False)
 
 
+def _two_contexts():
+    mod = mx.mod.Module(mlp_symbol(), context=[mx.cpu(0), mx.cpu(1)])
+    mod.bind(data_shapes=[("data", (BATCH, 5))], label_shapes=[("softmax_label", (BATCH,))])
+    mod.init_params()
+    mod.init_optimizer()
+    return mod
+
+
 def _untranslated():
     return gluon.Trainer(build_mlp().collect_params(), "sgld", {"learning_rate": 0.1})
 
@@ -124,6 +141,7 @@ def _untranslated():
 ERROR_CASES = [
     ("unbound Module", _unbound, r"Module is not bound.*call module.bind"),
     ("Module before init_optimizer", _no_optimizer, r"Module has no optimizer yet.*init_optimizer"),
+    ("Module on two contexts", _two_contexts, r"Module runs on 2 contexts.*bind it to one context"),
     ("Trainer optimizer without translation", _untranslated, r"optimizer 'sgld'.*no translation.*one of"),
     ("not a trainer", lambda: build_mlp(), r"got HybridSequential; pass the object that trains"),
 ]
@@ -165,6 +183,8 @@ class TestSymbolBlock:
                 trainer.step(4)
             results.append({n: p.data().asnumpy() for n, p in block.collect_params().items()})
         assert len(trainer.fused_params) == 4
+        doc = trainer.export_settings(tmp_path / "s.json")  # shapes from the arrays: param.shape is still None
+        assert doc["params"]["sb_dense0_weight"]["shape"] == [8, 5] and doc["params"]["sb_dense1_bias"]["shape"] == [3]
         for name, value in results[0].items():
             assert np.array_equal(value, results[1][name]), (name, np.abs(value - results[1][name]).max())
         assert not np.array_equal(results[1]["sb_dense0_weight"], net.collect_params()["sb_dense0_weight"].data().asnumpy())
