@@ -66,11 +66,11 @@ def cut_loss_heads(symbol, params: dict) -> tuple:
         ["Module checkpoint: loss head SoftmaxOutput 'softmax' cut ..."]
     """
     import mxnet as mx
-    nodes = json.loads(symbol.tojson())["nodes"]
-    heads = json.loads(symbol.tojson())["heads"]
-    loss = _loss_nodes(nodes, _label_nodes(nodes, params))
-    if not any(nodes[i]["op"] != "null" for i in loss):
+    graph = json.loads(symbol.tojson())
+    nodes, heads = graph["nodes"], graph["heads"]
+    if not any(node["op"] in LOSS_HEADS for node in nodes):  # an input named "label" alone is data
         return symbol, []
+    loss = _loss_nodes(nodes, _label_nodes(nodes, params))
     frontier = []
     for i, node in enumerate(nodes):
         if i in loss:

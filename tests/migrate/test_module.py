@@ -12,6 +12,7 @@ from gluon_lr import export_settings
 from gluon_lr.sources import TRANSLATED_OPTIMIZERS
 from migrate.cli.commands import main
 from migrate.errors import InputFileError
+from migrate.mapping.module_checkpoint import cut_loss_heads
 from migrate.mapping.weights import convert_weights
 from migrate.optim.exact import OPTIMIZERS
 from tests.gluon_lr.test_sources import BATCH, module
@@ -142,6 +143,14 @@ def test_gluon_export_has_no_note(tmp_path):
     mapping = migrate.name_mapping((tmp_path / "g-symbol.json", tmp_path / "g-0000.params"), torch.nn.Linear(5, 3),
                                    (2, 5))
     assert mapping.ok and mapping.notes == []
+
+
+def test_label_named_input_without_loss_head_is_kept():
+    """A data input named 'label' in a graph with no loss head is not cut."""
+    fc = mx.sym.FullyConnected(mx.sym.Variable("data"), num_hidden=3, name="fc")
+    symbol = fc + mx.sym.Variable("label")
+    cut, notes = cut_loss_heads(symbol, {"fc_weight": None, "fc_bias": None})
+    assert cut is symbol and notes == [] and "label" in cut.list_arguments()
 
 
 def test_params_missing_a_symbol_argument(tmp_path):
