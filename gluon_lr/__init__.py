@@ -21,6 +21,6 @@ __all__ = [
     "LrTrainer", "Rule", "KINDS", "Explanation", "load_settings", "export_settings",
     "DecayRule", "discriminative", "even_mults", "layer_decay", "layer_groups", "GradualUnfreezing",
     "LrTrainerError", "MultiplierError", "PatternError", "RuleMatchError", "UnknownParameterError",
-    "DuplicateParameterError", "KVStoreConfigError", "ParamsTypeError", "SettingsFileError", "SettingsSourceError", "StatesFileError",
-    "MaskError", "ScheduleError", "DistributedError",
+    "DuplicateParameterError", "KVStoreConfigError", "ParamsTypeError", "SettingsFileError", "SettingsSourceError",
+    "StatesFileError", "MaskError", "ScheduleError", "DistributedError",
 ]
