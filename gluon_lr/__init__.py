@@ -2,23 +2,26 @@
 
 The public API: ``LrTrainer`` (a ``gluon.Trainer`` with one multiplier table), ``Rule`` (select parameters by glob,
 ``re:`` or layer kind), layer-wise decay (``layer_decay``, ``discriminative``, ``layer_groups``),
-``GradualUnfreezing``, ``Explanation`` (``LrTrainer.explain()``), ``load_settings`` (the settings file that
-``migrate`` reads) and the exceptions, each a ``ValueError`` subclass of ``LrTrainerError``.
+``GradualUnfreezing``, ``Explanation`` (``LrTrainer.explain()``), ``load_settings`` and ``export_settings`` (the
+settings file that ``migrate`` reads, also from a Module or a stock Trainer) and the exceptions, each a ``ValueError``
+subclass of ``LrTrainerError``.
 """
 from .decay import DecayRule, discriminative, even_mults, layer_decay, layer_groups
 from .errors import (DistributedError, DuplicateParameterError, HyperparameterError, KVStoreConfigError,
                      LrTrainerError, MaskError, MultiplierError, ParamsTypeError, PatternError, RuleMatchError,
-                     ScheduleError, SettingsFileError, StatesFileError, UnknownParameterError, UnsafeStatesError)
+                     ScheduleError, SettingsFileError, SettingsSourceError, StatesFileError, UnknownParameterError,
+                     UnsafeStatesError)
 from .explain import Explanation
 from .formats.settings import load_settings
 from .rules import KINDS, Rule
+from .sources import export_settings
 from .trainer import LrTrainer
 from .unfreeze import GradualUnfreezing
 
 __all__ = [
-    "LrTrainer", "Rule", "KINDS", "Explanation", "load_settings",
+    "LrTrainer", "Rule", "KINDS", "Explanation", "load_settings", "export_settings",
     "DecayRule", "discriminative", "even_mults", "layer_decay", "layer_groups", "GradualUnfreezing",
     "LrTrainerError", "MultiplierError", "PatternError", "RuleMatchError", "UnknownParameterError",
-    "DuplicateParameterError", "KVStoreConfigError", "ParamsTypeError", "SettingsFileError", "StatesFileError",
-    "MaskError", "ScheduleError", "DistributedError", "HyperparameterError", "UnsafeStatesError",
+    "DuplicateParameterError", "KVStoreConfigError", "ParamsTypeError", "SettingsFileError", "SettingsSourceError",
+    "StatesFileError", "MaskError", "ScheduleError", "DistributedError", "HyperparameterError", "UnsafeStatesError",
 ]

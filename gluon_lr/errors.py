@@ -68,3 +68,8 @@ class UnsafeStatesError(StatesFileError):
 
 class HyperparameterError(LrTrainerError, ValueError):
     """An optimizer argument (learning rate, weight decay, momentum, ...) is not a finite number in its range."""
+
+
+class SettingsSourceError(LrTrainerError, ValueError):
+    """``gluon_lr.export_settings`` got a source it cannot read: not a Module/Trainer, a Module not bound or before
+    ``init_optimizer``, or an optimizer ``migrate`` has no translation for."""

@@ -373,11 +373,12 @@ class LrTrainer(gluon.Trainer):
 
     def _param_records(self) -> list:
         """Per parameter, in index order, what the settings file holds (name, shape, dtype, multipliers, freezing)."""
-        return [{"name": name, "shape": [int(d) for d in (param.shape or ())], "dtype": np.dtype(param.dtype).name,
+        shapes = [param._data[0].shape if param._data is not None else param.shape for param in self._params]
+        return [{"name": name, "shape": [int(d) for d in (shape or ())], "dtype": np.dtype(param.dtype).name,
                  "lr_mult": self._table[name].lr_mult, "wd_mult": self._table[name].wd_mult,
                  "frozen": param.grad_req == "null" or name in self._freezer.frozen,
                  "masked_elements": self._freezer.masked_elements.get(name, 0)}
-                for name, param in zip(self._names, self._params)]
+                for name, param, shape in zip(self._names, self._params, shapes)]
 
     def export_settings(self, path) -> dict:
         """Write the settings file that ``migrate`` reads (format in the README), atomically.

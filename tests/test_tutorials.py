@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gluon_lr import load_settings
-from tutorials import demo, t01_finetune, t02_freezing, t03_layer_decay, t04_migrate
+from tutorials import demo, t01_finetune, t02_freezing, t03_layer_decay, t04_migrate, t05_module
 
 REL = 1e-3  # measured first-step learning rates (float32 least squares) within this relative error
 
@@ -166,12 +166,32 @@ class TestT04Migrate:
         assert "nothing" in done.stdout + done.stderr
 
 
+class TestT05Module:
+    def test_outputs(self, tmp_path, capsys):
+        """The second set_lr_mult drops the first (head weight measured at 1x, not 2x); the settings file holds
+        what MXNet applies; migrate cuts the loss head and torch continues the Module within 1e-6."""
+        assert t05_module.main(["--fast", "--out", str(tmp_path)]) == 0
+        summary = _summary(tmp_path)
+        assert summary["measured_lr"]["fc1_weight"] == pytest.approx(0.01, rel=REL)
+        assert summary["measured_lr"]["fc2_weight"] == pytest.approx(0.1, rel=REL)  # asked: 0.2
+        assert summary["asked_lr"]["fc2_weight"] == pytest.approx(0.2)
+        assert {n: (p["lr_mult"], p["wd_mult"]) for n, p in summary["settings_params"].items()} == {
+            "fc1_weight": (0.1, 1.0), "fc1_bias": (0.1, 0.0), "fc2_weight": (1.0, 1.0), "fc2_bias": (0.5, 0.0)}
+        assert summary["note"] == ["note: Module checkpoint: loss head SoftmaxOutput 'softmax' and label input "
+                                   "['softmax_label'] cut from the graph; matched up to ['fc2']"]
+        assert summary["weight_gap"] <= 1e-6 and summary["loss_gap"] <= 1e-6, summary
+        assert summary["module_losses"][0] > summary["module_losses"][-1]  # training moved
+        assert "note: Module checkpoint" in (tmp_path / "migrated" / "report.txt").read_text()
+        assert "fc2_weight  0.2 (first set_lr_mult)  0.1" in capsys.readouterr().out
+
+
 ARG_ERRORS = [
     ("t01 zero steps", t01_finetune, ["--steps", "0"], r"--steps must be >= 1, got 0"),
     ("t02 negative steps", t02_freezing, ["--steps", "-1"], r"--steps must be >= 1, got -1"),
     ("t03 decay above 1", t03_layer_decay, ["--decay", "1.5"], r"--decay must be in \(0, 1\], got 1.5"),
     ("t03 steps not a number", t03_layer_decay, ["--steps", "many"], r"invalid int value: 'many'"),
     ("t04 zero steps", t04_migrate, ["--steps", "0"], r"--steps must be >= 1, got 0"),
+    ("t05 zero steps", t05_module, ["--steps", "0"], r"--steps must be >= 1, got 0"),
     ("demo zero steps", demo, ["--steps", "0"], r"--steps must be >= 1, got 0"),
 ]
 

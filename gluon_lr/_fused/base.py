@@ -62,10 +62,11 @@ def wait_to_write(arrays) -> None:
 class Member:
     """One parameter inside a flat group: where it lives and the view objects installed on it."""
 
-    __slots__ = ("index", "param", "offset", "size", "weight", "grad", "state", "old")
+    __slots__ = ("index", "param", "offset", "size", "shape", "weight", "grad", "state", "old")
 
-    def __init__(self, index, param, offset, size):
-        self.index, self.param, self.offset, self.size = index, param, offset, size
+    def __init__(self, index, param, offset, size, shape):
+        # shape: the array's, not param.shape (None on a SymbolBlock.imports parameter until the first forward)
+        self.index, self.param, self.offset, self.size, self.shape = index, param, offset, size, shape
         self.weight = self.grad = self.state = self.old = None
 
 
@@ -83,8 +84,8 @@ class Group:
         self._numpy = None
 
     def view(self, flat: nd.NDArray, member: Member) -> nd.NDArray:
-        """The view of ``member`` in ``flat``, shaped like the parameter."""
-        return flat[member.offset:member.offset + member.size].reshape(member.param.shape)
+        """The view of ``member`` in ``flat``, shaped like the parameter's array."""
+        return flat[member.offset:member.offset + member.size].reshape(member.shape)
 
     def numpy(self) -> list:
         """Numpy views of [weight, grad, *slots] (CPU only), made once."""
@@ -109,7 +110,7 @@ def pack(ctx, k: int, entries: list, updater) -> Group:
     entries = sorted(entries, key=lambda e: (e[1].lr_mult, e[1].wd_mult, e[0]))
     members, offset = [], 0
     for index, param in entries:
-        members.append(Member(index, param, offset, param._data[k].size))
+        members.append(Member(index, param, offset, param._data[k].size, param._data[k].shape))
         offset += param._data[k].size
     group = Group(ctx, param._data[k].dtype, members, updater.states[entries[0][0]])
     fresh = [m.param._data[k]._fresh_grad for m in members]

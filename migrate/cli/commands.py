@@ -38,10 +38,14 @@ from migrate.torch_control import control_from_mxnet
 __all__ = ["main"]
 
 _FLAGS = {  # flag -> argparse keywords; each subcommand takes the flags named in _COMMANDS
-    "--symbol": dict(metavar="FILE", help="MXNet NAME-symbol.json (HybridBlock.export)"),
-    "--params": dict(metavar="FILE", help="MXNet NAME-0000.params (HybridBlock.export)"),
-    "--settings": dict(metavar="FILE", help="settings file (LrTrainer.export_settings)"),
-    "--states": dict(metavar="FILE", help="optimizer states (LrTrainer.save_states or Trainer.save_states)"),
+    "--symbol": dict(metavar="FILE", help="MXNet NAME-symbol.json (HybridBlock.export or "
+                     "Module.save_checkpoint: loss heads and labels are cut)"),
+    "--params": dict(metavar="FILE", help="MXNet NAME-0000.params (HybridBlock.export or "
+                     "Module.save_checkpoint)"),
+    "--settings": dict(metavar="FILE", help="settings file (LrTrainer.export_settings or "
+                     "gluon_lr.export_settings)"),
+    "--states": dict(metavar="FILE", help="optimizer states (LrTrainer.save_states, "
+                     "Trainer.save_states or Module.save_optimizer_states)"),
     "--torch": dict(metavar="MODULE:CALLABLE|FILE", help="torch model: a factory such as "
                     "torchvision.models:resnet18, or a TorchScript file (torch.jit.save)"),
     "--kwargs": dict(default="{}", metavar="JSON", help="JSON object of keyword arguments for the factory"),
@@ -277,8 +281,9 @@ def _mapping(args, model, report, document=None, show=False):
     report.unmapped = inputs.unmapped_names(mapping, model, document)
     report.checks["equivalent"] = not mapping.differences
     report.sections["mapping"] = {"source": source, "mapped": len(mapping), "differences": mapping.differences,
-                                  "torch_defaults": mapping.torch_defaults,
+                                  "torch_defaults": mapping.torch_defaults, "notes": mapping.notes,
                                   "entries": {name: mapping[name] for name in mapping}}
+    report.text += mapping.notes if not show else []
     if show:
         report.text.append(str(mapping))
     return mapping

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from migrate.errors import ExportError, InputFileError, InputShapeError, ModelTypeError
+from migrate.mapping import module_checkpoint
 
 __all__ = ["MxSource", "export_mxnet", "export_torch", "load_mxnet", "normalize_shapes"]
 
@@ -28,11 +29,13 @@ class MxSource:
         symbol: the output symbol (inputs are variables named in ``input_names``).
         params: parameter name -> ``mx.nd.NDArray`` (arguments and auxiliary states, no ``arg:``/``aux:``).
         input_names: the data inputs of ``symbol`` in order.
+        notes: what was changed on the way in (loss heads cut from a Module checkpoint), one line each.
     """
 
     symbol: object
     params: dict
     input_names: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
 
 
 def normalize_shapes(input_shapes, input_dtypes=None) -> tuple[list[tuple], list[np.dtype]]:
@@ -115,8 +118,10 @@ def _load_mx_files(sym_path: str, params_path: str) -> MxSource:
         raise InputFileError(f"MXNet params file {params_path!r}: expected a dict of named arrays, received a "
                              f"list of {len(raw)} unnamed arrays; save with mx.nd.save(path, dict)")
     params = {k.split(":", 1)[1] if k.startswith(("arg:", "aux:")) else k: v for k, v in raw.items()}
+    symbol, notes = module_checkpoint.cut_loss_heads(symbol, params)
+    module_checkpoint.check_params_present(symbol, params, params_path)
     inputs = [n for n in symbol.list_inputs() if n not in params]
-    return MxSource(symbol, params, inputs)
+    return MxSource(symbol, params, inputs, notes)
 
 
 def _load_mx_block(block, shapes, dtypes) -> MxSource:

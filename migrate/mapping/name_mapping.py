@@ -20,7 +20,8 @@ def name_mapping(mx_model, torch_model, input_shapes, *, input_dtypes=None) -> N
 
     Returns:
         A ``NameMapping`` covering every parameter and buffer; ``.ok`` is False when anything is unmatched or a
-        matched pair differs in attributes (``.differences`` says what, with names on both sides).
+        matched pair differs in attributes (``.differences`` says what, with names on both sides). ``.notes`` says
+        what was cut from a Module checkpoint's graph (loss heads, label inputs).
 
     Raises:
         InputShapeError: a model rejects the input shapes.
@@ -40,4 +41,6 @@ def name_mapping(mx_model, torch_model, input_shapes, *, input_dtypes=None) -> N
     mx_graph = param_graph(export_mxnet(source, shapes, dtypes), source.params)
     torch_keys = list(torch_model.state_dict()) if hasattr(torch_model, "state_dict") else None
     torch_graph = param_graph(export_torch(torch_model, shapes, dtypes), torch_keys)
-    return match_graphs(mx_graph, torch_graph, torch_keys)
+    mapping = match_graphs(mx_graph, torch_graph, torch_keys)
+    mapping.notes = list(source.notes)
+    return mapping

@@ -41,6 +41,7 @@ class NameMapping(Mapping):
         self.unmatched_torch = list(unmatched_torch)
         self.differences = list(differences)
         self.torch_defaults = dict(torch_defaults or {})
+        self.notes = []  # set by name_mapping: what was cut from the MXNet graph (Module loss heads)
 
     def __getitem__(self, mx_name: str) -> str:
         try:
@@ -209,6 +210,7 @@ class NameMapping(Mapping):
         lines.append(f"{len(self)} mapped, {len(self.unmatched_mx)} unmatched MXNet, {len(self.unmatched_torch)} "
                      f"unmatched torch, {len(self.differences)} differences: {'OK' if self.ok else 'NOT EQUIVALENT'}")
         lines += [f"  difference: {d}" for d in self.differences]
+        lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
     def __repr__(self) -> str:

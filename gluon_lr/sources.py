@@ -1,0 +1,119 @@
+"""Settings files from what MXNet users train with: ``mx.mod.Module``, a stock ``gluon.Trainer``, or an ``LrTrainer``.
+
+``export_settings(source, path)`` writes the same file as ``LrTrainer.export_settings`` (``formats.settings``), holding
+what MXNet really applies to each parameter:
+
+- a Module: its optimizer's ``lr_mult``/``wd_mult`` tables, looked up the way ``Optimizer._get_lrs``/``_get_wds`` do
+  (by index, then by name through ``idx2name``, default 1.0). Those tables hold the symbol's ``__lr_mult__`` and
+  ``__wd_mult__`` attributes merged with the LAST ``set_lr_mult``/``set_wd_mult`` dict (each call rebuilds its table),
+  and wd_mult 0 for names not ending in ``_weight``/``_gamma``. Indices are the updater's: position in
+  ``param_names``; inputs and labels are not parameters and are never listed;
+- a stock ``gluon.Trainer``: each ``Parameter.lr_mult``/``wd_mult`` (what its optimizer reads through param_dict).
+"""
+import numpy as np
+from mxnet import gluon
+from mxnet import module as _module
+
+from .errors import SettingsSourceError
+from .formats import settings as _settings
+from .trainer import LrTrainer
+
+__all__ = ["TRANSLATED_OPTIMIZERS", "export_settings"]
+
+#: The optimizers ``migrate`` translates to torch (``migrate.optim.exact.OPTIMIZERS``; a test keeps them equal).
+TRANSLATED_OPTIMIZERS = ("adadelta", "adagrad", "adam", "adamax", "ftrl", "lamb", "nadam", "nag", "rmsprop",
+                         "signum", "sgd")
+
+
+def _multiplier(optimizer, table: dict, index: int) -> float:
+    """A Module optimizer's multiplier for ``index`` (``_get_lrs``'s lookup: param_dict, index, then name)."""
+    if index in optimizer.param_dict:
+        field = "lr_mult" if table is optimizer.lr_mult else "wd_mult"
+        return float(getattr(optimizer.param_dict[index], field))
+    if index in table:
+        return float(table[index])
+    return float(table.get(optimizer.idx2name[index], 1.0)) if index in optimizer.idx2name else 1.0
+
+
+def _check_optimizer(optimizer, what: str) -> None:
+    """Refuse an optimizer ``migrate`` cannot translate (the file would be of no use)."""
+    name = type(optimizer).__name__.lower()
+    if name not in TRANSLATED_OPTIMIZERS:
+        raise SettingsSourceError(f"{what} uses optimizer {name!r}, which migrate has no translation for; train with "
+                                  f"one of {list(TRANSLATED_OPTIMIZERS)} to migrate its settings.")
+
+
+def _module_records(module) -> list:
+    """Per parameter of a bound Module with an optimizer, in the updater's index order, the settings record."""
+    if not module.binded:
+        raise SettingsSourceError("Module is not bound: export_settings needs its parameters and optimizer; call "
+                                  "module.bind(...), init_params() and init_optimizer(...) first.")
+    if not module.optimizer_initialized:
+        raise SettingsSourceError("Module has no optimizer yet: call module.init_optimizer(...) (or fit) before "
+                                  "export_settings.")
+    if len(module._context) != 1 or module._update_on_kvstore:
+        raise SettingsSourceError(f"Module runs on {len(module._context)} contexts / updates on the kvstore: "
+                                  f"export_settings reads one-device Modules; bind it to one context to export.")
+    optimizer, group = module._optimizer, module._exec_group
+    arg_params, _ = module.get_params()
+    records = []
+    for index, name in enumerate(group.param_names):
+        array = arg_params[name]
+        records.append({"name": name, "shape": [int(d) for d in array.shape], "dtype": np.dtype(array.dtype).name,
+                        "lr_mult": _multiplier(optimizer, optimizer.lr_mult, index),
+                        "wd_mult": _multiplier(optimizer, optimizer.wd_mult, index),
+                        "frozen": group.grad_req.get(name) == "null" if isinstance(group.grad_req, dict) else False,
+                        "masked_elements": 0})
+    return records
+
+
+def _trainer_records(trainer: gluon.Trainer) -> list:
+    """Per parameter of a stock Trainer, in index order, the settings record."""
+    records = []
+    for param in trainer._params:
+        shape = param.shape if param._data is None else param._data[0].shape
+        records.append({"name": param.name, "shape": [int(d) for d in (shape or ())],
+                        "dtype": np.dtype(param.dtype).name, "lr_mult": float(param.lr_mult),
+                        "wd_mult": float(param.wd_mult), "frozen": param.grad_req == "null", "masked_elements": 0})
+    return records
+
+
+def export_settings(source, path) -> dict:
+    """Write the settings file ``migrate`` reads for a Module, a stock ``gluon.Trainer`` or an ``LrTrainer``.
+
+    Args:
+        source: An ``mx.mod.Module`` after ``bind`` and ``init_optimizer`` (one context), a ``gluon.Trainer``, or an
+            ``LrTrainer`` (then the same as ``source.export_settings(path)``).
+        path: Destination JSON file (replaced atomically).
+
+    Returns:
+        The document written (format in the README, "Settings file format").
+
+    Raises:
+        SettingsSourceError: the source is of another type, a Module is unbound or has no optimizer, or the optimizer
+            has no translation in ``migrate``. Nothing is written then.
+        SettingsFileError: the folder is not writable, or the lr scheduler has no representation in the format.
+
+    Example:
+        >>> mod.init_optimizer(optimizer="sgd", optimizer_params={"learning_rate": 0.1, "momentum": 0.9})
+        >>> gluon_lr.export_settings(mod, "out/settings.json")["params"]["fc1_weight"]["lr_mult"]
+        0.1
+
+    Note:
+        ``Module``'s optimizer rebuilds its table on every ``set_lr_mult(d)`` from the symbol attributes plus ``d``:
+        two calls keep only the second dict. The file holds what MXNet applies, i.e. after the last call.
+    """
+    if isinstance(source, LrTrainer):
+        return source.export_settings(path)
+    if isinstance(source, _module.Module):
+        records = _module_records(source)
+        optimizer, what = source._optimizer, "Module"
+    elif isinstance(source, gluon.Trainer):
+        records, optimizer, what = _trainer_records(source), source._optimizer, "gluon.Trainer"
+    else:
+        raise SettingsSourceError(f"export_settings reads an mx.mod.Module, a gluon.Trainer or an LrTrainer, got "
+                                  f"{type(source).__name__}; pass the object that trains the model.")
+    _check_optimizer(optimizer, what)
+    document = _settings.settings_document(optimizer, records, optimizer.num_update)
+    _settings.write_settings(path, document)
+    return document

@@ -1,0 +1,110 @@
+"""Module checkpoints (``prefix-symbol.json`` + ``prefix-0000.params``): loss heads and label inputs cut away.
+
+A symbol saved by ``mx.mod.Module.save_checkpoint`` ends in a loss head (``SoftmaxOutput``, ``*RegressionOutput``,
+``MakeLoss``, ...) fed by label inputs (``softmax_label``) that are not data. ``cut_loss_heads`` returns the symbol
+whose outputs are what feeds the loss (the prediction), so the graph matches the torch model's ``forward``; each cut is
+described in a note that the mapping carries into the report. ``export.load_mxnet`` calls it for every symbol file.
+"""
+from __future__ import annotations
+
+import json
+
+from migrate.errors import InputFileError
+
+__all__ = ["LOSS_HEADS", "cut_loss_heads", "check_params_present"]
+
+#: Loss-head operators -> position of their label input (None: no label input).
+LOSS_HEADS = {"SoftmaxOutput": 1, "Softmax": 1, "LinearRegressionOutput": 1, "LogisticRegressionOutput": 1,
+              "MAERegressionOutput": 1, "SVMOutput": 1, "MakeLoss": None, "make_loss": None}
+_PARAM_SUFFIXES = ("_weight", "_bias", "_gamma", "_beta", "_moving_mean", "_moving_var", "_running_mean",
+                   "_running_var")
+
+
+def _label_nodes(nodes: list, params: dict) -> set:
+    """Indices of the label variables: a loss head's label input, or a non-parameter input named ``*label``."""
+    labels = set()
+    for node in nodes:
+        position = LOSS_HEADS.get(node["op"])
+        if position is not None and len(node["inputs"]) > position:
+            labels.add(node["inputs"][position][0])
+    return labels | {i for i, n in enumerate(nodes)
+                     if n["op"] == "null" and n["name"] not in params and n["name"].endswith("label")}
+
+
+def _loss_nodes(nodes: list, labels: set) -> set:
+    """Indices of the nodes that are loss: loss heads and whatever depends on a label (nodes are in topological
+    order)."""
+    loss = set(labels)
+    for i, node in enumerate(nodes):
+        if node["op"] in LOSS_HEADS or any(entry[0] in loss for entry in node["inputs"]):
+            loss.add(i)
+    return loss
+
+
+def _output_name(internals: list, node: dict, index: int) -> str:
+    """The name ``get_internals()`` gives output ``index`` of ``node``."""
+    for name in (f"{node['name']}_output", f"{node['name']}_output{index}"):
+        if name in internals:
+            return name
+    return internals[-1] if node["op"] == "null" else f"{node['name']}_output{index}"
+
+
+def cut_loss_heads(symbol, params: dict) -> tuple:
+    """Return ``(symbol, notes)``: ``symbol`` without its loss heads and label inputs, and one line per cut.
+
+    Args:
+        symbol: An ``mx.sym.Symbol`` as loaded from a symbol file.
+        params: Its parameter names -> arrays (arguments and auxiliary states).
+
+    Returns:
+        The symbol unchanged and ``[]`` when it has no loss head; else the symbol whose outputs are the non-loss
+        nodes that fed the loss, and notes naming the cut heads, the label inputs and the new outputs.
+
+    Example:
+        >>> sym, notes = cut_loss_heads(mx.sym.load("mlp-symbol.json"), params)  # doctest: +SKIP
+        >>> notes
+        ["Module checkpoint: loss head SoftmaxOutput 'softmax' cut ..."]
+    """
+    import mxnet as mx
+    graph = json.loads(symbol.tojson())
+    nodes, heads = graph["nodes"], graph["heads"]
+    if not any(node["op"] in LOSS_HEADS for node in nodes):  # an input named "label" alone is data
+        return symbol, []
+    loss = _loss_nodes(nodes, _label_nodes(nodes, params))
+    frontier = []
+    for i, node in enumerate(nodes):
+        if i in loss:
+            frontier += [tuple(e[:2]) for e in node["inputs"] if e[0] not in loss and nodes[e[0]]["op"] != "null"]
+    frontier += [tuple(h[:2]) for h in heads if h[0] not in loss]
+    frontier = list(dict.fromkeys(frontier))
+    if not frontier:
+        raise InputFileError(f"MXNet symbol: every output is loss ({[nodes[h[0]]['name'] for h in heads]}) and no "
+                             f"prediction feeds it; export the network without its loss (sym.get_internals()).")
+    internals = symbol.get_internals()
+    names = internals.list_outputs()
+    outputs = [internals[_output_name(names, nodes[i], k)] for i, k in frontier]
+    cut = mx.sym.Group(outputs) if len(outputs) > 1 else outputs[0]
+    heads_cut = [f"{nodes[i]['op']} {nodes[i]['name']!r}" for i in sorted(loss) if nodes[i]["op"] in LOSS_HEADS]
+    labels = [nodes[i]["name"] for i in sorted(loss) if nodes[i]["op"] == "null"]
+    notes = [f"Module checkpoint: loss head {', '.join(heads_cut)} and label input {labels} cut from the graph; "
+             f"matched up to {[nodes[i]['name'] for i, _ in frontier]}"]
+    return cut, notes
+
+
+def check_params_present(symbol, params: dict, params_path: str) -> None:
+    """Raise InputFileError if the params file lacks an auxiliary state or a parameter-named argument of the symbol.
+
+    Args:
+        symbol: The symbol (loss heads cut or not).
+        params: The parameter arrays read from ``params_path``.
+        params_path: The params file, for the message.
+
+    Raises:
+        InputFileError: names the missing arrays and the fix.
+    """
+    missing = [n for n in symbol.list_auxiliary_states() if n not in params]
+    missing += [n for n in symbol.list_arguments() if n not in params and n.endswith(_PARAM_SUFFIXES)]
+    if missing:
+        raise InputFileError(f"MXNet params file {params_path!r} lacks {len(missing)} array(s) the symbol uses: "
+                             f"{missing[:8]}; pass the params file saved with this symbol (Module.save_checkpoint "
+                             f"writes PREFIX-symbol.json and PREFIX-EPOCH.params together)")
