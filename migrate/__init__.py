@@ -3,9 +3,11 @@
 The pipeline: ``mapping`` (MXNet names -> torch names: ``name_mapping``, ``verify``, ``convert_weights``), ``optim``
 (``param_groups``, ``torch_optimizer``, ``stock_torch_optimizer``, ``torch_lr_scheduler``,
 ``convert_optimizer_state``), ``torch_control`` (``TorchControl``, ``control_from_mxnet``: freezing, element masks,
-held norm statistics and layer rates in torch after the migration), ``migration_folder`` (``load_migration``) and
+held norm statistics and layer rates in torch after the migration), ``migration_folder`` (``load_migration``),
+``generate`` (``generate_torch``: a torch module written from the MXNet graph, for models with no torch twin) and
 ``cli`` (the ``migrate`` command).
 """
+from migrate.generate import generate_torch
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.table import NameMapping
 from migrate.mapping.verify import NodeCheck, VerifyReport, verify
@@ -28,6 +30,7 @@ __all__ = [
     "control_from_mxnet",
     "convert_optimizer_state",
     "convert_weights",
+    "generate_torch",
     "load_migration",
     "name_mapping",
     "param_groups",

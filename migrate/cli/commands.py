@@ -1,10 +1,11 @@
 """The ``migrate`` command: carry an MXNet Gluon model, its gluon-lr settings and optimizer state to PyTorch.
 
 Subcommands: ``map`` (name mapping + verification), ``groups`` (param groups), ``weights`` (state_dict), ``optim``
-(optimizer and scheduler with the MXNet state), ``verify`` (numeric check of a mapping) and ``all`` (everything into
-a folder with a report). Real output goes to stdout (``--json``: one document with ``schema_version``), messages
-and progress bars to stderr. Exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error,
-130 interrupted (Ctrl-C or SIGTERM; nothing is left half-written).
+(optimizer and scheduler with the MXNet state), ``verify`` (numeric check of a mapping), ``all`` (everything into
+a folder with a report; ``--torch generate`` writes the torch model too) and ``generate`` (a torch module's source).
+Real output goes to stdout (``--json``: one document with ``schema_version``), messages and progress bars to stderr.
+Exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error, 130 interrupted (Ctrl-C or
+SIGTERM; nothing is left half-written).
 
 Every flag and output folder is checked before the work starts; ``all`` builds its folder under a temporary name and
 renames it when complete (``staged_folder``); the other subcommands write their one file atomically.
@@ -27,6 +28,7 @@ from migrate.cli import inputs
 from migrate.cli.report import Report
 from migrate.cli.staged_folder import StagedFolder, pause_point
 from migrate.errors import InputFileError, MigrateError, OutputPathError
+from migrate.generate import generate_torch
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.verify import verify
 from migrate.mapping.weights import convert_weights
@@ -37,6 +39,8 @@ from migrate.torch_control import control_from_mxnet
 
 __all__ = ["main"]
 
+GENERATED = "model.py"  # the file `migrate all --torch generate` writes into its output folder
+
 _FLAGS = {  # flag -> argparse keywords; each subcommand takes the flags named in _COMMANDS
     "--symbol": dict(metavar="FILE", help="MXNet NAME-symbol.json (HybridBlock.export or "
                      "Module.save_checkpoint: loss heads and labels are cut)"),
@@ -46,8 +50,9 @@ _FLAGS = {  # flag -> argparse keywords; each subcommand takes the flags named i
                      "gluon_lr.export_settings)"),
     "--states": dict(metavar="FILE", help="optimizer states (LrTrainer.save_states, "
                      "Trainer.save_states or Module.save_optimizer_states)"),
-    "--torch": dict(metavar="MODULE:CALLABLE|FILE", help="torch model: a factory such as "
-                    "torchvision.models:resnet18, or a TorchScript file (torch.jit.save)"),
+    "--torch": dict(metavar="MODULE:CALLABLE|FILE|generate", help="torch model: a factory such as "
+                    "torchvision.models:resnet18, a TorchScript file (torch.jit.save), or 'generate' (`all` "
+                    "only: write OUT/model.py from the MXNet graph with migrate.generate_torch and use it)"),
     "--kwargs": dict(default="{}", metavar="JSON", help="JSON object of keyword arguments for the factory"),
     "--input-shape": dict(action="append", metavar="N,C,H,W", help="input shape; repeat for several inputs "
                           "(integer inputs: append ':int64')"),
@@ -69,6 +74,8 @@ _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
     "all": ("everything into one folder: mapping, weights, param groups, optimizer, report",
             ("--symbol", "--params", "--settings", "--torch", "--input-shape"), ("--states", "--kwargs", "--mapping"),
             "output folder: built under a temporary name beside it and renamed when complete (its parent must exist)"),
+    "generate": ("write a standalone torch module (readable source, MXNet's training semantics) for the MXNet model",
+                 ("--symbol", "--params", "--input-shape"), (), "model.py to write"),
 }
 
 
@@ -214,15 +221,19 @@ def _run_verify(args, report):
 
 def _run_all(args, report):
     names = (migration_folder.MAPPING, migration_folder.WEIGHTS, migration_folder.GROUPS, migration_folder.OPTIMIZER,
-             migration_folder.REPORT_JSON, migration_folder.REPORT_TXT)
+             migration_folder.REPORT_JSON, migration_folder.REPORT_TXT) + ((GENERATED,) if args.torch == "generate" else ())
     folder = StagedFolder(args.out, names, args.force)
     folder.check()
     paths = {name: os.path.join(args.out, name) for name in names}
     inputs.output_paths(paths.values(), _inputs(args), force=True, check_folder=False)
-    document, model = inputs.settings(args.settings), _model(args)
+    document = inputs.settings(args.settings)
+    model = None if args.torch == "generate" else _model(args)
     report.sections["inputs"] = _fingerprints(args)
     with folder:
         pause_point("staged")
+        if args.torch == "generate":
+            model = _generated_model(args, folder.file(GENERATED))
+            report.outputs.append(os.path.join(args.out, GENERATED))
         mapping = _mapping(args, model, report, document, show=True)
         _verify(args, model, mapping, report)
         writes = {migration_folder.MAPPING: mapping.save}
@@ -251,8 +262,16 @@ def _equivalent(report) -> bool:
             and report.sections.get("verify", {}).get("ok", False))
 
 
+def _run_generate(args, report):
+    inputs.output_paths([args.out], _inputs(args), args.force)
+    model = _generated_model(args, args.out)
+    report.outputs.append(args.out)
+    report.text.append(f"generated {type(model).__name__} in {args.out}: {len(model.MXNET_NAMES)} MXNet "
+                       f"parameters and states as state_dict keys (MXNET_NAMES in the file maps them)")
+
+
 _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim": _run_optim,
-        "verify": _run_verify, "all": _run_all}
+        "verify": _run_verify, "all": _run_all, "generate": _run_generate}
 
 
 # ---------------------------------------------------------------- shared steps
@@ -261,6 +280,13 @@ _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim"
 def _model(args):
     with _stage(args, "loading the torch model"):
         return inputs.torch_model(args.torch, args.kwargs)
+
+
+def _generated_model(args, path):
+    """``migrate.generate_torch`` of the MXNet files, written to ``path`` (inside the staged folder of ``all``)."""
+    shapes, dtypes = inputs.input_shapes(args.input_shape)
+    with _stage(args, "generating the torch module"):
+        return generate_torch(inputs.mx_files(args), shapes, path, input_dtypes=dtypes)
 
 
 def _inputs(args) -> dict:

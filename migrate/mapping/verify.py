@@ -217,13 +217,20 @@ def _run_torch(model, inputs, modules) -> tuple[dict, list]:
         if path in named:
             handles.append(named[path].register_forward_hook(
                 lambda _m, _i, out, path=path: found.__setitem__(path, _detached(out))))
+    recording = hookable and hasattr(model, "recorded")  # a module from migrate.generate_torch: layers as code
+    if recording:
+        model.recorded = {}
     try:
         with torch.no_grad():
             final = model(*[torch.from_numpy(x).long() if np.issubdtype(x.dtype, np.integer)
                             else torch.from_numpy(x) for x in inputs])
+        if recording:
+            found.update({path: out for path, out in model.recorded.items() if path in set(modules)})
     finally:
         for h in handles:
             h.remove()
+        if recording:
+            model.recorded = None
     final = list(final) if isinstance(final, (tuple, list)) else [final]
     as_np = {k: v.detach().numpy() for k, v in found.items() if isinstance(v, torch.Tensor)}
     return as_np, [f.detach().numpy() for f in final]
