@@ -58,3 +58,7 @@ class SettingsError(MigrateError, ValueError):
 
 class OutputExistsError(MigrateError, ValueError):
     """An output file exists and ``--force`` was not given (names the file and the flag)."""
+
+
+class UnsupportedOpError(MigrateError, ValueError):
+    """An MXNet graph node has no PyTorch translation (names the op, the node and the nearest known ops)."""

@@ -1,0 +1,5 @@
+"""generate: write a readable, trainable PyTorch module for an MXNet model that has no torch twin."""
+from migrate.generate.generator import generate_torch
+from migrate.generate.registry import known_ops
+
+__all__ = ["generate_torch", "known_ops"]

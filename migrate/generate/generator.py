@@ -1,0 +1,252 @@
+"""``generate_torch``: write readable PyTorch source for an MXNet model and return it with the weights loaded."""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import types
+
+import numpy as np
+
+from migrate.errors import InputFileError, InputShapeError
+from migrate.generate import ops  # noqa: F401 (fills the registry)
+from migrate.generate.names import identifier, local_names, param_keys
+from migrate.generate.registry import OpNode, translator
+from migrate.generate.runtime import HELPERS
+from migrate.mapping.export import load_mxnet, normalize_shapes
+from gluon_lr.formats.atomic import write_text
+
+__all__ = ["generate_torch"]
+
+LOSS_HEADS = {"SoftmaxOutput", "Softmax", "LinearRegressionOutput", "MAERegressionOutput", "LogisticRegressionOutput"}
+MULTI_OUTPUT = {"SliceChannel", "split"}
+
+
+def generate_torch(mx_model, input_shapes, path, *, input_dtypes=None):
+    """Write a standalone PyTorch module for ``mx_model`` to ``path`` and return an instance with its weights.
+
+    The file imports only torch and holds one ``torch.nn.Module`` subclass whose ``state_dict`` keys mirror the
+    Gluon block tree (``features.3.conv.weight``; rebuilt from MXNet's name prefixes for symbol/params files) and
+    whose ``forward`` follows the MXNet graph op by op, in training mode too: BatchNorm uses batch statistics and
+    updates its running statistics as MXNet does (``running = running * momentum + batch * (1 - momentum)`` with the
+    biased batch variance), ``use_global_stats`` and ``fix_gamma`` (gamma read as 1, with zero gradient) are kept,
+    Dropout drops in ``train()`` mode. The class attribute ``MXNET_NAMES`` maps each MXNet name to its key: pass it
+    as the ``mapping`` of ``torch_optimizer``, ``convert_optimizer_state`` and ``convert_weights``.
+
+    Args:
+        mx_model: an initialized Gluon ``HybridBlock`` or a tuple ``(symbol_json_path, params_path)`` (Module
+            checkpoints included: ``arg:``/``aux:`` prefixes are dropped).
+        input_shapes: one input shape tuple, or a list of them for several inputs.
+        path: the Python file to write (its folder must exist). The class is named after the Gluon block's class
+            (or the symbol file's stem).
+        input_dtypes: None (float32), one dtype, or one per input.
+
+    Returns:
+        An instance of the generated class (in training mode, like a fresh torch module), MXNet's weights loaded.
+
+    Raises:
+        UnsupportedOpError: a graph node has no translation (names the op, the node and the nearest known ops);
+            nothing is written.
+        InputShapeError: the shapes do not fit the model, or the graph needs an input that was not given.
+        InputFileError: a symbol/params file is missing or unreadable, or a parameter has no value.
+        ModelTypeError: ``mx_model`` is of an unsupported type.
+
+    Example:
+        >>> net = mxnet.gluon.model_zoo.vision.mobilenet_v2_1_0(); net.initialize()  # doctest: +SKIP
+        >>> model = generate_torch(net, (1, 3, 64, 64), "mobilenet.py")  # doctest: +SKIP
+        >>> opt = migrate.torch_optimizer(model, "settings.json", model.MXNET_NAMES)  # doctest: +SKIP
+
+    Note:
+        Loss heads are cut to their forward op: ``SoftmaxOutput`` becomes a softmax (its label input is dropped),
+        the regression outputs become identity (logistic: sigmoid). MXNet updates BatchNorm's running statistics in
+        the backward pass, the generated module in the forward pass: the same values after each training step,
+        but a training-mode forward without a backward changes them here and not in MXNet. Dropout draws torch's
+        random numbers, not MXNet's.
+    """
+    shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
+    source = load_mxnet(mx_model, shapes, dtypes)
+    class_name = _class_name(mx_model)
+    code, keys, aux = _source(source, mx_model, shapes, class_name)
+    state = _state(source, keys, aux)
+    module = types.ModuleType("migrate_generated_check")
+    exec(compile(code, str(path), "exec"), module.__dict__)  # the whole file runs before anything is written
+    getattr(module, class_name)().load_state_dict(state)
+    write_text(path, code, error=InputFileError)
+    model = getattr(_import(path), class_name)()
+    model.load_state_dict(state)
+    return model
+
+
+def _class_name(mx_model) -> str:
+    if isinstance(mx_model, (tuple, list)):
+        stem = os.path.basename(str(mx_model[0])).split(".")[0].replace("-symbol", "")
+        return identifier("".join(part.capitalize() for part in stem.split("_")) or "Generated")
+    return identifier(type(mx_model).__name__)
+
+
+def _state(source, keys, aux) -> dict:
+    import torch
+    missing = sorted(name for name in keys if name not in source.params)
+    if missing:
+        raise InputFileError(f"MXNet parameters {missing[:10]} are used by the graph but have no value in the "
+                             f"params; save the params file from the same model as the symbol")
+    return {key: torch.from_numpy(np.ascontiguousarray(source.params[name].asnumpy())) for name, key in keys.items()}
+
+
+def _import(path):
+    name = f"migrate_generated_{abs(hash(os.path.abspath(path)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _graph(source, shapes):
+    """(nodes, heads, data input names, node output shapes by 'node name' or 'node name#i')."""
+    graph = json.loads(source.symbol.tojson())
+    nodes, heads = graph["nodes"], graph["heads"]
+    label_only = {nodes[e[0]]["name"] for n in nodes if n["op"] in LOSS_HEADS for e in n["inputs"][1:]}
+    used_elsewhere = {nodes[e[0]]["name"] for n in nodes if n["op"] not in LOSS_HEADS for e in n["inputs"]}
+    inputs = [n for n in source.input_names if n not in label_only - used_elsewhere]
+    if len(inputs) != len(shapes):
+        raise InputShapeError(f"the MXNet graph has {len(inputs)} data input(s) {inputs}; received "
+                              f"{len(shapes)} shape(s) {shapes}; give one shape per input")
+    return nodes, heads, inputs, _shapes(source, dict(zip(inputs, shapes)))
+
+
+def _shapes(source, given) -> dict:
+    internals = source.symbol.get_internals()
+    known = {**{k: v.shape for k, v in source.params.items()}, **given}
+    known = {k: v for k, v in known.items() if k in set(internals.list_inputs())}
+    try:
+        _, out_shapes, _ = internals.infer_shape_partial(**known)
+    except Exception as exc:  # MXNet raises MXNetError with its own message
+        raise InputShapeError(f"the MXNet graph rejects input shapes {given}: {str(exc).splitlines()[0]}; "
+                              f"give the shapes the model accepts") from None
+    return dict(zip(internals.list_outputs(), [tuple(s) if s else None for s in out_shapes]))
+
+
+def _source(source, mx_model, shapes, class_name) -> tuple:
+    """(the file's text, MXNet name -> state_dict key, the set of auxiliary-state names)."""
+    nodes, heads, inputs, out_shapes = _graph(source, shapes)
+    aux = set(source.symbol.list_auxiliary_states())
+    used = [n["name"] for n in nodes if n["op"] == "null" and n["name"] in source.params]
+    keys = param_keys(mx_model, used)
+    arg_names = [identifier(name) for name in inputs]
+    op_nodes = [i for i, n in enumerate(nodes) if n["op"] != "null"]
+    local = dict(zip(op_nodes, local_names([nodes[i]["name"] for i in op_nodes], set(arg_names))))
+    exprs, lines, helpers = {}, [], set()
+    for i, node in enumerate(nodes):
+        if node["op"] == "null":
+            exprs[i] = _variable(node["name"], keys, dict(zip(inputs, arg_names)))
+            continue
+        entries = node["inputs"][:1] if node["op"] in LOSS_HEADS else node["inputs"]
+        op_node = OpNode(node["op"], node["name"], node.get("attrs", {}), [_ref(nodes, exprs, e) for e in entries],
+                         [_shape_of(nodes, out_shapes, e) for e in entries], _shape_of(nodes, out_shapes, [i, 0]))
+        lines.append(f"{local[i]} = {translator(node['op'], node['name'])(op_node)}")
+        helpers |= op_node.helpers
+        exprs[i] = local[i]
+    outputs = [_ref(nodes, exprs, h) for h in heads]
+    lines.append(f"return {outputs[0] if len(outputs) == 1 else '(' + ', '.join(outputs) + ')'}")
+    missing = [n["name"] for i, n in enumerate(nodes) if n["op"] == "null" and exprs[i] is None
+               and any(e[0] == i for m in nodes if m["op"] not in LOSS_HEADS for e in m["inputs"])]
+    if missing:
+        raise InputShapeError(f"the MXNet graph reads variables {missing} that are neither inputs nor parameters; "
+                              f"save the params file with them, or give them as inputs")
+    return _file(class_name, mx_model, keys, aux, source, arg_names, shapes, lines, helpers), keys, aux
+
+
+def _variable(name, keys, inputs):
+    if name in keys:
+        return "self" + "".join(f"[{s}]" if s.isdigit() else f".{s}" for s in keys[name].split("."))
+    return inputs.get(name)
+
+
+def _ref(nodes, exprs, entry) -> str:
+    nid, index = entry[0], entry[1]
+    return f"{exprs[nid]}[{index}]" if nodes[nid]["op"] in MULTI_OUTPUT else exprs[nid]
+
+
+def _shape_of(nodes, out_shapes, entry):
+    node, index = nodes[entry[0]], entry[1]
+    if node["op"] == "null":
+        return out_shapes.get(node["name"])
+    return out_shapes.get(f"{node['name']}_output{index}", out_shapes.get(f"{node['name']}_output"))
+
+
+def _spec_lines(keys, names, source) -> list:
+    rows = []
+    for name in names:
+        value = source.params[name]
+        rows.append(f"    {keys[name]!r}: ({tuple(value.shape)!r}, torch.{np.dtype(value.dtype).name}, {name!r}),")
+    return rows
+
+
+def _file(class_name, mx_model, keys, aux, source, arg_names, shapes, lines, helpers) -> str:
+    origin = (f"symbol file {os.path.basename(str(mx_model[0]))}" if isinstance(mx_model, (tuple, list))
+              else f"Gluon block {type(mx_model).__name__}")
+    params = [n for n in keys if n not in aux]
+    buffers = [n for n in keys if n in aux]
+    helper_src = "\n\n".join(inspect.getsource(HELPERS[h]) for h in sorted(helpers))
+    body = "\n".join("        " + line for line in lines)
+    return f'''"""PyTorch translation of the MXNet {origin}, written by migrate.generate_torch.
+
+Inputs: {", ".join(f"{a} {s}" for a, s in zip(arg_names, shapes))}. The forward follows the MXNet graph op by op, in
+training mode too (BatchNorm's MXNet momentum and biased running variance, fix_gamma, use_global_stats, Dropout).
+Standalone: imports only torch. MXNET_NAMES maps each MXNet parameter name to its state_dict key.
+"""
+import math  # noqa: F401
+
+import torch
+import torch.nn.functional as F  # noqa: F401
+
+# state_dict key: (shape, dtype, MXNet name)
+PARAMETERS = {{
+{chr(10).join(_spec_lines(keys, params, source))}
+}}
+BUFFERS = {{
+{chr(10).join(_spec_lines(keys, buffers, source))}
+}}
+MXNET_NAMES = {{mx_name: key for key, (_, _, mx_name) in {{**PARAMETERS, **BUFFERS}}.items()}}
+
+
+class _Node(torch.nn.Module):
+    """A block of the MXNet model: holds its parameters and child blocks (``node[3]`` reads child ``"3"``)."""
+
+    def __getitem__(self, key):
+        return self._modules[str(key)]
+
+
+def _add(root, key, value):
+    *path, leaf = key.split(".")
+    for name in path:
+        if name not in root._modules:
+            root.add_module(name, _Node())
+        root = root._modules[name]
+    if isinstance(value, torch.nn.Parameter):
+        root.register_parameter(leaf, value)
+    else:
+        root.register_buffer(leaf, value)
+
+
+{helper_src}
+
+
+class {class_name}(_Node):
+    """The MXNet {origin} as a torch module (weights: load a state_dict, or use migrate.generate_torch)."""
+
+    MXNET_NAMES = MXNET_NAMES
+
+    def __init__(self):
+        super().__init__()
+        for key, (shape, dtype, _) in PARAMETERS.items():
+            _add(self, key, torch.nn.Parameter(torch.zeros(shape, dtype=dtype)))
+        for key, (shape, dtype, _) in BUFFERS.items():
+            _add(self, key, torch.zeros(shape, dtype=dtype))
+
+    def forward(self, {", ".join(arg_names)}):
+{body}
+'''

@@ -1,0 +1,98 @@
+"""Readable names for the generated module: ``state_dict`` keys that mirror the Gluon block tree, local variables.
+
+From a HybridBlock the keys follow its attribute tree (``features.3.body.0.weight``: ``features`` is an attribute,
+``3`` a child of a ``HybridSequential``). From symbol/params files the tree is rebuilt from MXNet's name prefixes:
+``resnetv10_stage1_conv0_weight`` -> ``stage1.conv0.weight`` (the prefix every name shares is dropped).
+"""
+from __future__ import annotations
+
+import keyword
+import os
+import re
+
+import torch
+
+__all__ = ["param_keys", "local_names", "identifier"]
+
+_SUFFIXES = ("running_mean", "running_var", "moving_mean", "moving_var", "moving_inv_var")
+_RESERVED = set(dir(torch.nn.Module)) | {"self", "torch", "F", "math"}
+
+
+def identifier(text: str, numeric_ok: bool = False) -> str:
+    """``text`` made a valid, non-reserved Python identifier (digits kept as they are if ``numeric_ok``)."""
+    if numeric_ok and text.isdigit():
+        return text
+    name = re.sub(r"\W", "_", text) or "_"
+    if name[0].isdigit():
+        name = "_" + name
+    if keyword.iskeyword(name) or name in _RESERVED:
+        name += "_"
+    return name
+
+
+def param_keys(mx_model, names: list) -> dict:
+    """MXNet parameter name -> torch ``state_dict`` key for each of ``names``.
+
+    Args:
+        mx_model: what the user gave ``generate_torch``: a HybridBlock (keys from its attribute tree) or files.
+        names: the MXNet parameter and auxiliary-state names the graph uses.
+
+    Returns:
+        A dict; the keys are unique and no key is both a leaf and a module path.
+    """
+    tree = _block_keys(mx_model) if hasattr(mx_model, "collect_params") else {}
+    prefix = _common_prefix([n for n in names if n not in tree])
+    keys = {}
+    for name in names:
+        keys[name] = tree.get(name) or _prefix_key(name[len(prefix):])
+    if not _consistent(keys.values()):
+        keys = {name: identifier(name) for name in names}
+    return keys
+
+
+def _block_keys(block, prefix: str = "") -> dict:
+    out = {}
+    for attr, param in block._reg_params.items():
+        out.setdefault(param.name, prefix + identifier(attr))
+    for attr, child in block._children.items():
+        for name, key in _block_keys(child, prefix + identifier(attr, numeric_ok=True) + ".").items():
+            out.setdefault(name, key)
+    return out
+
+
+def _common_prefix(names: list) -> str:
+    """The longest prefix ending in '_' that every name shares (empty for fewer than two names)."""
+    if len(names) < 2:
+        return ""
+    common = os.path.commonprefix(names)
+    return common[:common.rfind("_") + 1]
+
+
+def _prefix_key(name: str) -> str:
+    leaf = next((s for s in _SUFFIXES if name.endswith("_" + s)), None) or name.rsplit("_", 1)[-1]
+    path = name[:-len(leaf)].rstrip("_")
+    segments = [identifier(s, numeric_ok=True) for s in path.split("_") if s] + [identifier(leaf)]
+    return ".".join(segments)
+
+
+def _consistent(keys) -> bool:
+    keys = list(keys)
+    if len(set(keys)) != len(keys):
+        return False
+    modules = {k.rsplit(".", 1)[0] for k in keys if "." in k}
+    prefixes = {".".join(k.split(".")[:i]) for k in modules for i in range(1, k.count(".") + 2)}
+    return not any(k in prefixes for k in keys)
+
+
+def local_names(node_names: list, taken: set) -> list:
+    """Local variable names for the graph's op nodes (shared prefix and ``_fwd`` dropped, made unique)."""
+    prefix = _common_prefix(node_names)
+    out, used = [], set(taken)
+    for name in node_names:
+        base = identifier(re.sub(r"_(fwd|output)$", "", name[len(prefix):]) or "out")
+        candidate, i = base, 2
+        while candidate in used:
+            candidate, i = f"{base}_{i}", i + 1
+        used.add(candidate)
+        out.append(candidate)
+    return out

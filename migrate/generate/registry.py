@@ -1,0 +1,97 @@
+"""The registry of MXNet op translators: MXNet op name -> function that writes the torch expression of one node.
+
+A translator takes an ``OpNode`` and returns a Python expression (a string) that computes the node's output(s)
+from ``node.inputs`` (expressions of the input values). Registering an op twice is an error; looking up an unknown
+op names the op, the node and the nearest known op names.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from migrate.errors import UnsupportedOpError
+
+__all__ = ["OpNode", "register", "translator", "known_ops"]
+
+_TRANSLATORS: dict[str, Callable] = {}
+
+
+@dataclass
+class OpNode:
+    """One MXNet graph node as a translator sees it.
+
+    Attributes:
+        op: the MXNet op name (``Convolution``).
+        name: the MXNet node name (``resnetv10_conv0_fwd``).
+        attrs: the node's attributes as MXNet writes them (strings).
+        inputs: Python expressions of the node's inputs, in MXNet's input order.
+        in_shapes: the inputs' shapes (None where MXNet could not infer one).
+        out_shape: the shape of the node's first output (None if unknown).
+        helpers: names of runtime helpers the expression calls (the generator copies them into the file).
+    """
+
+    op: str
+    name: str
+    attrs: dict
+    inputs: list
+    in_shapes: list = field(default_factory=list)
+    out_shape: tuple = None
+    helpers: set = field(default_factory=set)
+
+    def attr(self, key: str, default=None):
+        """The attribute ``key`` parsed as a Python literal (``"(3, 3)"`` -> ``(3, 3)``, ``"True"`` -> True)."""
+        if key not in self.attrs:
+            return default
+        text = self.attrs[key]
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return {"true": True, "false": False, "none": None}.get(text.lower(), text)
+        return value
+
+    def unsupported(self, what: str) -> UnsupportedOpError:
+        """The error for an attribute value this op's translation does not cover."""
+        return UnsupportedOpError(f"MXNet node {self.name!r} (op {self.op}): {what} has no PyTorch translation; "
+                                  f"rewrite that layer in MXNet with supported settings, or add a translator in "
+                                  f"migrate/generate/ops.py")
+
+
+def register(*ops: str):
+    """Decorator: register the decorated function as the translator of each MXNet op in ``ops``.
+
+    Raises:
+        ValueError: an op already has a translator.
+
+    Example:
+        >>> @register("relu")
+        ... def _relu(node): return f"F.relu({node.inputs[0]})"  # doctest: +SKIP
+    """
+    def decorate(fn):
+        for op in ops:
+            if op in _TRANSLATORS:
+                raise ValueError(f"MXNet op {op!r} is registered twice ({_TRANSLATORS[op].__name__} and "
+                                 f"{fn.__name__}); keep one translator per op")
+            _TRANSLATORS[op] = fn
+        return fn
+    return decorate
+
+
+def translator(op: str, node_name: str) -> Callable:
+    """The translator of MXNet op ``op``.
+
+    Raises:
+        UnsupportedOpError: no translator is registered (names the op, the node and the nearest known ops).
+    """
+    if op not in _TRANSLATORS:
+        near = difflib.get_close_matches(op, _TRANSLATORS, n=3, cutoff=0.5)
+        raise UnsupportedOpError(f"MXNet node {node_name!r} uses op {op!r}, which has no PyTorch translation "
+                                 f"(nearest known ops: {near or 'none'}); replace the layer in MXNet, or add a "
+                                 f"translator with @register({op!r}) in migrate/generate/ops.py")
+    return _TRANSLATORS[op]
+
+
+def known_ops() -> list:
+    """The MXNet op names with a translator, sorted."""
+    return sorted(_TRANSLATORS)
