@@ -1,0 +1,325 @@
+"""Tests of migrate.generate_torch: generated modules compute what MXNet computes, in eval and training mode, and
+continue an MXNet training run exactly."""
+import os
+import subprocess
+import sys
+
+import mxnet as mx
+import numpy as np
+import pytest
+import torch
+from mxnet import autograd, gluon
+from mxnet.gluon.model_zoo import vision
+
+import gluon_lr
+import migrate
+from migrate.errors import InputShapeError, UnsupportedOpError
+from migrate.generate import generate_torch, known_ops
+from migrate.generate.registry import register, translator
+
+RTOL = 1e-4  # largest |torch - mxnet| over largest |mxnet|, per output
+
+
+def _relative(mx_out, torch_out) -> float:
+    mx_out, torch_out = mx_out.asnumpy(), torch_out.detach().numpy()
+    assert mx_out.shape == torch_out.shape, f"shapes differ: MXNet {mx_out.shape}, torch {torch_out.shape}"
+    return float(np.abs(mx_out - torch_out).max() / max(np.abs(mx_out).max(), 1e-12))
+
+
+def _outputs(result) -> list:
+    return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
+def _check(net, inputs, path, train=True):
+    """Generate ``net``; its eval outputs (and train outputs, running statistics after one backward) equal MXNet's."""
+    model = generate_torch(net, [x.shape for x in inputs], path, input_dtypes=[x.dtype for x in inputs])
+    model.eval()
+    with torch.no_grad():
+        got = _outputs(model(*[torch.from_numpy(x) for x in inputs]))
+    for i, (want, have) in enumerate(zip(_outputs(net(*[mx.nd.array(x, dtype=x.dtype) for x in inputs])), got)):
+        assert _relative(want, have) <= RTOL, f"eval output {i}: relative difference {_relative(want, have):.3g}"
+    if not train:
+        return model
+    model.train()
+    got = _outputs(model(*[torch.from_numpy(x) for x in inputs]))
+    with autograd.record(train_mode=True):
+        want = _outputs(net(*[mx.nd.array(x, dtype=x.dtype) for x in inputs]))
+        total = sum(w.sum() for w in want)
+    total.backward()  # MXNet updates BatchNorm's running statistics in the backward
+    for i, (w, h) in enumerate(zip(want, got)):
+        assert _relative(w, h) <= RTOL, f"train output {i}: relative difference {_relative(w, h):.3g}"
+    state = model.state_dict()
+    for name, param in net.collect_params().items():  # MXNet's MKLDNN BatchNorm may overwrite a fixed gamma with 1
+        if name.endswith(("running_mean", "running_var")):
+            diff = _relative(param.data(), state[model.MXNET_NAMES[name]])
+            assert diff <= RTOL, f"{name}: relative difference {diff:.3g} after one training step"
+    return model
+
+
+def _seeded(net, seed=0):
+    mx.random.seed(seed)
+    net.initialize(mx.init.Xavier(magnitude=2.0))
+    return net
+
+
+def _perturb_stats(net, seed=1):
+    """Give BatchNorm non-trivial running statistics (random init leaves them 0 and 1, which hides mistakes)."""
+    rng = np.random.RandomState(seed)
+    for name, param in net.collect_params().items():
+        if name.endswith(("running_mean", "running_var", "gamma", "beta")):
+            low = 0.5 if name.endswith(("running_var", "gamma")) else -0.5
+            param.set_data(mx.nd.array(rng.uniform(low, low + 1.0, param.shape)))
+
+
+class OpsBlock(gluon.HybridBlock):
+    """Exercises grouped/depthwise convolutions, BatchNorm variants, pooling conventions, reshape codes,
+    slice_axis, broadcast ops, clip, activations, Concat, transpose, expand_dims, FullyConnected(flatten=False),
+    softmax and log_softmax."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.grouped = gluon.nn.Conv2D(8, 3, groups=2, in_channels=4)
+            self.depthwise = gluon.nn.Conv2D(8, 3, padding=1, groups=8, in_channels=8, use_bias=False)
+            self.bn_global = gluon.nn.BatchNorm(use_global_stats=True, in_channels=8)
+            self.bn_fixed = gluon.nn.BatchNorm(scale=False, momentum=0.8, epsilon=1e-3, in_channels=8)
+            self.prelu = gluon.nn.PReLU()
+            self.dense = gluon.nn.Dense(5, flatten=False, in_units=15)
+
+    def hybrid_forward(self, F, x):
+        y = self.bn_fixed(self.depthwise(self.bn_global(self.grouped(x))))  # (2, 8, 7, 7)
+        pools = [F.Pooling(y, kernel=(2, 2), stride=(2, 2), pool_type="max", pooling_convention="full"),
+                 F.Pooling(y, kernel=(2, 2), stride=(2, 2), pool_type="avg", pooling_convention="full"),
+                 F.Pooling(y, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg",
+                           pooling_convention="full", count_include_pad=True),
+                 F.Pooling(y, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg",
+                           pooling_convention="full", count_include_pad=False),
+                 F.Pooling(y, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg", count_include_pad=False)]
+        z = F.concat(*pools, dim=1)  # (2, 40, 4, 4)
+        z = F.broadcast_add(F.broadcast_mul(z, F.mean(z, axis=(2, 3), keepdims=True)),
+                            F.Pooling(z, global_pool=True, kernel=(1, 1), pool_type="max"))
+        z = F.clip(z, a_min=-1.0, a_max=1.5) + F.Activation(z, act_type="softrelu") - F.LeakyReLU(z, slope=0.1)
+        z = F.reshape(z, shape=(0, -4, 4, -1, -3))  # (2, 4, 10, 16)
+        z = F.slice_axis(z, axis=3, begin=1, end=None) + F.Activation(F.slice_axis(z, axis=3, begin=0, end=-1),
+                                                                      act_type="tanh")  # (2, 4, 10, 15)
+        z = F.reshape(z, shape=(-1, 3, 5), reverse=True)  # (80, 3, 5)
+        z = self.prelu(F.LeakyReLU(z, act_type="elu", slope=0.3)) + F.LeakyReLU(z, act_type="gelu")
+        z = F.transpose(F.expand_dims(z, axis=1), axes=(0, 1, 3, 2))  # (80, 1, 5, 3)
+        z = F.reshape(z, shape=(0, -2))  # codes that keep the shape
+        w = self.dense(F.reshape(F.sigmoid(z), shape=(-1, 15)) - F.Activation(F.reshape(z, shape=(-1, 15)),
+                                                                                act_type="softsign"))
+        return F.softmax(w, axis=0, temperature=2.0), F.log_softmax(F.broadcast_div(w, F.abs(w) + 1.0), axis=-1)
+
+
+class TransformerBlock(gluon.HybridBlock):
+    """Embedding, two-head self-attention by batch_dot, LayerNorm, GELU feed-forward, residuals."""
+
+    def __init__(self, vocab=20, units=8, heads=2, **kwargs):
+        super().__init__(**kwargs)
+        self.heads = heads
+        with self.name_scope():
+            self.embed = gluon.nn.Embedding(vocab, units)
+            self.qkv = gluon.nn.Dense(3 * units, flatten=False, in_units=units)
+            self.proj = gluon.nn.Dense(units, flatten=False, in_units=units)
+            self.norm1 = gluon.nn.LayerNorm(in_channels=units)
+            self.norm2 = gluon.nn.LayerNorm(in_channels=units)
+            self.ffn = gluon.nn.HybridSequential()
+            self.ffn.add(gluon.nn.Dense(16, flatten=False, in_units=units), gluon.nn.GELU(),
+                         gluon.nn.Dense(units, flatten=False, in_units=16), gluon.nn.Dropout(0.0))
+
+    def hybrid_forward(self, F, tokens):
+        x = self.embed(tokens)  # (B, T, C)
+        q, k, v = F.split(self.qkv(self.norm1(x)), num_outputs=3, axis=-1)
+
+        def heads(t):  # (B, T, C) -> (B * H, T, C / H)
+            return F.reshape(F.transpose(F.reshape(t, shape=(0, 0, -4, self.heads, -1)), axes=(0, 2, 1, 3)),
+                             shape=(-3, -2))
+        scores = F.softmax(F.batch_dot(heads(q), heads(k), transpose_b=True) / 2.0, axis=-1)
+        att = F.reshape(F.batch_dot(scores, heads(v)), shape=(-4, -1, self.heads, -2))
+        att = F.reshape(F.transpose(att, axes=(0, 2, 1, 3)), shape=(0, 0, -3))
+        x = x + self.proj(att)
+        return x + self.ffn(self.norm2(x))
+
+
+class TestGenerateTorch:
+    def test_resnet50_v1(self, tmp_path):
+        """Model-zoo resnet50_v1 (stride on the 1x1 conv: no torchvision twin): eval and train outputs match."""
+        net = _seeded(vision.resnet50_v1(classes=10))
+        net(mx.nd.zeros((2, 3, 64, 64)))
+        _perturb_stats(net)
+        _check(net, [np.random.RandomState(0).randn(2, 3, 64, 64).astype(np.float32)], tmp_path / "r50.py")
+
+    def test_mobilenet_v2(self, tmp_path):
+        """Model-zoo mobilenet_v2_1.0 (depthwise convolutions, relu6 as clip): eval and train outputs match."""
+        net = _seeded(vision.mobilenet_v2_1_0(classes=10))
+        net(mx.nd.zeros((2, 3, 64, 64)))
+        _perturb_stats(net)
+        net.hybridize()
+        _check(net, [np.random.RandomState(0).randn(2, 3, 64, 64).astype(np.float32)], tmp_path / "mnv2.py")
+
+    def test_ops_block(self, tmp_path):
+        """A custom block exercising the translated ops gives both outputs as MXNet does, eval and train."""
+        net = _seeded(OpsBlock(prefix="ops_"))
+        net(mx.nd.zeros((2, 4, 9, 9)))
+        _perturb_stats(net)
+        _check(net, [np.random.RandomState(2).randn(2, 4, 9, 9).astype(np.float32)], tmp_path / "ops.py")
+
+    def test_transformer_block(self, tmp_path):
+        """Embedding, LayerNorm, batch_dot attention and GELU: outputs match with integer token inputs."""
+        net = _seeded(TransformerBlock(prefix="tf_"))
+        tokens = np.random.RandomState(3).randint(0, 20, (2, 5)).astype(np.float32)
+        _check(net, [tokens], tmp_path / "tf.py")
+
+    def test_names_mirror_the_block_tree(self, tmp_path):
+        """state_dict keys follow the Gluon attribute tree and MXNET_NAMES maps every parameter to one of them."""
+        net = _seeded(vision.resnet18_v1(classes=4))
+        model = generate_torch(net, (1, 3, 32, 32), tmp_path / "r18.py")
+        names = model.MXNET_NAMES
+        assert names[net.features[0].weight.name] == "features.0.weight"
+        assert names[net.features[5][0].downsample[0].weight.name] == "features.5.0.downsample.0.weight"
+        assert names[net.features[1].running_var.name] == "features.1.running_var"
+        assert sorted(model.MXNET_NAMES) == sorted(net.collect_params())
+        assert "self.features[4][0].body[0].weight" in (tmp_path / "r18.py").read_text()
+
+    def test_training_continues_exactly(self, tmp_path):
+        """3 MXNet steps + 3 torch steps (exact SGD, converted momentum) == 6 MXNet steps, BatchNorm stats too
+        (float64: in float32 the two frameworks' rounding alone drifts by ~1e-4 over 6 steps)."""
+        mx.random.seed(0)
+        net = gluon.nn.HybridSequential(prefix="net_")
+        with net.name_scope():
+            net.add(gluon.nn.Conv2D(4, 3, in_channels=2), gluon.nn.BatchNorm(in_channels=4),
+                    gluon.nn.Activation("relu"), gluon.nn.Dense(3, in_units=64))
+        net.initialize(mx.init.Xavier())
+        net.cast("float64")
+        net.collect_params(".*dense.*").setattr("lr_mult", 2.0)
+        trainer = gluon_lr.LrTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9,
+                                                                   "wd": 1e-3}, kvstore=None)
+        rng = np.random.RandomState(0)
+        data = [(rng.randn(4, 2, 6, 6), rng.randn(4, 3)) for _ in range(6)]
+        for x, y in data[:3]:
+            with autograd.record():
+                loss = ((net(mx.nd.array(x, dtype=x.dtype)) - mx.nd.array(y, dtype=y.dtype)) ** 2).sum()
+            loss.backward()
+            trainer.step(4)
+        trainer.export_settings(str(tmp_path / "settings.json"))
+        trainer.save_states(str(tmp_path / "trainer.states"))
+        model = generate_torch(net, (4, 2, 6, 6), tmp_path / "net.py", input_dtypes=np.float64)
+        optimizer = migrate.torch_optimizer(model, str(tmp_path / "settings.json"), model.MXNET_NAMES)
+        migrate.convert_optimizer_state(str(tmp_path / "trainer.states"), str(tmp_path / "settings.json"),
+                                        model.MXNET_NAMES, optimizer)
+        for x, y in data[3:]:
+            with autograd.record():
+                loss = ((net(mx.nd.array(x, dtype=x.dtype)) - mx.nd.array(y, dtype=y.dtype)) ** 2).sum()
+            loss.backward()
+            trainer.step(4)
+            optimizer.zero_grad()
+            ((model(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).sum().backward()
+            optimizer.step()
+        state = model.state_dict()
+        for name, param in net.collect_params().items():
+            diff = float(np.abs(param.data().asnumpy() - state[model.MXNET_NAMES[name]].numpy()).max())
+            assert diff <= 1e-5, f"{name}: differs by {diff:.3g} after 3 + 3 steps"
+
+    def test_name_mapping_accepts_generated(self, tmp_path):
+        """migrate.name_mapping matches the MXNet model to its generated twin, every name to its MXNET_NAMES key."""
+        net = _seeded(vision.resnet18_v1(classes=4))
+        model = generate_torch(net, (1, 3, 32, 32), tmp_path / "r18.py")
+        mapping = migrate.name_mapping(net, model, (2, 3, 32, 32))
+        assert mapping.ok, mapping.differences
+        wrong = {n: (mapping[n], k) for n, k in model.MXNET_NAMES.items() if mapping[n] != k}
+        assert not wrong, f"name_mapping disagrees with MXNET_NAMES: {list(wrong.items())[:5]}"
+
+    def test_module_checkpoint_files(self, tmp_path):
+        """A Module checkpoint (arg:/aux: prefixes, SoftmaxOutput head) becomes a module ending in softmax."""
+        data = mx.sym.var("data")
+        net = mx.sym.FullyConnected(data, num_hidden=6, name="fc1")
+        net = mx.sym.BatchNorm(mx.sym.Activation(net, act_type="relu", name="relu1"), name="bn1", fix_gamma=False)
+        net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(net, num_hidden=3, name="fc2"), name="softmax")
+        module = mx.mod.Module(net, data_names=["data"], label_names=["softmax_label"])
+        module.bind(data_shapes=[("data", (2, 5))], label_shapes=[("softmax_label", (2,))])
+        mx.random.seed(0)
+        module.init_params(mx.init.Xavier())
+        module.save_checkpoint(str(tmp_path / "ckpt"), 3)
+        model = generate_torch((tmp_path / "ckpt-symbol.json", tmp_path / "ckpt-0003.params"), (2, 5),
+                               tmp_path / "ckpt.py")
+        x = np.random.RandomState(0).randn(2, 5).astype(np.float32)
+        module.forward(mx.io.DataBatch([mx.nd.array(x)]), is_train=False)
+        model.eval()
+        diff = _relative(module.get_outputs()[0], model(torch.from_numpy(x)))
+        assert diff <= RTOL, f"relative difference {diff:.3g}"
+        assert type(model).__name__ == "Ckpt" and model.MXNET_NAMES["fc1_weight"] == "fc1.weight"
+        assert model.MXNET_NAMES["bn1_moving_var"] == "bn1.moving_var"
+        assert "bn1.moving_var" in dict(model.named_buffers())
+
+    def test_generated_file_stands_alone(self, tmp_path):
+        """The file imports in a fresh python that has no migrate on its path, and its class loads the weights."""
+        net = _seeded(TransformerBlock(prefix="tf_"))
+        model = generate_torch(net, (2, 5), tmp_path / "tf.py")
+        torch.save(model.state_dict(), tmp_path / "w.pt")
+        code = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import tf; m = tf.TransformerBlock(); "
+                "m.load_state_dict(torch.load(sys.argv[1] + '/w.pt')); m.eval(); "
+                "print(float(m(torch.arange(10.).reshape(2, 5)).sum()))")
+        out = subprocess.run([sys.executable, "-I", "-c", code, str(tmp_path)], capture_output=True, text=True,
+                             timeout=120, cwd=str(tmp_path))
+        assert out.returncode == 0, out.stderr[-2000:]
+        model.eval()
+        want = float(model(torch.arange(10.).reshape(2, 5)).sum())
+        assert abs(float(out.stdout.strip()) - want) <= 1e-5 * max(1.0, abs(want))
+        assert "import migrate" not in (tmp_path / "tf.py").read_text()
+
+    def test_dropout_follows_train_mode(self, tmp_path):
+        """Dropout(0.5) is the identity in eval() and drops about half the values, scaled by 2, in train()."""
+        net = gluon.nn.HybridSequential(prefix="d_")
+        with net.name_scope():
+            net.add(gluon.nn.Dense(4, in_units=3), gluon.nn.Dropout(0.5))
+        net.initialize()
+        model = generate_torch(net, (1, 3), tmp_path / "d.py")
+        x = torch.ones(1000, 3)
+        torch.manual_seed(0)
+        model.eval()
+        full = model(x)
+        model.train()
+        dropped = model(x)
+        kept = dropped != 0
+        assert 0.45 <= float(kept.float().mean()) <= 0.55
+        torch.testing.assert_close(dropped[kept], 2 * full[kept])
+
+
+class TestErrors:
+    def test_unsupported_op_writes_nothing(self, tmp_path):
+        """An op without a translation is an UnsupportedOpError naming the op and the node; no file is written."""
+        class TopK(gluon.HybridBlock):
+            def hybrid_forward(self, F, x):
+                return F.topk(x, k=2, ret_typ="value")
+        with pytest.raises(UnsupportedOpError, match=r"node 'topk_topk0' uses op 'topk'.*nearest known ops"):
+            generate_torch(TopK(prefix="topk_"), (2, 5), tmp_path / "t.py")
+        assert not (tmp_path / "t.py").exists()
+
+    @pytest.mark.parametrize("description, call, error, pattern", [
+        ("duplicate registration", lambda: register("Convolution")(lambda node: ""), ValueError,
+         r"'Convolution' is registered twice"),
+        ("unknown op names the nearest", lambda: translator("Convolutio", "n1"), UnsupportedOpError,
+         r"node 'n1' uses op 'Convolutio'.*Convolution"),
+    ])
+    def test_registry(self, description, call, error, pattern):
+        """The registry refuses duplicates and names the nearest ops of an unknown one."""
+        with pytest.raises(error, match=pattern):
+            call()
+
+    def test_wrong_input_count(self, tmp_path):
+        """Two shapes for a one-input model is an InputShapeError naming the graph's inputs; nothing written."""
+        net = _seeded(gluon.nn.Dense(2, in_units=3, prefix="d_"))
+        net.hybridize()
+        net(mx.nd.zeros((1, 3)))
+        net.export(str(tmp_path / "d"))
+        with pytest.raises(InputShapeError, match=r"1 data input\(s\) \['data'\]; received 2 shape"):
+            generate_torch((tmp_path / "d-symbol.json", tmp_path / "d-0000.params"), [(1, 3), (1, 3)],
+                           tmp_path / "x.py")
+        assert not os.path.exists(tmp_path / "x.py")
+
+    def test_known_ops_cover_the_brief(self):
+        """The ops the issue lists all have translators."""
+        wanted = {"Convolution", "BatchNorm", "Dropout", "Pooling", "slice_axis", "Reshape", "broadcast_add", "clip",
+                  "FullyConnected", "LayerNorm", "Embedding", "LeakyReLU", "softmax", "log_softmax", "batch_dot",
+                  "Activation", "elemwise_add", "Concat", "Flatten", "transpose", "expand_dims", "SoftmaxOutput"}
+        assert wanted <= set(known_ops()), sorted(wanted - set(known_ops()))
