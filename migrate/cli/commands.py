@@ -1,9 +1,9 @@
 """The ``migrate`` command: carry an MXNet Gluon model, its gluon-lr settings and optimizer state to PyTorch.
 
 Subcommands: ``map`` (name mapping + verification), ``groups`` (param groups), ``weights`` (state_dict), ``optim``
-(optimizer and scheduler with the MXNet state), ``verify`` (numeric check of a mapping) and ``all`` (everything into
-a folder with a report). Real output goes to stdout (``--json``: one document with ``schema_version``), messages
-and progress bars to stderr. Exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error.
+(optimizer and scheduler with the MXNet state), ``verify`` (numeric check of a mapping), ``all`` (everything into
+a folder with a report; ``--torch generate`` writes the torch model too) and ``generate`` (a torch module's source).
+Real output goes to stdout (``--json``: one document with ``schema_version``), messages and progress bars to stderr. Exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from migrate import migration_folder
 from migrate.cli import inputs
 from migrate.cli.report import Report
 from migrate.errors import CliUsageError, InputFileError, MigrateError
+from migrate.generate import generate_torch
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.verify import verify
 from migrate.mapping.weights import convert_weights
@@ -28,13 +29,16 @@ from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 
 __all__ = ["main"]
 
+GENERATED = "model.py"  # the file `migrate all --torch generate` writes into its output folder
+
 _FLAGS = {  # flag -> argparse keywords; each subcommand takes the flags named in _COMMANDS
     "--symbol": dict(metavar="FILE", help="MXNet NAME-symbol.json (HybridBlock.export)"),
     "--params": dict(metavar="FILE", help="MXNet NAME-0000.params (HybridBlock.export)"),
     "--settings": dict(metavar="FILE", help="settings file (LrTrainer.export_settings)"),
     "--states": dict(metavar="FILE", help="optimizer states (LrTrainer.save_states or Trainer.save_states)"),
-    "--torch": dict(metavar="MODULE:CALLABLE|FILE", help="torch model: a factory such as "
-                    "torchvision.models:resnet18, or a TorchScript file (torch.jit.save)"),
+    "--torch": dict(metavar="MODULE:CALLABLE|FILE|generate", help="torch model: a factory such as "
+                    "torchvision.models:resnet18, a TorchScript file (torch.jit.save), or 'generate' (`all` "
+                    "only: write OUT/model.py from the MXNet graph with migrate.generate_torch and use it)"),
     "--kwargs": dict(default="{}", metavar="JSON", help="JSON object of keyword arguments for the factory"),
     "--input-shape": dict(action="append", metavar="N,C,H,W", help="input shape; repeat for several inputs "
                           "(integer inputs: append ':int64')"),
@@ -56,6 +60,8 @@ _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
     "all": ("everything into one folder: mapping, weights, param groups, optimizer, report",
             ("--symbol", "--params", "--settings", "--torch", "--input-shape"), ("--states", "--kwargs", "--mapping"),
             "output folder (created if missing)"),
+    "generate": ("write a standalone torch module (readable source, MXNet's training semantics) for the MXNet model",
+                 ("--symbol", "--params", "--input-shape"), (), "model.py to write"),
 }
 
 
@@ -158,6 +164,8 @@ def _run_all(args, report):
         raise CliUsageError(f"--out {args.out!r}: exists and is not a folder; give a folder path")
     inputs.output_paths(paths.values(), _inputs(args), args.force)
     report.sections["inputs"] = _fingerprints(args)
+    if args.torch == "generate":
+        report.outputs.append(os.path.join(args.out, GENERATED))
     mapping = _mapping(args, model, report, document, show=True)
     _verify(args, model, mapping, report)
     writes = {migration_folder.MAPPING: mapping.save}
@@ -178,14 +186,31 @@ def _run_all(args, report):
     atomic.write_text(paths[migration_folder.REPORT_TXT], report.render() + "\n")
 
 
+def _run_generate(args, report):
+    inputs.output_paths([args.out], _inputs(args), args.force)
+    shapes, dtypes = inputs.input_shapes(args.input_shape)
+    with _stage(args, "generating the torch module"):
+        model = generate_torch(inputs.mx_files(args), shapes, args.out, input_dtypes=dtypes)
+    report.outputs.append(args.out)
+    report.text.append(f"generated {type(model).__name__} in {args.out}: {len(model.MXNET_NAMES)} MXNet "
+                       f"parameters and states as state_dict keys (MXNET_NAMES in the file maps them)")
+
+
 _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim": _run_optim,
-        "verify": _run_verify, "all": _run_all}
+        "verify": _run_verify, "all": _run_all, "generate": _run_generate}
 
 
 # ---------------------------------------------------------------- shared steps
 
 
 def _model(args):
+    if args.command == "all" and args.torch == "generate":
+        path = os.path.join(args.out, GENERATED)
+        inputs.output_paths([path], _inputs(args), args.force)
+        os.makedirs(args.out, exist_ok=True)
+        shapes, dtypes = inputs.input_shapes(args.input_shape)
+        with _stage(args, "generating the torch module"):
+            return generate_torch(inputs.mx_files(args), shapes, path, input_dtypes=dtypes)
     with _stage(args, "loading the torch model"):
         return inputs.torch_model(args.torch, args.kwargs)
 

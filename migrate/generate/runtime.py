@@ -16,7 +16,9 @@ def _mx_batch_norm(x, gamma, beta, running_mean, running_var, training, momentum
                    use_global_stats, axis=1):
     """MXNet's BatchNorm: batch statistics in training (biased variance), running = running * momentum +
     batch * (1 - momentum) with the BIASED batch variance (torch's own uses the unbiased one); fix_gamma uses
-    gamma = 1 with a zero gradient. MXNet updates the running statistics in the backward pass, this in the forward."""
+    gamma = 1 with a zero gradient. MXNet updates the running statistics in the backward pass, this in the forward.
+    MXNet holds momentum as a float32 (0.9 -> 0.89999998), whatever the data's dtype."""
+    momentum = float(torch.tensor(momentum, dtype=torch.float32))
     if fix_gamma:
         gamma = gamma * 0 + 1
     axis = axis % x.dim()

@@ -183,7 +183,7 @@ class TestGenerateTorch:
 
     def test_training_continues_exactly(self, tmp_path):
         """3 MXNet steps + 3 torch steps (exact SGD, converted momentum) == 6 MXNet steps, BatchNorm stats too
-        (float64: in float32 the two frameworks' rounding alone drifts by ~1e-4 over 6 steps)."""
+        (float64, to 1e-10: measured ~6e-14; in float32 the frameworks' rounding alone drifts by ~1e-4 over 6 steps)."""
         mx.random.seed(0)
         net = gluon.nn.HybridSequential(prefix="net_")
         with net.name_scope():
@@ -218,7 +218,7 @@ class TestGenerateTorch:
         state = model.state_dict()
         for name, param in net.collect_params().items():
             diff = float(np.abs(param.data().asnumpy() - state[model.MXNET_NAMES[name]].numpy()).max())
-            assert diff <= 1e-5, f"{name}: differs by {diff:.3g} after 3 + 3 steps"
+            assert diff <= 1e-10, f"{name}: differs by {diff:.3g} after 3 + 3 steps"
 
     def test_name_mapping_accepts_generated(self, tmp_path):
         """migrate.name_mapping matches the MXNet model to its generated twin, every name to its MXNET_NAMES key."""
@@ -263,7 +263,7 @@ class TestGenerateTorch:
                              timeout=120, cwd=str(tmp_path))
         assert out.returncode == 0, out.stderr[-2000:]
         model.eval()
-        want = float(model(torch.arange(10.).reshape(2, 5)).sum())
+        want = float(model(torch.arange(10.).reshape(2, 5)).sum().detach())
         assert abs(float(out.stdout.strip()) - want) <= 1e-5 * max(1.0, abs(want))
         assert "import migrate" not in (tmp_path / "tf.py").read_text()
 
