@@ -13,6 +13,7 @@ from mxnet.gluon.model_zoo import vision
 
 import gluon_lr
 import migrate
+import migrate.cli
 from migrate.errors import InputShapeError, UnsupportedOpError
 from migrate.generate import generate_torch, known_ops
 from migrate.generate.registry import register, translator
@@ -323,3 +324,91 @@ class TestErrors:
                   "FullyConnected", "LayerNorm", "Embedding", "LeakyReLU", "softmax", "log_softmax", "batch_dot",
                   "Activation", "elemwise_add", "Concat", "Flatten", "transpose", "expand_dims", "SoftmaxOutput"}
         assert wanted <= set(known_ops()), sorted(wanted - set(known_ops()))
+
+
+def _small_net():
+    mx.random.seed(0)
+    net = gluon.nn.HybridSequential(prefix="net_")
+    with net.name_scope():
+        net.add(gluon.nn.Conv2D(4, 3, in_channels=2), gluon.nn.BatchNorm(in_channels=4),
+                gluon.nn.Activation("relu"), gluon.nn.Dense(3, in_units=64))
+    net.initialize(mx.init.Xavier())
+    return net
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A small float32 net trained 3 steps by LrTrainer, exported (symbol, params, settings, states), then 3 more."""
+    folder = tmp_path_factory.mktemp("generate_cli")
+    net = _small_net()
+    net.hybridize()
+    trainer = gluon_lr.LrTrainer(net.collect_params(), "sgd", {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-3},
+                                 kvstore=None)
+    rng = np.random.RandomState(0)
+    data = [(rng.randn(4, 2, 6, 6).astype(np.float32), rng.randn(4, 3).astype(np.float32)) for _ in range(6)]
+    for step, (x, y) in enumerate(data):
+        if step == 3:
+            net.export(str(folder / "net"))
+            trainer.export_settings(str(folder / "settings.json"))
+            trainer.save_states(str(folder / "trainer.states"))
+        with autograd.record():
+            loss = ((net(mx.nd.array(x)) - mx.nd.array(y)) ** 2).sum()
+        loss.backward()
+        trainer.step(4)
+    final = {name: p.data().asnumpy() for name, p in net.collect_params().items()}
+    return {"folder": folder, "data": data, "final": final}
+
+
+def _files(folder):
+    return ["--symbol", str(folder / "net-symbol.json"), "--params", str(folder / "net-0000.params"),
+            "--input-shape", "4,2,6,6"]
+
+
+class TestCli:
+    def test_generate_subcommand(self, trained, tmp_path, capsys):
+        """`migrate generate` writes an importable model.py (exit 0); again without --force is exit 2."""
+        out = tmp_path / "model.py"
+        assert migrate.cli.main(["generate", *_files(trained["folder"]), "--out", str(out)]) == 0
+        module = generate_module(out)
+        assert module.MXNET_NAMES["net_conv0_weight"] == "conv0.weight"
+        assert migrate.cli.main(["generate", *_files(trained["folder"]), "--out", str(out)]) == 2
+        assert "--force" in capsys.readouterr().err
+
+    def test_all_torch_generate_continues_training(self, trained, tmp_path):
+        """`migrate all --torch generate` writes model.py beside the weights and optimizer; loading them and
+        training 3 torch steps equals 3 more MXNet steps (float32, 1e-5)."""
+        out = tmp_path / "out"
+        folder = trained["folder"]
+        code = migrate.cli.main(["all", *_files(folder), "--settings", str(folder / "settings.json"), "--states",
+                                 str(folder / "trainer.states"), "--torch", "generate", "--out", str(out)])
+        assert code == 0 and (out / "model.py").is_file() and (out / "weights.pt").is_file()
+        model = generate_module(out / "model.py").Net()
+        optimizer, scheduler = migrate.load_migration(out, model)
+        for x, y in trained["data"][3:]:
+            optimizer.zero_grad()
+            ((model(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).sum().backward()
+            optimizer.step()
+            scheduler.step()
+        state = model.state_dict()
+        for name, value in trained["final"].items():
+            diff = float(np.abs(value - state[model.MXNET_NAMES[name]].numpy()).max())
+            assert diff <= 1e-5, f"{name}: differs by {diff:.3g}"
+
+    def test_unsupported_op_exit_2_nothing_written(self, tmp_path, capsys):
+        """An op without translation: exit 2, the error names the op, no file is written."""
+        fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, no_bias=True, name="fc")
+        mx.sym.topk(fc, k=2, ret_typ="value", name="pick").save(str(tmp_path / "t-symbol.json"))
+        mx.nd.save(str(tmp_path / "t-0000.params"), {"arg:fc_weight": mx.nd.ones((3, 5))})
+        args = ["generate", "--symbol", str(tmp_path / "t-symbol.json"), "--params", str(tmp_path / "t-0000.params"),
+                "--input-shape", "2,5", "--out", str(tmp_path / "t.py")]
+        assert migrate.cli.main(args) == 2
+        assert "op 'topk'" in capsys.readouterr().err and not (tmp_path / "t.py").exists()
+
+
+def generate_module(path):
+    """The module of a generated file, imported from its path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"generated_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
