@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gluon_lr import load_settings
-from tutorials import demo, t01_finetune, t02_freezing, t03_layer_decay, t04_migrate
+from tutorials import demo, t01_finetune, t02_freezing, t03_layer_decay, t04_migrate, t06_generate
 
 REL = 1e-3  # measured first-step learning rates (float32 least squares) within this relative error
 
@@ -184,3 +184,17 @@ class TestArguments:
             module.main(argv + ["--out", str(tmp_path)])
         assert exc.value.code == 2
         assert re.search(pattern, capsys.readouterr().err), description
+
+
+class TestT06Generate:
+    def test_generated_model_trains_on(self, tmp_path, capsys):
+        """--fast: model.py is written and shown; eval outputs within 1e-5 (relative) of MXNet's, the first torch
+        loss within 1e-5 of MXNet's, weights within 1e-5 after the torch steps."""
+        assert t06_generate.main(["--fast", "--out", str(tmp_path)]) == 0
+        printed = capsys.readouterr().out
+        summary = _summary(tmp_path)
+        assert (tmp_path / "migrated" / "model.py").is_file() and "def forward(self, data):" in printed
+        assert "--torch generate" in printed and summary["steps"] == 3
+        assert summary["eval_output_rel_gap"] <= 1e-5, summary
+        assert summary["first_loss_rel_gap"] <= 1e-5 and max(summary["loss_gaps"]) <= 1e-4, summary
+        assert summary["weight_gap"] <= 1e-5 and summary["tensors"] == 27, summary

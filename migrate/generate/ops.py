@@ -350,3 +350,9 @@ def _broadcast_like(node: OpNode) -> str:
 def _div_sqrt_dim(node: OpNode) -> str:
     x = node.inputs[0]
     return f"({x} / math.sqrt({x}.shape[-1]))"
+
+
+@register("_contrib_AdaptiveAvgPooling2D")
+def _adaptive_avg_pool(node: OpNode) -> str:
+    size = _t(node.attr("output_size") or (1,))
+    return f"F.adaptive_avg_pool2d({node.inputs[0]}, {size if len(size) == 2 else (size[0], size[0])})"
