@@ -23,6 +23,7 @@ import importlib.util
 import os
 import sys
 import time
+import warnings
 
 from tutorials import _common
 
@@ -137,8 +138,10 @@ def eval_gap(mx_folder: str, folder: str, x) -> float:
     migrate's weights.pt (both fresh; MXNet 1.9.1 with MKLDNN returned NaN from the trained, hybridized net in
     predict mode here, and its Parameter.data() read ~1e38 after a hybridized inference forward)."""
     import torch
-    net = gluon.SymbolBlock.imports(os.path.join(mx_folder, "net-symbol.json"), ["data"],
-                                    os.path.join(mx_folder, "net-0000.params"))
+    with warnings.catch_warnings():  # "Cannot decide type for ... data": the input is float32, given below
+        warnings.simplefilter("ignore", UserWarning)
+        net = gluon.SymbolBlock.imports(os.path.join(mx_folder, "net-symbol.json"), ["data"],
+                                        os.path.join(mx_folder, "net-0000.params"))
     want = net(mx.nd.array(x)).asnumpy()
     model = generated_class(os.path.join(folder, "model.py"))()
     model.load_state_dict(torch.load(os.path.join(folder, "weights.pt")))

@@ -95,17 +95,18 @@ class OpsBlock(gluon.HybridBlock):
                            pooling_convention="full", count_include_pad=True),
                  F.Pooling(y, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg",
                            pooling_convention="full", count_include_pad=False),
-                 F.Pooling(y, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg", count_include_pad=False)]
-        z = F.concat(*pools, dim=1)  # (2, 40, 4, 4)
+                 F.Pooling(y, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="avg", count_include_pad=False),
+                 F.contrib.AdaptiveAvgPooling2D(y, output_size=4)]
+        z = F.concat(*pools, dim=1)  # (2, 48, 4, 4)
         z = F.broadcast_add(F.broadcast_mul(z, F.mean(z, axis=(2, 3), keepdims=True)),
                             F.Pooling(z, global_pool=True, kernel=(1, 1), pool_type="max"))
         z = F.clip(z, a_min=-1.0, a_max=1.5) + F.Activation(z, act_type="softrelu") - F.LeakyReLU(z, slope=0.1)
-        z = F.reshape(z, shape=(0, -4, 4, -1, -3))  # (2, 4, 10, 16)
+        z = F.reshape(z, shape=(0, -4, 4, -1, -3))  # (2, 4, 12, 16)
         z = F.slice_axis(z, axis=3, begin=1, end=None) + F.Activation(F.slice_axis(z, axis=3, begin=0, end=-1),
-                                                                      act_type="tanh")  # (2, 4, 10, 15)
-        z = F.reshape(z, shape=(-1, 3, 5), reverse=True)  # (80, 3, 5)
+                                                                      act_type="tanh")  # (2, 4, 12, 15)
+        z = F.reshape(z, shape=(-1, 3, 5), reverse=True)  # (96, 3, 5)
         z = self.prelu(F.LeakyReLU(z, act_type="elu", slope=0.3)) + F.LeakyReLU(z, act_type="gelu")
-        z = F.transpose(F.expand_dims(z, axis=1), axes=(0, 1, 3, 2))  # (80, 1, 5, 3)
+        z = F.transpose(F.expand_dims(z, axis=1), axes=(0, 1, 3, 2))  # (96, 1, 5, 3)
         z = F.reshape(z, shape=(0, -2))  # codes that keep the shape
         w = self.dense(F.reshape(F.sigmoid(z), shape=(-1, 15)) - F.Activation(F.reshape(z, shape=(-1, 15)),
                                                                                 act_type="softsign"))
