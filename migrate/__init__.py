@@ -2,8 +2,10 @@
 
 The pipeline: ``mapping`` (MXNet names -> torch names: ``name_mapping``, ``verify``, ``convert_weights``), ``optim``
 (``param_groups``, ``torch_optimizer``, ``stock_torch_optimizer``, ``torch_lr_scheduler``,
-``convert_optimizer_state``), ``migration_folder`` (``load_migration``) and ``cli`` (the ``migrate`` command).
+``convert_optimizer_state``), ``migration_folder`` (``load_migration``), ``generate`` (``generate_torch``: a torch
+module written from the MXNet graph, for models with no torch twin) and ``cli`` (the ``migrate`` command).
 """
+from migrate.generate import generate_torch
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.table import NameMapping
 from migrate.mapping.verify import NodeCheck, VerifyReport, verify
@@ -23,6 +25,7 @@ __all__ = [
     "VerifyReport",
     "convert_optimizer_state",
     "convert_weights",
+    "generate_torch",
     "load_migration",
     "name_mapping",
     "param_groups",

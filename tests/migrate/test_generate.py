@@ -113,6 +113,28 @@ class OpsBlock(gluon.HybridBlock):
         return F.softmax(w, axis=0, temperature=2.0), F.log_softmax(F.broadcast_div(w, F.abs(w) + 1.0), axis=-1)
 
 
+class MiscBlock(gluon.HybridBlock):
+    """Transposed convolution, split/stack, slice, squeeze, dot, broadcast_to, SoftmaxActivation, sum/max, the
+    scalar ops and elemwise ops."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.up = gluon.nn.Conv2DTranspose(4, 3, strides=2, padding=1, output_padding=1, in_channels=3)
+            self.proj = self.params.get("proj", shape=(6, 5))
+
+    def hybrid_forward(self, F, x, proj):
+        y = self.up(x)  # (2, 4, 8, 8)
+        a, b = F.split(y, num_outputs=2, axis=1)
+        s = F.stack(F.elemwise_mul(a, b), F.elemwise_sub(a, b), axis=0)  # (2, 2, 2, 8, 8)
+        s = F.squeeze(F.slice(s, begin=(0, None, 1), end=(1, None, 2)), axis=(0, 2))  # (2, 8, 8)
+        t = F.dot(F.slice_axis(F.reshape(s, shape=(-1, 8)), axis=1, begin=0, end=6), proj)  # (16, 5)
+        t = F.broadcast_to(F.expand_dims(F.sum(t, axis=1), axis=1), shape=(0, 5)) * 0.1 + F.rsqrt(t * t + 1.0)
+        flat = F.reshape(y, shape=(2, 4, -1))
+        u = F.broadcast_add(F.SoftmaxActivation(flat, mode="channel"), 2.0 / (F.max(flat, axis=1, keepdims=True) + 3.0))
+        return t - 1.5, F.elemwise_add(u, F.exp(-F.square(flat)))
+
+
 class TransformerBlock(gluon.HybridBlock):
     """Embedding, two-head self-attention by batch_dot, LayerNorm, GELU feed-forward, residuals."""
 
@@ -165,6 +187,11 @@ class TestGenerateTorch:
         net(mx.nd.zeros((2, 4, 9, 9)))
         _perturb_stats(net)
         _check(net, [np.random.RandomState(2).randn(2, 4, 9, 9).astype(np.float32)], tmp_path / "ops.py")
+
+    def test_misc_block(self, tmp_path):
+        """Transposed convolution, split, stack, slice, squeeze, dot, broadcast_to and scalar ops match MXNet."""
+        net = _seeded(MiscBlock(prefix="misc_"))
+        _check(net, [np.random.RandomState(4).randn(2, 3, 4, 4).astype(np.float32)], tmp_path / "misc.py")
 
     def test_transformer_block(self, tmp_path):
         """Embedding, LayerNorm, batch_dot attention and GELU: outputs match with integer token inputs."""
