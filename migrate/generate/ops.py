@@ -36,7 +36,8 @@ def _convolution(node: OpNode) -> str:
     stride, dilate, pad = (_t(node.attr(k) or (d,) * n) for k, d in (("stride", 1), ("dilate", 1), ("pad", 0)))
     bias = None if node.attr("no_bias", False) else _optional(node, 2)
     groups = node.attr("num_group", 1)
-    return f"F.conv{n}d({node.inputs[0]}, {node.inputs[1]}, {bias}, {stride}, {pad}, {dilate}, {groups})"
+    return (f"F.conv{n}d({node.inputs[0]}, {node.inputs[1]}, {bias}, stride={stride}, padding={pad}, "
+            f"dilation={dilate}, groups={groups})")
 
 
 @register("Deconvolution")
@@ -55,9 +56,10 @@ def _deconvolution(node: OpNode) -> str:
 @register("BatchNorm")
 def _batch_norm(node: OpNode) -> str:
     x, gamma, beta, mean, var = node.inputs[:5]
-    return _call(node, "_mx_batch_norm", x, gamma, beta, mean, var, "self.training", node.attr("momentum", 0.9),
-                 node.attr("eps", 1e-3), node.attr("fix_gamma", True), node.attr("use_global_stats", False),
-                 node.attr("axis", 1))
+    return _call(node, "_mx_batch_norm", x, gamma, beta, mean, var, "self.training",
+                 f"momentum={node.attr('momentum', 0.9)}", f"eps={node.attr('eps', 1e-3)}",
+                 f"fix_gamma={node.attr('fix_gamma', True)}", f"use_global_stats={node.attr('use_global_stats', False)}",
+                 f"axis={node.attr('axis', 1)}")
 
 
 @register("FullyConnected")
