@@ -3,7 +3,8 @@
 Subcommands: ``map`` (name mapping + verification), ``groups`` (param groups), ``weights`` (state_dict), ``optim``
 (optimizer and scheduler with the MXNet state), ``verify`` (numeric check of a mapping), ``all`` (everything into
 a folder with a report; ``--torch generate`` writes the torch model too) and ``generate`` (a torch module's source).
-Real output goes to stdout (``--json``: one document with ``schema_version``), messages and progress bars to stderr. Exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error.
+Real output goes to stdout (``--json``: one document with ``schema_version``), messages and progress bars to stderr.
+Exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error.
 """
 from __future__ import annotations
 

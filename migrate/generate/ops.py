@@ -44,7 +44,7 @@ def _convolution(node: OpNode) -> str:
 def _deconvolution(node: OpNode) -> str:
     kernel = _t(node.attr("kernel"))
     n = len(kernel)
-    if node.attr("target_shape") not in (None, (), ()) and any(_t(node.attr("target_shape"))):
+    if any(_t(node.attr("target_shape") or ())):
         raise node.unsupported("target_shape")
     stride, dilate, pad, adj = (_t(node.attr(k) or (d,) * n)
                                 for k, d in (("stride", 1), ("dilate", 1), ("pad", 0), ("adj", 0)))
@@ -58,8 +58,8 @@ def _batch_norm(node: OpNode) -> str:
     x, gamma, beta, mean, var = node.inputs[:5]
     return _call(node, "_mx_batch_norm", x, gamma, beta, mean, var, "self.training",
                  f"momentum={node.attr('momentum', 0.9)}", f"eps={node.attr('eps', 1e-3)}",
-                 f"fix_gamma={node.attr('fix_gamma', True)}", f"use_global_stats={node.attr('use_global_stats', False)}",
-                 f"axis={node.attr('axis', 1)}")
+                 f"fix_gamma={node.attr('fix_gamma', True)}",
+                 f"use_global_stats={node.attr('use_global_stats', False)}", f"axis={node.attr('axis', 1)}")
 
 
 @register("FullyConnected")
@@ -305,8 +305,9 @@ def _reduce(node: OpNode, fn: str) -> str:
     axis, keep = node.attr("axis"), node.attr("keepdims", False)
     if node.attr("exclude", False):
         raise node.unsupported("exclude=True")
+    x = node.inputs[0]
     if axis in (None, ()):
-        return f"{node.inputs[0]}.{fn}()" if not keep else f"{node.inputs[0]}.{fn}(tuple(range({node.inputs[0]}.dim())), keepdim=True)"
+        return f"{x}.{fn}(tuple(range({x}.dim())), keepdim=True)" if keep else f"{x}.{fn}()"
     return f"{node.inputs[0]}.{fn}({_t(axis)}, keepdim={bool(keep)})"
 
 
