@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from migrate.errors import ExportError, InputFileError, InputShapeError, ModelTypeError
+from migrate.mapping.onnx_converters import mxnet_converters
 
 __all__ = ["MxSource", "export_mxnet", "export_torch", "load_mxnet", "normalize_shapes"]
 
@@ -199,7 +200,7 @@ def export_mxnet(source: MxSource, shapes, dtypes):
     import mxnet as mx
     import onnx
     _check_mx_shapes(source, shapes)
-    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(), warnings.catch_warnings():
+    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(), mxnet_converters(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = os.path.join(tmp, "mx.onnx")
         try:

@@ -17,6 +17,8 @@ from typing import NamedTuple
 import onnx
 import onnx.helper
 
+from migrate.mapping.graph_normalize import recurrent_nodes
+
 __all__ = ["ParamNode", "ParamGraph", "param_graph"]
 
 PASS_THROUGH = frozenset({"Identity", "Dropout", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Cast"})
@@ -131,6 +133,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     pnodes = {i: _make_param_node(n, params, views) for i, n in enumerate(nodes)
               if n.op_type not in _VIEWS or not all(v in params or v in views for v in n.input if v)}
     pnodes = {i: p for i, p in pnodes.items() if p is not None}
+    _add_recurrent(nodes, producer, params, pnodes)
     fused = _fuse_biases(nodes, pnodes, producer, consumers)
     ctx = _Ctx(nodes, producer, pnodes, views, params, fused)
     order = _post_order(ctx, [o.name for o in g.output])
@@ -178,11 +181,27 @@ def _param_views(nodes, params) -> dict:
     return views
 
 
+def _add_recurrent(nodes, producer, params, pnodes) -> None:
+    """Recurrent nodes become parameter nodes (tensors by torch's role names); their weight plumbing does not."""
+    roles_by_node, plumbing = recurrent_nodes(nodes, producer, params)
+    for i in plumbing:
+        pnodes.pop(i, None)
+    for i, roles in roles_by_node.items():
+        n = nodes[i]
+        p = ParamNode(n.op_type, n.name or n.output[0], n.output[0], dict(roles), {r: params[t] for r, t in roles.items()},
+                      {r: [] for r in roles}, _attrs(n))
+        w = p.shapes.get("weight_ih", (0, 0))
+        dirs = 2 if p.attrs.get("direction") == "bidirectional" else 1
+        p.kind, p.label = p.op.lower(), (p.op.lower(), int(p.attrs.get("hidden_size", 0)), int(w[-1]), dirs)
+        pnodes[i] = p
+
+
 def _attrs(node) -> dict:
     out = {}
     for a in node.attribute:
         v = onnx.helper.get_attribute_value(a)
-        out[a.name] = v.decode() if isinstance(v, bytes) else (tuple(v) if isinstance(v, list) else v)
+        v = v.decode() if isinstance(v, bytes) else v
+        out[a.name] = tuple(x.decode() if isinstance(x, bytes) else x for x in v) if isinstance(v, list) else v
     return out
 
 

@@ -16,7 +16,10 @@ __all__ = ["match_graphs", "align"]
 _ATTR_DEFAULTS = {"Conv": {"group": 1, "auto_pad": "NOTSET"},
                   "Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0},
                   "BatchNormalization": {"epsilon": 1e-5, "momentum": 0.9},
-                  "Gather": {"axis": 0}}
+                  "Gather": {"axis": 0},
+                  "LSTM": {"direction": "forward", "layout": 0, "input_forget": 0},
+                  "GRU": {"direction": "forward", "layout": 0, "linear_before_reset": 0},
+                  "RNN": {"direction": "forward", "layout": 0}}
 _IGNORED_ATTRS = {"training_mode", "transB", "kernel_shape", "spatial"}
 
 
