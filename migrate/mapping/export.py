@@ -200,7 +200,8 @@ def export_mxnet(source: MxSource, shapes, dtypes):
     import mxnet as mx
     import onnx
     _check_mx_shapes(source, shapes)
-    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(), mxnet_converters(), warnings.catch_warnings():
+    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(), mxnet_converters() as opset, \
+            warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = os.path.join(tmp, "mx.onnx")
         try:
@@ -212,7 +213,11 @@ def export_mxnet(source: MxSource, shapes, dtypes):
         except Exception as exc:
             raise ExportError(f"MXNet ONNX export failed: {_first_line(exc)}; check the model exports with "
                               f"mx.onnx.export_model on its own, then retry") from None
-        return onnx.load(path)
+        model = onnx.load(path)
+    for entry in model.opset_import:  # mx.onnx's make_model stamps onnx's newest opset on the model
+        if entry.domain in ("", "ai.onnx"):
+            entry.version = opset
+    return model
 
 
 def _check_mx_shapes(source: MxSource, shapes) -> None:

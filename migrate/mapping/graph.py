@@ -17,7 +17,7 @@ from typing import NamedTuple
 import onnx
 import onnx.helper
 
-from migrate.mapping.graph_normalize import recurrent_nodes
+from migrate.mapping.graph_normalize import fuse_patterns, packed_linear_nodes, recurrent_nodes, small_constants
 
 __all__ = ["ParamNode", "ParamGraph", "param_graph"]
 
@@ -124,6 +124,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     wanted = set(param_names) if param_names is not None else {n for n, (_, dt) in inits.items() if dt in (1, 10, 11)}
     params = {n: s for n, (s, _) in inits.items() if n in wanted}
     nodes = [_Node(n.op_type, list(n.input), list(n.output), n.name, n.attribute) for n in g.node]
+    nodes = fuse_patterns(nodes, params, small_constants(g), _new_node)
     producer = {out: i for i, n in enumerate(nodes) for out in n.output}
     consumers: dict[str, list[int]] = {}
     for i, n in enumerate(nodes):
@@ -134,6 +135,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
               if n.op_type not in _VIEWS or not all(v in params or v in views for v in n.input if v)}
     pnodes = {i: p for i, p in pnodes.items() if p is not None}
     _add_recurrent(nodes, producer, params, pnodes)
+    _add_packed(nodes, producer, params, views, pnodes)
     fused = _fuse_biases(nodes, pnodes, producer, consumers)
     ctx = _Ctx(nodes, producer, pnodes, views, params, fused)
     order = _post_order(ctx, [o.name for o in g.output])
@@ -179,6 +181,30 @@ def _param_views(nodes, params) -> dict:
                 perm = tuple(new) if perm is None or new is None else tuple(perm[k] for k in new)
             views[n.output[0]] = (base, perm)
     return views
+
+
+def _new_node(op_type, inputs, outputs, name, attrs) -> _Node:
+    return _Node(op_type, list(inputs), list(outputs), name, [onnx.helper.make_attribute(k, v) for k, v in attrs.items()])
+
+
+def _add_packed(nodes, producer, params, views, pnodes) -> None:
+    """A Gemm whose weight packs several parameters (query/key/value) becomes one linear node per parameter; a
+    ``Shape`` of a parameter is not a parameter node."""
+    for i in [i for i, p in pnodes.items() if p.op in _LEAVES]:
+        del pnodes[i]
+    parts, plumbing = packed_linear_nodes(nodes, producer, params, views)
+    for i in plumbing:
+        pnodes.pop(i, None)
+    for i, (gemm, roles) in parts.items():
+        n = nodes[gemm]
+        p = ParamNode("Gemm", f"{n.name or n.output[0]}:{roles['weight']}", nodes[i].output[0], dict(roles),
+                      {r: params[t] for r, t in roles.items()}, {r: [] for r in roles}, _attrs(n))
+        if not p.attrs.get("transB", 0):
+            p.layout["weight"] = [("transpose", (1, 0))]
+        w = p.shapes["weight"] if p.attrs.get("transB", 0) else p.shapes["weight"][::-1]
+        p.kind, p.label = "linear", ("linear", *w)
+        p.attrs["transB"] = 1
+        pnodes[i] = p
 
 
 def _add_recurrent(nodes, producer, params, pnodes) -> None:

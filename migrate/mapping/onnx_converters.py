@@ -25,17 +25,22 @@ _GATES = {"lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "rnn_tanh": (0,), "rnn_relu": 
 def mxnet_converters():
     """Install this module's converters in MXNet's ONNX registry (opset 13), have ``mx.onnx.export_model`` target
     ``EXPORT_OPSET`` (it takes ``onnx.defs.onnx_opset_version()`` and has no argument for it), restore both after."""
+    import onnx.checker
     import onnx.defs
     from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
     table = MXNetGraph.registry_.setdefault(13, {})
     saved = {op: table.get(op) for op in _CONVERTERS}
     table.update(_CONVERTERS)
-    newest = onnx.defs.onnx_opset_version
-    onnx.defs.onnx_opset_version = lambda: min(EXPORT_OPSET, newest())
+    newest, check_graph = onnx.defs.onnx_opset_version, onnx.checker.check_graph
+    opset = min(EXPORT_OPSET, newest())
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version, ctx.opset_imports = onnx.checker.DEFAULT_CONTEXT.ir_version, {"": opset}
+    onnx.defs.onnx_opset_version = lambda: opset
+    onnx.checker.check_graph = lambda graph, _ctx=None: check_graph(graph, ctx)
     try:
-        yield
+        yield opset
     finally:
-        onnx.defs.onnx_opset_version = newest
+        onnx.defs.onnx_opset_version, onnx.checker.check_graph = newest, check_graph
         for op, func in saved.items():
             if func is None:
                 table.pop(op, None)
