@@ -2,7 +2,8 @@
 
 Fused before the parameter graph is built (``fuse_patterns``): LayerNorm written as ReduceMean/Sub/Pow/Sqrt/Div
 arithmetic (MXNet's exporter) becomes one ``LayerNormalization`` node with its ``epsilon``; GELU written as
-``0.5 * x * (1 + erf(x / sqrt(2)))`` becomes one ``Gelu`` node. A packed input projection (GluonNLP's attention
+``0.5 * x * (1 + erf(x / sqrt(2)))`` becomes one ``Gelu`` node; ``relu6(x + 3) / 6`` becomes ``HardSigmoid`` and
+``x * relu6(x + 3) / 6`` ``HardSwish`` (GluonCV's MobileNetV3). A packed input projection (GluonNLP's attention
 concatenates the query/key/value weights per head into one ``FullyConnected``) is split back into one linear
 node per source tensor (``packed_linear_nodes``).
 
@@ -101,7 +102,7 @@ def fuse_patterns(nodes: list, params, consts: dict, make_node) -> list:
     ctx = (nodes, producer, consumers, params, consts)
     replace, drop = {}, set()
     for i, n in enumerate(nodes):
-        found = _layer_norm(ctx, i) if n.op_type == "Div" else _gelu(ctx, i) if n.op_type == "Erf" else None
+        found = _PATTERNS[n.op_type](ctx, i) if n.op_type in _PATTERNS else None
         if found is None or drop & found[0]:
             continue
         matched, last, op, inputs, attrs = found
@@ -196,6 +197,28 @@ def _gelu(ctx, i):
     if half is None or x not in nodes[half].input or not _const(ctx, _other(nodes[half], x), 0.5):
         return None
     return {pre, i, one, mul, half}, mul, "Gelu", [x], {}
+
+
+def _hard(ctx, i):
+    """relu6(x + 3) / 6 -> HardSigmoid(x) (alpha 1/6, beta 0.5); x * that -> HardSwish(x)."""
+    nodes = ctx[0]
+    clip = nodes[i]
+    if len(clip.input) != 3 or not (_const(ctx, clip.input[1], 0.0) and _const(ctx, clip.input[2], 6.0)):
+        return None
+    add = _made_by(ctx, clip.input[0], ("Add",))
+    x = next((v for v in nodes[add].input if not _const(ctx, v, 3.0)), None) if add is not None else None
+    if x is None or not _const(ctx, _other(nodes[add], x) or "", 3.0):
+        return None
+    scale = _single(ctx, clip.output[0], ("Div", "Mul"))
+    if scale is None or not _const(ctx, nodes[scale].input[1], 6.0 if nodes[scale].op_type == "Div" else 1 / 6):
+        return None
+    times = _single(ctx, nodes[scale].output[0], ("Mul",))
+    if times is not None and _other(nodes[times], nodes[scale].output[0]) == x:
+        return {add, i, scale, times}, times, "HardSwish", [x], {}
+    return {add, i, scale}, scale, "HardSigmoid", [x], {"alpha": 1 / 6, "beta": 0.5}
+
+
+_PATTERNS = {"Div": _layer_norm, "Erf": _gelu, "Clip": _hard}
 
 
 def packed_linear_nodes(nodes, producer, params, views) -> tuple[dict, set]:
