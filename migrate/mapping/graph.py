@@ -27,6 +27,9 @@ ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", 
 COMMUTATIVE = frozenset({"Add", "Sum", "Mul", "Max", "Min", "Mean"})
 _LEAVES = frozenset({"Shape", "Size", "Constant", "ConstantOfShape"})
 _VIEWS = frozenset({"Transpose", "Identity", "Cast"})
+# ops whose inputs after the first are shapes, indices or sizes: the walk does not follow them (MXNet's exporter
+# computes each Reshape's target with about 15 Shape/Where/Pad nodes; they carry no data and no parameter)
+_SHAPE_ARGS = frozenset({"Reshape", "Expand", "Tile", "Slice", "Pad", "Squeeze", "Unsqueeze", "Resize", "Upsample"})
 _ROLES = {
     "Conv": ("x", "weight", "bias"), "ConvTranspose": ("x", "weight", "bias"), "Gemm": ("x", "weight", "bias"),
     "MatMul": ("x", "weight"), "Gather": ("weight", "indices"), "PRelu": ("x", "weight"),
@@ -137,7 +140,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     _add_recurrent(nodes, producer, params, pnodes)
     _add_packed(nodes, producer, params, views, pnodes)
     fused = _fuse_biases(nodes, pnodes, producer, consumers)
-    ctx = _Ctx(nodes, producer, pnodes, views, params, fused)
+    ctx = _Ctx(nodes, producer, pnodes, views, params, fused, _with_params_behind(nodes, producer, pnodes, views))
     order = _post_order(ctx, [o.name for o in g.output])
     ranked = [pnodes[i] for i in order if i in pnodes]
     for k, p in enumerate(ranked):
@@ -168,6 +171,17 @@ class _Ctx:
     views: dict
     params: dict
     fused: set
+    behind: set = field(default_factory=set)
+
+
+def _with_params_behind(nodes, producer, pnodes, views) -> set:
+    """Indices of the nodes with a parameter node at or behind them, along the edges ``_branch_signatures`` walks."""
+    out: set = set()
+    for i, n in enumerate(nodes):  # ONNX lists nodes in topological order
+        if i in pnodes or (n.op_type not in _LEAVES and any(
+                producer.get(v) in out for v in n.input if v not in views)):
+            out.add(i)
+    return out
 
 
 def _param_views(nodes, params) -> dict:
@@ -320,9 +334,13 @@ def _data_inputs(ctx: _Ctx, i: int) -> list:
     node = ctx.nodes[i]
     if node.op_type in _LEAVES:
         return []
-    values = [v for v in node.input if v and v not in ctx.params and v not in ctx.views]
+    inputs = node.input[:1] if node.op_type in _SHAPE_ARGS else node.input
+    values = [v for v in inputs if v and v not in ctx.params and v not in ctx.views]
     if node.op_type in COMMUTATIVE and len(values) > 1:
-        keys = _branch_signatures(ctx, values)
+        with_params = [ctx.producer.get(v) in ctx.behind for v in values]
+        # one branch with parameters: it sorts last, the others keep slot order (what the signatures would give,
+        # without walking a constant branch back to the graph's start)
+        keys = _branch_signatures(ctx, values) if sum(with_params) > 1 else with_params
         values = [v for _, _, v in sorted(zip(keys, range(len(values)), values))]
     return [ctx.producer[v] for v in values if v in ctx.producer]
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 __all__ = ["RECURRENT", "fuse_patterns", "packed_linear_nodes", "recurrent_nodes", "small_constants"]
 
 RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
@@ -68,12 +66,12 @@ def small_constants(graph) -> dict:
     import onnx.numpy_helper
     out = {}
     for t in graph.initializer:
-        if int(np.prod(t.dims)) == 1 and t.data_type in (1, 10, 11):
+        if all(d == 1 for d in t.dims) and t.data_type in (1, 10, 11):
             out[t.name] = float(onnx.numpy_helper.to_array(t).reshape(-1)[0])
     for n in graph.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             t = n.attribute[0].t
-            if int(np.prod(t.dims)) == 1 and t.data_type in (1, 10, 11):
+            if all(d == 1 for d in t.dims) and t.data_type in (1, 10, 11):
                 out[n.output[0]] = float(onnx.numpy_helper.to_array(t).reshape(-1)[0])
     return out
 
