@@ -198,7 +198,8 @@ def _param_views(nodes, params) -> dict:
 
 
 def _new_node(op_type, inputs, outputs, name, attrs) -> _Node:
-    return _Node(op_type, list(inputs), list(outputs), name, [onnx.helper.make_attribute(k, v) for k, v in attrs.items()])
+    attributes = [onnx.helper.make_attribute(k, v) for k, v in attrs.items()]
+    return _Node(op_type, list(inputs), list(outputs), name, attributes)
 
 
 def _add_packed(nodes, producer, params, views, pnodes) -> None:
@@ -228,7 +229,8 @@ def _add_recurrent(nodes, producer, params, pnodes) -> None:
         pnodes.pop(i, None)
     for i, roles in roles_by_node.items():
         n = nodes[i]
-        p = ParamNode(n.op_type, n.name or n.output[0], n.output[0], dict(roles), {r: params[t] for r, t in roles.items()},
+        shapes = {r: params[t] for r, t in roles.items()}
+        p = ParamNode(n.op_type, n.name or n.output[0], n.output[0], dict(roles), shapes,
                       {r: [] for r in roles}, _attrs(n))
         w = p.shapes.get("weight_ih", (0, 0))
         dirs = 2 if p.attrs.get("direction") == "bidirectional" else 1

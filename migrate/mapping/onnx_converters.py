@@ -49,7 +49,7 @@ def mxnet_converters():
 
 
 def _rnn_params(node, mx_graph) -> dict:
-    """(direction 'l'/'r', layer, 'i2h'/'h2h', 'weight'/'bias') -> MXNet parameter name, behind ``_rnn_param_concat``."""
+    """(direction 'l'/'r', layer, 'i2h'/'h2h', 'weight'/'bias') -> MXNet parameter name (``_rnn_param_concat``'s)."""
     concat = mx_graph[node["inputs"][1][0]]
     if concat["op"] != "_rnn_param_concat":
         raise NotImplementedError(f"RNN {node['name']!r}: its parameters come from a {concat['op']!r} node, "

@@ -92,5 +92,6 @@ def test_mobilenet_v3_small_differences_named(model_zoo):
     assert rest == ["torch Gemm 'classifier.0.weight' ('linear', 1024, 576) has no counterpart in the MXNet model",
                     "torch Gemm 'classifier.3.weight' ('linear', 1000, 1024) has no counterpart in the MXNet model",
                     "MXNet Conv 'last-1x1-conv2-conv2d_weight' ('linear', 1280, 576) has no counterpart in the torch "
-                    "model", "MXNet Conv 'output_fc_weight' ('linear', 1000, 1280) has no counterpart in the torch model"]
+                    "model",
+                    "MXNet Conv 'output_fc_weight' ('linear', 1000, 1280) has no counterpart in the torch model"]
     assert not any("activation" in d for d in mapping.differences)

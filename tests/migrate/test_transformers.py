@@ -122,7 +122,7 @@ class TestBert:
 
 class TestBertDifferences:
     def test_gelu_vs_relu(self):
-        """HF with hidden_act='relu': each intermediate dense is reported with Gelu on the MXNet side, Relu on torch's."""
+        """HF with hidden_act='relu': each intermediate dense is reported, Gelu on the MXNet side, Relu on torch's."""
         net = _gluon_bert()
         mapping = migrate.name_mapping(net, _hf_bert(act="relu"), SHAPES, input_dtypes=DTYPES)
         assert not mapping.ok
