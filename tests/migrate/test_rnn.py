@@ -108,3 +108,18 @@ class TestRealDifferences:
         mapping = migrate.name_mapping(net, model, _shape_dtype(False)[0])
         assert mapping.differences == ["MXNet RNN 'net_rnn0_l0_i2h_weight' vs torch RNN 'rnn.weight_ih_l0': "
                                        "activations ('Relu',) vs ('Tanh',)"]
+
+
+def test_param_groups_follow_the_mapping():
+    """h2h tensors with lr_mult 0.5 land in torch's weight_hh/bias_hh group at lr 0.05; the rest at 0.1."""
+    from tests.migrate import _mx_reference as R
+    net, model = _gluon("lstm", 2, True, False), _torch("lstm", 2, True, False)
+    mapping = migrate.name_mapping(net, model, _shape_dtype(False)[0])
+    for name, p in net.collect_params().items():
+        p.lr_mult = 0.5 if "_h2h_" in name else 1.0
+    settings = R.settings_of(net, "sgd", {"learning_rate": 0.1, "wd": 0.0, "momentum": 0.9}, None)
+    groups = migrate.param_groups(model, settings, mapping)
+    names = {id(p): k for k, p in model.named_parameters()}
+    lr_of = {names[id(p)]: g["lr"] for g in groups for p in g["params"]}
+    assert set(lr_of) == set(names.values()) and len(lr_of) == 16
+    assert {k: lr for k, lr in lr_of.items()} == {k: 0.05 if "_hh_" in k else 0.1 for k in lr_of}
