@@ -9,3 +9,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install --quiet -e ".[test]"
+# Test-only model zoos (tests/migrate/test_gluoncv.py, test_transformers.py). --no-deps: their declared
+# dependencies would replace the pinned numpy; the tests skip when they are absent.
+.venv/bin/python -m pip install --quiet --no-deps gluoncv==0.10.5.post0 gluonnlp==0.10.0

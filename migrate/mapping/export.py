@@ -17,6 +17,7 @@ import numpy as np
 
 from migrate.errors import ExportError, InputFileError, InputShapeError, ModelTypeError
 from migrate.mapping import module_checkpoint
+from migrate.mapping.onnx_converters import mxnet_converters
 
 __all__ = ["MxSource", "export_mxnet", "export_torch", "load_mxnet", "normalize_shapes"]
 
@@ -204,7 +205,8 @@ def export_mxnet(source: MxSource, shapes, dtypes):
     import mxnet as mx
     import onnx
     _check_mx_shapes(source, shapes)
-    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(), warnings.catch_warnings():
+    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(), mxnet_converters() as opset, \
+            warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = os.path.join(tmp, "mx.onnx")
         try:
@@ -216,7 +218,11 @@ def export_mxnet(source: MxSource, shapes, dtypes):
         except Exception as exc:
             raise ExportError(f"MXNet ONNX export failed: {_first_line(exc)}; check the model exports with "
                               f"mx.onnx.export_model on its own, then retry") from None
-        return onnx.load(path)
+        model = onnx.load(path)
+    for entry in model.opset_import:  # mx.onnx's make_model stamps onnx's newest opset on the model
+        if entry.domain in ("", "ai.onnx"):
+            entry.version = opset
+    return model
 
 
 def _check_mx_shapes(source: MxSource, shapes) -> None:

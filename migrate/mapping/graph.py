@@ -17,6 +17,8 @@ from typing import NamedTuple
 import onnx
 import onnx.helper
 
+from migrate.mapping.graph_normalize import fuse_patterns, packed_linear_nodes, recurrent_nodes, small_constants
+
 __all__ = ["ParamNode", "ParamGraph", "param_graph"]
 
 PASS_THROUGH = frozenset({"Identity", "Dropout", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Cast"})
@@ -25,6 +27,9 @@ ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", 
 COMMUTATIVE = frozenset({"Add", "Sum", "Mul", "Max", "Min", "Mean"})
 _LEAVES = frozenset({"Shape", "Size", "Constant", "ConstantOfShape"})
 _VIEWS = frozenset({"Transpose", "Identity", "Cast"})
+# ops whose inputs after the first are shapes, indices or sizes: the walk does not follow them (MXNet's exporter
+# computes each Reshape's target with about 15 Shape/Where/Pad nodes; they carry no data and no parameter)
+_SHAPE_ARGS = frozenset({"Reshape", "Expand", "Tile", "Slice", "Pad", "Squeeze", "Unsqueeze", "Resize", "Upsample"})
 _ROLES = {
     "Conv": ("x", "weight", "bias"), "ConvTranspose": ("x", "weight", "bias"), "Gemm": ("x", "weight", "bias"),
     "MatMul": ("x", "weight"), "Gather": ("weight", "indices"), "PRelu": ("x", "weight"),
@@ -122,6 +127,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     wanted = set(param_names) if param_names is not None else {n for n, (_, dt) in inits.items() if dt in (1, 10, 11)}
     params = {n: s for n, (s, _) in inits.items() if n in wanted}
     nodes = [_Node(n.op_type, list(n.input), list(n.output), n.name, n.attribute) for n in g.node]
+    nodes = fuse_patterns(nodes, params, small_constants(g), _new_node)
     producer = {out: i for i, n in enumerate(nodes) for out in n.output}
     consumers: dict[str, list[int]] = {}
     for i, n in enumerate(nodes):
@@ -131,8 +137,10 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     pnodes = {i: _make_param_node(n, params, views) for i, n in enumerate(nodes)
               if n.op_type not in _VIEWS or not all(v in params or v in views for v in n.input if v)}
     pnodes = {i: p for i, p in pnodes.items() if p is not None}
+    _add_recurrent(nodes, producer, params, pnodes)
+    _add_packed(nodes, producer, params, views, pnodes)
     fused = _fuse_biases(nodes, pnodes, producer, consumers)
-    ctx = _Ctx(nodes, producer, pnodes, views, params, fused)
+    ctx = _Ctx(nodes, producer, pnodes, views, params, fused, _with_params_behind(nodes, producer, pnodes, views))
     order = _post_order(ctx, [o.name for o in g.output])
     ranked = [pnodes[i] for i in order if i in pnodes]
     for k, p in enumerate(ranked):
@@ -163,6 +171,17 @@ class _Ctx:
     views: dict
     params: dict
     fused: set
+    behind: set = field(default_factory=set)
+
+
+def _with_params_behind(nodes, producer, pnodes, views) -> set:
+    """Indices of the nodes with a parameter node at or behind them, along the edges ``_branch_signatures`` walks."""
+    out: set = set()
+    for i, n in enumerate(nodes):  # ONNX lists nodes in topological order
+        if i in pnodes or (n.op_type not in _LEAVES and any(
+                producer.get(v) in out for v in n.input if v not in views)):
+            out.add(i)
+    return out
 
 
 def _param_views(nodes, params) -> dict:
@@ -178,11 +197,53 @@ def _param_views(nodes, params) -> dict:
     return views
 
 
+def _new_node(op_type, inputs, outputs, name, attrs) -> _Node:
+    attributes = [onnx.helper.make_attribute(k, v) for k, v in attrs.items()]
+    return _Node(op_type, list(inputs), list(outputs), name, attributes)
+
+
+def _add_packed(nodes, producer, params, views, pnodes) -> None:
+    """A Gemm whose weight packs several parameters (query/key/value) becomes one linear node per parameter; a
+    ``Shape`` of a parameter is not a parameter node."""
+    for i in [i for i, p in pnodes.items() if p.op in _LEAVES]:
+        del pnodes[i]
+    parts, plumbing = packed_linear_nodes(nodes, producer, params, views)
+    for i in plumbing:
+        pnodes.pop(i, None)
+    for i, (gemm, roles) in parts.items():
+        n = nodes[gemm]
+        p = ParamNode("Gemm", f"{n.name or n.output[0]}:{roles['weight']}", nodes[i].output[0], dict(roles),
+                      {r: params[t] for r, t in roles.items()}, {r: [] for r in roles}, _attrs(n))
+        if not p.attrs.get("transB", 0):
+            p.layout["weight"] = [("transpose", (1, 0))]
+        w = p.shapes["weight"] if p.attrs.get("transB", 0) else p.shapes["weight"][::-1]
+        p.kind, p.label = "linear", ("linear", *w)
+        p.attrs["transB"] = 1
+        pnodes[i] = p
+
+
+def _add_recurrent(nodes, producer, params, pnodes) -> None:
+    """Recurrent nodes become parameter nodes (tensors by torch's role names); their weight plumbing does not."""
+    roles_by_node, plumbing = recurrent_nodes(nodes, producer, params)
+    for i in plumbing:
+        pnodes.pop(i, None)
+    for i, roles in roles_by_node.items():
+        n = nodes[i]
+        shapes = {r: params[t] for r, t in roles.items()}
+        p = ParamNode(n.op_type, n.name or n.output[0], n.output[0], dict(roles), shapes,
+                      {r: [] for r in roles}, _attrs(n))
+        w = p.shapes.get("weight_ih", (0, 0))
+        dirs = 2 if p.attrs.get("direction") == "bidirectional" else 1
+        p.kind, p.label = p.op.lower(), (p.op.lower(), int(p.attrs.get("hidden_size", 0)), int(w[-1]), dirs)
+        pnodes[i] = p
+
+
 def _attrs(node) -> dict:
     out = {}
     for a in node.attribute:
         v = onnx.helper.get_attribute_value(a)
-        out[a.name] = v.decode() if isinstance(v, bytes) else (tuple(v) if isinstance(v, list) else v)
+        v = v.decode() if isinstance(v, bytes) else v
+        out[a.name] = tuple(x.decode() if isinstance(x, bytes) else x for x in v) if isinstance(v, list) else v
     return out
 
 
@@ -275,9 +336,13 @@ def _data_inputs(ctx: _Ctx, i: int) -> list:
     node = ctx.nodes[i]
     if node.op_type in _LEAVES:
         return []
-    values = [v for v in node.input if v and v not in ctx.params and v not in ctx.views]
+    inputs = node.input[:1] if node.op_type in _SHAPE_ARGS else node.input
+    values = [v for v in inputs if v and v not in ctx.params and v not in ctx.views]
     if node.op_type in COMMUTATIVE and len(values) > 1:
-        keys = _branch_signatures(ctx, values)
+        with_params = [ctx.producer.get(v) in ctx.behind for v in values]
+        # one branch with parameters: it sorts last, the others keep slot order (what the signatures would give,
+        # without walking a constant branch back to the graph's start)
+        keys = _branch_signatures(ctx, values) if sum(with_params) > 1 else with_params
         values = [v for _, _, v in sorted(zip(keys, range(len(values)), values))]
     return [ctx.producer[v] for v in values if v in ctx.producer]
 

@@ -16,7 +16,11 @@ __all__ = ["match_graphs", "align"]
 _ATTR_DEFAULTS = {"Conv": {"group": 1, "auto_pad": "NOTSET"},
                   "Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0},
                   "BatchNormalization": {"epsilon": 1e-5, "momentum": 0.9},
-                  "Gather": {"axis": 0}}
+                  "Gather": {"axis": 0},
+                  "LSTM": {"direction": "forward", "layout": 0, "input_forget": 0},
+                  "GRU": {"direction": "forward", "layout": 0, "linear_before_reset": 0},
+                  "RNN": {"direction": "forward", "layout": 0},
+                  "LayerNormalization": {"axis": -1, "stash_type": 1}}
 _IGNORED_ATTRS = {"training_mode", "transB", "kernel_shape", "spatial"}
 
 
@@ -232,7 +236,7 @@ def _compare_attrs(op: str, left: dict, right: dict) -> list[str]:
         if x is None and op == "Conv":
             continue
         if not _same(x, y):
-            diffs.append(f"{key} {x} vs {y}")
+            diffs.append(f"{key} {_shown(x)} vs {_shown(y)}")
     return diffs
 
 
@@ -240,3 +244,8 @@ def _same(x, y) -> bool:
     if isinstance(x, float) or isinstance(y, float):
         return x is not None and y is not None and math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-9)
     return x == y
+
+
+def _shown(v):
+    """A float attribute as people write it (ONNX stores float32: 1e-12 reads 9.999999960041972e-13 unrounded)."""
+    return f"{v:.6g}" if isinstance(v, float) else v

@@ -1,0 +1,150 @@
+"""ONNX converters for what MXNet 1.9.1's exporter lacks or gets wrong, installed only while ``export_mxnet`` runs.
+
+- ``RNN`` (``gluon.rnn.LSTM``/``GRU``/``RNN``): MXNet's converter refuses ``bidirectional=True`` (but for a 1-layer
+  LSTM), and its 2-layer LSTM slices the fused parameter blob at offsets that assume ``input_size == hidden_size``.
+  This one emits one ONNX ``LSTM``/``GRU``/``RNN`` node per layer whose ``W``/``R``/``B`` inputs are built from the
+  named parameters themselves (``l0_i2h_weight``, ``r0_h2h_bias``, ...), not from slices of the blob, so the
+  parameter names survive and ``migrate.mapping.graph_normalize`` can read which tensor feeds which role.
+- The opset: MXNet's converters are written for opsets 12 and 13 (``LayerNorm`` emits ``ReduceMean`` with an
+  ``axes`` attribute, an input from opset 18 on); ``EXPORT_OPSET`` (17) keeps every one of them valid.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+
+__all__ = ["EXPORT_OPSET", "mxnet_converters"]
+
+EXPORT_OPSET = 17
+_PARAM = re.compile(r"([lr])(\d+)_(i2h|h2h)_(weight|bias)$")
+# ONNX gate order from MXNet's (== torch's) gate order: LSTM i,f,g,o -> i,o,f,c; GRU r,z,n -> z,r,h
+_GATES = {"lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "rnn_tanh": (0,), "rnn_relu": (0,)}
+
+
+@contextlib.contextmanager
+def mxnet_converters():
+    """Install this module's converters in MXNet's ONNX registry (opset 13), have ``mx.onnx.export_model`` target
+    ``EXPORT_OPSET`` (it takes ``onnx.defs.onnx_opset_version()`` and has no argument for it), restore both after."""
+    import onnx.checker
+    import onnx.defs
+    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+    table = MXNetGraph.registry_.setdefault(13, {})
+    saved = {op: table.get(op) for op in _CONVERTERS}
+    table.update(_CONVERTERS)
+    newest, check_graph = onnx.defs.onnx_opset_version, onnx.checker.check_graph
+    opset = min(EXPORT_OPSET, newest())
+    ctx = onnx.checker.C.CheckerContext()
+    ctx.ir_version, ctx.opset_imports = onnx.checker.DEFAULT_CONTEXT.ir_version, {"": opset}
+    onnx.defs.onnx_opset_version = lambda: opset
+    onnx.checker.check_graph = lambda graph, _ctx=None: check_graph(graph, ctx)
+    try:
+        yield opset
+    finally:
+        onnx.defs.onnx_opset_version, onnx.checker.check_graph = newest, check_graph
+        for op, func in saved.items():
+            if func is None:
+                table.pop(op, None)
+            else:
+                table[op] = func
+
+
+def _rnn_params(node, mx_graph) -> dict:
+    """(direction 'l'/'r', layer, 'i2h'/'h2h', 'weight'/'bias') -> MXNet parameter name (``_rnn_param_concat``'s)."""
+    concat = mx_graph[node["inputs"][1][0]]
+    if concat["op"] != "_rnn_param_concat":
+        raise NotImplementedError(f"RNN {node['name']!r}: its parameters come from a {concat['op']!r} node, "
+                                  f"not gluon.rnn's _rnn_param_concat; export of a hand-built RNN op is unsupported")
+    out = {}
+    for src, *_ in concat["inputs"]:
+        var = mx_graph[src]
+        while var["op"] != "null" and var["inputs"]:  # gluon reshapes each parameter to 1-D first
+            var = mx_graph[var["inputs"][0][0]]
+        found = _PARAM.search(var["name"])
+        if var["op"] != "null" or not found:
+            raise NotImplementedError(f"RNN {node['name']!r}: parameter {var['name']!r} is not named like gluon.rnn's "
+                                      f"'l0_i2h_weight'; export of a hand-built RNN op is unsupported")
+        d, layer, g, t = found.groups()
+        out[(d, int(layer), g, t)] = var["name"]
+    return out
+
+
+def _gate_reorder(make_node, src: str, out: str, order: tuple) -> list:
+    if len(order) == 1:
+        return [make_node("Identity", [src], [out])]
+    parts = [f"{out}_g{k}" for k in range(len(order))]
+    return [make_node("Split", [src], parts, axis=0),  # equal parts at opset 13-17
+            make_node("Concat", [parts[k] for k in order], [out], axis=0)]
+
+
+def _stacked(make_node, names: list, out: str, order: tuple, axes: str) -> list:
+    """Gate-reordered tensors, one per direction, unsqueezed on axis 0 and concatenated: ONNX's (D, ...) layout."""
+    nodes, per_dir = [], []
+    for k, group in enumerate(names):
+        pieces = []
+        for m, name in enumerate(group):
+            nodes += _gate_reorder(make_node, name, f"{out}_d{k}_{m}", order)
+            pieces.append(f"{out}_d{k}_{m}")
+        if len(pieces) > 1:
+            nodes.append(make_node("Concat", pieces, [f"{out}_d{k}"], axis=0))
+        else:
+            nodes.append(make_node("Identity", pieces, [f"{out}_d{k}"]))
+        nodes.append(make_node("Unsqueeze", [f"{out}_d{k}", axes], [f"{out}_d{k}_u"]))
+        per_dir.append(f"{out}_d{k}_u")
+    nodes.append(make_node("Concat", per_dir, [out], axis=0))
+    return nodes
+
+
+def convert_rnn(node, **kwargs):
+    """MXNet ``RNN`` (as gluon.rnn builds it) -> one ONNX recurrent node per layer, weights by parameter name."""
+    import numpy as np
+    import onnx
+    from onnx.helper import make_node
+    attrs = node.get("attrs", {})
+    name, mode = node["name"], attrs.get("mode", "lstm")
+    layers, hidden = int(attrs.get("num_layers", "1")), int(attrs["state_size"])
+    dirs = 2 if attrs.get("bidirectional", "False") == "True" else 1
+    for key, bad in (("use_sequence_length", "True"), ("projection_size", None)):
+        if attrs.get(key, "None" if bad is None else "False") not in ("False", "None"):
+            raise NotImplementedError(f"RNN {name!r}: {key}={attrs[key]} has no ONNX translation here")
+    lookup = kwargs["outputs_lookup"]
+    ins = [lookup[i][j].name for i, j, *_ in node["inputs"]]
+    params = _rnn_params(node, kwargs["mx_graph"])
+    init = kwargs["initializer"]
+    consts = {f"{name}_axes0": [0], f"{name}_shape": [0, 0, -1]}
+    for layer in range(layers):
+        consts[f"{name}_s{layer}"], consts[f"{name}_e{layer}"] = [layer * dirs], [(layer + 1) * dirs]
+    for cname, value in consts.items():
+        init.append(onnx.helper.make_tensor(cname, onnx.TensorProto.INT64, [len(value)], np.array(value, np.int64)))
+    op = {"lstm": "LSTM", "gru": "GRU"}.get(mode, "RNN")
+    extra = {"linear_before_reset": 1} if op == "GRU" else {}
+    if mode in ("rnn_relu", "rnn_tanh"):
+        extra["activations"] = ["Relu" if mode == "rnn_relu" else "Tanh"] * dirs
+    order, ds = _GATES[mode], "lr"[:dirs]
+    nodes, x, hs, cs = [], ins[0], [], []
+    for layer in range(layers):
+        p = f"{name}_L{layer}"
+        w = [[params[(d, layer, "i2h", "weight")]] for d in ds]
+        r = [[params[(d, layer, "h2h", "weight")]] for d in ds]
+        b = [[params[(d, layer, "i2h", "bias")], params[(d, layer, "h2h", "bias")]] for d in ds]
+        for tag, names in (("W", w), ("R", r), ("B", b)):
+            nodes += _stacked(make_node, names, f"{p}_{tag}", order, f"{name}_axes0")
+        states = [f"{p}_h0"] + ([f"{p}_c0"] if op == "LSTM" else [])
+        for state, src in zip(states, ins[2:]):
+            nodes.append(make_node("Slice", [src, f"{name}_s{layer}", f"{name}_e{layer}", f"{name}_axes0"], [state]))
+        outs = [f"{p}_Y", f"{p}_h"] + ([f"{p}_c"] if op == "LSTM" else [])
+        nodes.append(make_node(op, [x, f"{p}_W", f"{p}_R", f"{p}_B", "", states[0]] + states[1:], outs,
+                               hidden_size=hidden, direction="bidirectional" if dirs == 2 else "forward",
+                               name=f"{p}_{op.lower()}", **extra))
+        y = name if layer == layers - 1 else f"{p}_out"
+        nodes += [make_node("Transpose", [f"{p}_Y"], [f"{p}_Yt"], perm=[0, 2, 1, 3]),
+                  make_node("Reshape", [f"{p}_Yt", f"{name}_shape"], [y])]
+        x = y
+        hs.append(f"{p}_h")
+        cs += [f"{p}_c"] if op == "LSTM" else []
+    nodes.append(make_node("Concat", hs, [f"{name}1"], axis=0))
+    if cs:
+        nodes.append(make_node("Concat", cs, [f"{name}2"], axis=0))
+    return nodes
+
+
+_CONVERTERS = {"RNN": convert_rnn}
