@@ -11,7 +11,7 @@ import types
 import numpy as np
 
 from migrate.errors import InputFileError, InputShapeError
-from migrate.generate import ops  # noqa: F401 (fills the registry)
+from migrate.generate import ops, rnn_ops  # noqa: F401 (fill the registry)
 from migrate.generate.names import identifier, local_names, param_keys
 from migrate.generate.registry import OpNode, translator
 from migrate.generate.runtime import HELPERS
@@ -21,7 +21,7 @@ from gluon_lr.formats.atomic import write_text
 __all__ = ["generate_torch"]
 
 LOSS_HEADS = {"SoftmaxOutput", "Softmax", "LinearRegressionOutput", "MAERegressionOutput", "LogisticRegressionOutput"}
-MULTI_OUTPUT = {"SliceChannel", "split"}
+MULTI_OUTPUT = {"SliceChannel", "split", "RNN"}
 
 
 def generate_torch(mx_model, input_shapes, path, *, input_dtypes=None):
@@ -147,12 +147,14 @@ def _source(source, mx_model, shapes, class_name) -> tuple:
             continue
         entries = node["inputs"][:1] if node["op"] in LOSS_HEADS else node["inputs"]
         op_node = OpNode(node["op"], node["name"], node.get("attrs", {}), [_ref(nodes, exprs, e) for e in entries],
-                         [_shape_of(nodes, out_shapes, e) for e in entries], _shape_of(nodes, out_shapes, [i, 0]))
+                         [_shape_of(nodes, out_shapes, e) for e in entries], _shape_of(nodes, out_shapes, [i, 0]),
+                         in_ops=[(nodes[e[0]]["op"], nodes[e[0]].get("attrs", {})) for e in entries])
         lines.append(f"{local[i]} = {translator(node['op'], node['name'])(op_node)}")
         owners = sorted({keys[nodes[e[0]]["name"]].rsplit(".", 1)[0] for e in entries
                          if nodes[e[0]]["op"] == "null" and nodes[e[0]]["name"] in keys and "." in
                          keys[nodes[e[0]]["name"]]})
-        if len(owners) == 1:  # a layer with parameters: verify compares its output node by node
+        data_in = any(nodes[e[0]]["op"] != "null" or nodes[e[0]]["name"] not in keys for e in entries)
+        if len(owners) == 1 and data_in:  # a layer with parameters: verify compares its output node by node
             lines.append(f"self._record({owners[0]!r}, {local[i]})")
         helpers |= op_node.helpers
         exprs[i] = local[i]

@@ -30,6 +30,7 @@ class OpNode:
         in_shapes: the inputs' shapes (None where MXNet could not infer one).
         out_shape: the shape of the node's first output (None if unknown).
         helpers: names of runtime helpers the expression calls (the generator copies them into the file).
+        in_ops: for each input, ``(op, attrs)`` of the node that makes it (``("null", {...})`` for a variable).
     """
 
     op: str
@@ -39,6 +40,7 @@ class OpNode:
     in_shapes: list = field(default_factory=list)
     out_shape: tuple = None
     helpers: set = field(default_factory=set)
+    in_ops: list = field(default_factory=list)
 
     def attr(self, key: str, default=None):
         """The attribute ``key`` parsed as a Python literal (``"(3, 3)"`` -> ``(3, 3)``, ``"True"`` -> True)."""

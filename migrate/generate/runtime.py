@@ -133,6 +133,8 @@ def _mx_pool_full(x, pool, kernel, stride, pad, count_include_pad):
     return average(F.pad(F.pad(x, both), right), kernel, stride) / average(mask, kernel, stride)
 
 
-HELPERS = {fn.__name__: fn for fn in (_mx_batch_norm, _mx_reshape, _mx_slice_axis, _mx_slice, _mx_split,
+from migrate.generate.rnn_runtime import _mx_rnn  # noqa: E402 (its own module: the fused RNN op)
+
+HELPERS = {fn.__name__: fn for fn in (_mx_rnn, _mx_batch_norm, _mx_reshape, _mx_slice_axis, _mx_slice, _mx_split,
                                       _mx_layer_norm, _mx_dot, _mx_softmax_output, _mx_broadcast_to,
                                       _mx_pool_full)}
