@@ -28,7 +28,9 @@ def _shape(text) -> tuple:
 
 @register("_rnn_param_concat")
 def _rnn_param_concat(node: OpNode) -> str:
-    return f"torch.cat([{', '.join(node.inputs)}], {node.attr('dim', 0)})"
+    if node.attr("dim", 0) != 0:
+        raise node.unsupported(f"dim={node.attr('dim')}")
+    return f"[{', '.join(node.inputs)}]"  # the RNN helper takes the pieces (each stays its own tensor in ONNX)
 
 
 @register("_zeros", "zeros")

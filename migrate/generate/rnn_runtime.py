@@ -6,35 +6,33 @@ bias in the same order (input-to-hidden, hidden-to-hidden). The gate order (LSTM
 GRU's ``r * (W_hn h + b_hn)`` equal torch's, so the vector is cut into torch's per-layer tensors and run by the
 kernel ``torch.nn.LSTM``/``GRU``/``RNN`` use.
 """
+import math
+
 import torch
 
 
 def _mx_rnn(x, params, state, state_cell, mode, state_size, num_layers, bidirectional, p, training):
     """MXNet's RNN op on ``x`` (T, N, C): returns (output (T, N, D * H), final h[, final c]) with D directions.
 
-    ``params`` is MXNet's flat parameter vector; ``state``/``state_cell`` the initial states (L * D, N, H), None for
-    zeros. ``mode`` is one of lstm, gru, rnn_tanh, rnn_relu; ``p`` the dropout between layers (in training)."""
+    ``params`` is MXNet's flat parameter vector, or the list of its pieces in that order (each flattened: Gluon's
+    layers concatenate them, the generated code hands them over one by one so that each stays its own tensor);
+    ``state``/``state_cell`` the initial states (L * D, N, H), None for zeros. ``mode`` is one of lstm, gru, rnn_tanh, rnn_relu; ``p`` the dropout between layers (in training)."""
     gates = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}[mode]
     dirs, hidden = 2 if bidirectional else 1, state_size
     shapes = []
     for layer in range(num_layers):
         width = x.shape[2] if layer == 0 else hidden * dirs
         shapes += [((gates * hidden, width), (gates * hidden, hidden))] * dirs
-    weights, offset = [], 0
-    for i2h, h2h in shapes:
-        for shape in (i2h, h2h):
-            size = shape[0] * shape[1]
-            weights.append(params[offset:offset + size].reshape(shape))
-            offset += size
-    biases = []
-    for _ in shapes:
-        for _ in range(2):
-            biases.append(params[offset:offset + gates * hidden])
-            offset += gates * hidden
-    if offset != params.numel():
-        raise ValueError(f"the RNN parameter vector has {params.numel()} values; mode {mode} with {num_layers} "
-                         f"layer(s), {dirs} direction(s), input width {x.shape[2]} and state size {hidden} needs "
-                         f"{offset}")
+    sizes = [s for pair in shapes for s in pair] + [(gates * hidden,)] * (2 * len(shapes))
+    if not isinstance(params, (list, tuple)):  # one packed vector: cut it into the pieces
+        need = sum(math.prod(s) for s in sizes)
+        if params.numel() != need:
+            raise ValueError(f"the RNN parameter vector has {params.numel()} values; mode {mode} with {num_layers} "
+                             f"layer(s), {dirs} direction(s), input width {x.shape[2]} and state size {hidden} "
+                             f"needs {need}")
+        params = torch.split(params, [math.prod(s) for s in sizes])
+    pieces = [piece.reshape(size) for piece, size in zip(params, sizes)]
+    weights, biases = pieces[:2 * len(shapes)], pieces[2 * len(shapes):]
     flat = []
     for k in range(len(shapes)):
         flat += [weights[2 * k], weights[2 * k + 1], biases[2 * k], biases[2 * k + 1]]

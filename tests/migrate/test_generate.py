@@ -441,3 +441,118 @@ def generate_module(path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class RecurrentNet(gluon.HybridBlock):
+    """An optional Embedding, then gluon.rnn.LSTM/GRU/RNN, then a Dense on each step's output."""
+
+    def __init__(self, cell, layout="TNC", embed=True, layers=2, bidirectional=True, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.embed = gluon.nn.Embedding(11, 4) if embed else None
+            self.rnn = cell(5, num_layers=layers, bidirectional=bidirectional, layout=layout,
+                            input_size=0 if embed else 3)
+            self.head = gluon.nn.Dense(2, flatten=False)
+
+    def hybrid_forward(self, F, x):
+        return self.head(self.rnn(self.embed(x) if self.embed is not None else x))
+
+
+class StatefulLSTM(gluon.HybridBlock):
+    """An LSTM given its initial states as inputs, returning its output and final states (state_outputs)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.rnn = gluon.rnn.LSTM(4, num_layers=2, bidirectional=True, input_size=3)
+
+    def hybrid_forward(self, F, x, h, c):
+        out, (h_n, c_n) = self.rnn(x, [h, c])
+        return out, h_n, c_n
+
+
+def _rnn_inputs(layout, embed, seed=0, batch=2, steps=3):
+    rng = np.random.RandomState(seed)
+    shape = (batch, steps) if layout == "NTC" else (steps, batch)
+    if embed:
+        return rng.randint(0, 11, shape).astype(np.float32)
+    return rng.uniform(-1, 1, shape + (3,)).astype(np.float32)
+
+
+RNN_RTOL = 1e-5
+
+
+class TestRecurrent:
+    """gluon.rnn LSTM/GRU/RNN hybridize to MXNet's fused RNN op; the generated module runs torch's kernels on
+    MXNet's parameters, eval and train mode (dropout 0), outputs and gradients within 1e-5 relative."""
+
+    @pytest.mark.parametrize("cell, layout, embed, layers, bidirectional", [
+        (gluon.rnn.LSTM, "TNC", True, 2, True), (gluon.rnn.LSTM, "NTC", False, 1, False),
+        (gluon.rnn.LSTM, "NTC", True, 2, True), (gluon.rnn.GRU, "TNC", False, 2, True),
+        (gluon.rnn.GRU, "NTC", True, 1, True), (gluon.rnn.RNN, "TNC", False, 2, False)])
+    def test_outputs_and_gradients_equal_mxnet(self, tmp_path, cell, layout, embed, layers, bidirectional):
+        net = RecurrentNet(cell, layout, embed, layers, bidirectional)
+        mx.random.seed(0)
+        net.initialize(mx.init.Uniform(0.5))
+        net.hybridize()
+        x = _rnn_inputs(layout, embed)
+        model = generate_torch(net, x.shape, tmp_path / "rnn.py")
+        for train in (False, True):
+            model.train(train)
+            with autograd.record(train_mode=train):
+                want = net(mx.nd.array(x))
+            if train:
+                want.backward()
+            got = model(torch.from_numpy(x))
+            assert _relative(want, got) <= RNN_RTOL, f"train={train}: relative {_relative(want, got):.3g}"
+        model.zero_grad()
+        got.sum().backward()
+        params = dict(model.named_parameters())
+        for name, param in net.collect_params().items():
+            grad = params[model.MXNET_NAMES[name]].grad
+            assert _relative(param.grad(), grad) <= RNN_RTOL, f"gradient of {name}"
+        other = _rnn_inputs(layout, embed, seed=1, batch=4, steps=5)  # zero states follow the batch at run time
+        model.eval()
+        assert _relative(net(mx.nd.array(other)), model(torch.from_numpy(other))) <= RNN_RTOL
+
+    def test_names_cover_the_rnn_parameters(self, tmp_path):
+        """Each MXNet RNN parameter is its own torch parameter, named after the Gluon attribute tree."""
+        net = RecurrentNet(gluon.rnn.LSTM, embed=True, layers=2, bidirectional=True, prefix="net_")
+        net.initialize()
+        net.hybridize()
+        model = generate_torch(net, (3, 2), tmp_path / "rnn.py")
+        assert set(model.MXNET_NAMES) == set(net.collect_params())
+        assert model.MXNET_NAMES["net_lstm0_l1_h2h_weight"] == "rnn.l1_h2h_weight"
+        assert model.MXNET_NAMES["net_lstm0_r0_i2h_bias"] == "rnn.r0_i2h_bias"
+        assert set(dict(model.named_parameters())) == set(model.MXNET_NAMES.values())
+
+    def test_given_states_and_state_outputs(self, tmp_path):
+        net = StatefulLSTM()
+        net.initialize(mx.init.Uniform(0.5))
+        net.hybridize()
+        rng = np.random.RandomState(0)
+        x, h, c = (rng.uniform(-1, 1, s).astype(np.float32) for s in ((3, 2, 3), (4, 2, 4), (4, 2, 4)))
+        model = generate_torch(net, [x.shape, h.shape, c.shape], tmp_path / "stateful.py").eval()
+        got = model(*[torch.from_numpy(v) for v in (x, h, c)])
+        want = net(*[mx.nd.array(v) for v in (x, h, c)])
+        assert len(got) == 3
+        for i, (w, g) in enumerate(zip(want, got)):
+            assert _relative(w, g) <= RNN_RTOL, f"output {i}"
+
+    def test_name_mapping_accepts_generated(self, tmp_path):
+        net = RecurrentNet(gluon.rnn.GRU, embed=True)
+        net.initialize(mx.init.Uniform(0.5))
+        net.hybridize()
+        model = generate_torch(net, (3, 2), tmp_path / "rnn.py")
+        mapping = migrate.name_mapping(net, model, (3, 2))
+        assert mapping.ok, mapping.differences
+        wrong = {n: (mapping[n], k) for n, k in model.MXNET_NAMES.items() if mapping[n] != k}
+        assert not wrong, f"name_mapping disagrees with MXNET_NAMES: {list(wrong.items())[:5]}"
+
+    def test_projection_is_a_typed_error(self, tmp_path):
+        net = gluon.rnn.LSTM(4, projection_size=2, input_size=3)
+        net.initialize()
+        net.hybridize()
+        with pytest.raises(UnsupportedOpError, match="projection_size"):
+            generate_torch(net, (3, 2, 3), tmp_path / "proj.py")
+        assert not (tmp_path / "proj.py").exists()
