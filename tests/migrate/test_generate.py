@@ -556,3 +556,82 @@ class TestRecurrent:
         with pytest.raises(UnsupportedOpError, match="projection_size"):
             generate_torch(net, (3, 2, 3), tmp_path / "proj.py")
         assert not (tmp_path / "proj.py").exists()
+
+    def test_packed_parameter_blob_from_symbol_files(self, tmp_path):
+        """A symbol file whose RNN reads one packed ``..._rnn_param`` vector (weights of every layer and direction,
+        then the biases) and given states: the vector stays one parameter, cut in the forward."""
+        layers, dirs, hidden, width = 2, 2, 4, 3
+        data, h0, c0 = mx.sym.var("data"), mx.sym.var("h0"), mx.sym.var("c0")
+        out = mx.sym.RNN(data, mx.sym.var("lstm_rnn_param"), h0, c0, state_size=hidden, num_layers=layers,
+                         bidirectional=True, mode="lstm", state_outputs=True, name="lstm")
+        sym = mx.sym.Group([out[0], out[2]])
+        size = sum(4 * hidden * (w + hidden + 2) for w in [width] * dirs + [hidden * dirs] * dirs)
+        rng = np.random.RandomState(0)
+        blob = mx.nd.array(rng.uniform(-0.5, 0.5, size))
+        sym.save(str(tmp_path / "packed-symbol.json"))
+        mx.nd.save(str(tmp_path / "packed-0000.params"), {"arg:lstm_rnn_param": blob})
+        shapes = [(5, 2, width), (layers * dirs, 2, hidden), (layers * dirs, 2, hidden)]
+        model = generate_torch((tmp_path / "packed-symbol.json", tmp_path / "packed-0000.params"), shapes,
+                               tmp_path / "packed.py").eval()
+        assert list(model.MXNET_NAMES) == ["lstm_rnn_param"]
+        inputs = [rng.uniform(-1, 1, s).astype(np.float32) for s in shapes]
+        exe = sym.bind(mx.cpu(), {"data": mx.nd.array(inputs[0]), "h0": mx.nd.array(inputs[1]),
+                                  "c0": mx.nd.array(inputs[2]), "lstm_rnn_param": blob})
+        want = exe.forward(is_train=False)
+        got = model(*[torch.from_numpy(x) for x in inputs])
+        for i, (w, g) in enumerate(zip(want, got)):
+            assert _relative(w, g) <= RNN_RTOL, f"output {i}: relative {_relative(w, g):.3g}"
+
+    def test_dropout_between_layers_follows_train_mode(self, tmp_path):
+        net = RecurrentNet(gluon.rnn.LSTM, embed=False, layers=2, bidirectional=False)
+        net.rnn._dropout = 0.5
+        mx.random.seed(0)
+        net.initialize(mx.init.Uniform(0.5))
+        net.hybridize()
+        x = _rnn_inputs("TNC", False)
+        model = generate_torch(net, x.shape, tmp_path / "drop.py")
+        assert "p=0.5" in (tmp_path / "drop.py").read_text()
+        model.eval()
+        assert _relative(net(mx.nd.array(x)), model(torch.from_numpy(x))) <= RNN_RTOL
+        model.train()
+        torch.manual_seed(0)
+        assert _relative(net(mx.nd.array(x)), model(torch.from_numpy(x))) > 1e-3
+
+    def test_verify_and_training_continue(self, tmp_path):
+        """verify passes on the generated twin; 2 MXNet steps + 2 torch steps == 4 MXNet steps (float64)."""
+        net = RecurrentNet(gluon.rnn.GRU, embed=True, prefix="net_")
+        mx.random.seed(0)
+        net.initialize(mx.init.Uniform(0.5))
+        model = generate_torch(net, (3, 2), tmp_path / "check.py")
+        mapping = migrate.name_mapping(net, model, (3, 2))
+        report = migrate.verify(net, model, mapping, (3, 2))
+        assert report.ok and report.max_abs_diff <= 1e-5, report.first_divergence
+        net.cast("float64")
+        net.hybridize()
+        trainer = gluon_lr.LrTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9},
+                                     kvstore=None)
+        rng = np.random.RandomState(0)
+        data = [(rng.randint(0, 11, (3, 2)).astype(np.float64), rng.randn(3, 2, 2)) for _ in range(4)]
+
+        def mx_step(x, y):
+            with autograd.record():
+                loss = ((net(mx.nd.array(x, dtype=x.dtype)) - mx.nd.array(y, dtype=y.dtype)) ** 2).sum()
+            loss.backward()
+            trainer.step(2)
+        for x, y in data[:2]:
+            mx_step(x, y)
+        trainer.export_settings(str(tmp_path / "settings.json"))
+        trainer.save_states(str(tmp_path / "trainer.states"))
+        model = generate_torch(net, (3, 2), tmp_path / "rnn.py", input_dtypes=np.float64)
+        optimizer = migrate.torch_optimizer(model, str(tmp_path / "settings.json"), model.MXNET_NAMES)
+        migrate.convert_optimizer_state(str(tmp_path / "trainer.states"), str(tmp_path / "settings.json"),
+                                        model.MXNET_NAMES, optimizer)
+        for x, y in data[2:]:
+            mx_step(x, y)
+            optimizer.zero_grad()
+            ((model(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).sum().backward()
+            optimizer.step()
+        state = model.state_dict()
+        for name, param in net.collect_params().items():
+            diff = float(np.abs(param.data().asnumpy() - state[model.MXNET_NAMES[name]].numpy()).max())
+            assert diff <= 1e-10, f"{name}: differs by {diff:.3g} after 2 + 2 steps"
