@@ -3,7 +3,11 @@
 A hybridized ``gluon.rnn.LSTM`` writes: ``Reshape(-1)`` of each ``l0_i2h_weight``..., ``_rnn_param_concat`` of them
 (or one packed ``..._rnn_param`` variable in older symbol files), ``_zeros`` initial states whose batch axis is 0
 (unknown until run time), ``RNN``, and ``SwapAxis`` around it for layout 'NTC'. The parameters stay one torch
-parameter per MXNet parameter (``rnn.l0_i2h_weight``); the concatenation happens in ``forward``, as in MXNet.
+parameter per MXNet parameter (``rnn.l0_i2h_weight``) and ``_rnn_param_concat`` becomes the list of the pieces,
+which the helper ``_mx_rnn`` hands to torch's LSTM/GRU/RNN kernel without concatenating them (so the ONNX export
+``name_mapping`` reads shows each tensor feeding its own gate input). A packed vector is cut in the forward.
+A batch-free ``_zeros`` state becomes None (the helper makes zeros of the batch it runs on); its own line in the
+forward keeps the size inferred for the given input shapes and is not read.
 """
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ def _mx_rnn(x, params, state, state_cell, mode, state_size, num_layers, bidirect
 
     ``params`` is MXNet's flat parameter vector, or the list of its pieces in that order (each flattened: Gluon's
     layers concatenate them, the generated code hands them over one by one so that each stays its own tensor);
-    ``state``/``state_cell`` the initial states (L * D, N, H), None for zeros. ``mode`` is one of lstm, gru, rnn_tanh, rnn_relu; ``p`` the dropout between layers (in training)."""
+    ``state``/``state_cell`` the initial states (L * D, N, H), None for zeros.
+    ``mode`` is one of lstm, gru, rnn_tanh, rnn_relu; ``p`` the dropout between layers (in training)."""
     gates = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}[mode]
     dirs, hidden = 2 if bidirectional else 1, state_size
     shapes = []
