@@ -58,3 +58,7 @@ class SettingsError(MigrateError, ValueError):
 
 class OutputExistsError(MigrateError, ValueError):
     """An output file exists and ``--force`` was not given (names the file and the flag)."""
+
+
+class OutputWriteError(MigrateError, OSError):
+    """An output file could not be written (disk full, no permission); names the file and the bytes needed."""
