@@ -152,6 +152,21 @@ class TestAll:
         assert {g["lr"] for g in optimizer.param_groups} == {0.025, 0.05}, "the schedule stepped down at update 6"
 
 
+    def test_load_migration_reads_safetensors(self, trained, migrated, tmp_path):
+        """A folder holding weights.safetensors (no weights.pt) loads the same weights, bit for bit."""
+        import shutil
+        from safetensors.torch import save_file
+        shutil.copy(migrated[1] / "optimizer.pt", tmp_path / "optimizer.pt")
+        save_file(torch.load(migrated[1] / "weights.pt", weights_only=True), str(tmp_path / "weights.safetensors"))
+        from_pt, from_st = M.torch_residual(), M.torch_residual()
+        migrate.load_migration(migrated[1], from_pt)
+        migrate.load_migration(tmp_path, from_st)
+        for key, value in from_pt.state_dict().items():
+            assert value.numpy().tobytes() == from_st.state_dict()[key].numpy().tobytes(), key
+        (tmp_path / "weights.safetensors").write_bytes(b"not safetensors")
+        with pytest.raises(migrate.errors.InputFileError, match="expected a safetensors file"):
+            migrate.load_migration(tmp_path, M.torch_residual())
+
     def test_mean_loss_with_rescale_grad_1(self, trained, migrated):
         """A loss averaged over the batch with load_migration(..., rescale_grad=1.0) continues the same way."""
         model = M.torch_residual()
