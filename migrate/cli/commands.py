@@ -21,6 +21,7 @@ from migrate.cli.report import Report
 from migrate.errors import CliUsageError, InputFileError, MigrateError
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.verify import verify
+from migrate.mapping.stream import write_state_dict
 from migrate.mapping.weights import convert_weights
 from migrate.optim.groups import param_groups
 from migrate.optim.state_conversion import convert_optimizer_state
@@ -39,6 +40,8 @@ _FLAGS = {  # flag -> argparse keywords; each subcommand takes the flags named i
     "--input-shape": dict(action="append", metavar="N,C,H,W", help="input shape; repeat for several inputs "
                           "(integer inputs: append ':int64')"),
     "--mapping": dict(metavar="FILE", help="mapping file from `migrate map`: skips matching the models"),
+    "--format": dict(choices=("pt", "safetensors"), default="pt", help="weights file format: pt (torch.save, "
+                     "weights.pt) or safetensors (written tensor by tensor, weights.safetensors)"),
 }
 _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
     "map": ("map every MXNet parameter to its torch state_dict key and verify the mapping",
@@ -47,14 +50,15 @@ _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
                ("--settings", "--torch"), ("--kwargs", "--mapping", "--symbol", "--params", "--input-shape"),
                "param_groups.json to write"),
     "weights": ("the MXNet weights as a torch state_dict", ("--params", "--torch"),
-                ("--kwargs", "--mapping", "--symbol", "--input-shape"), "weights.pt to write"),
+                ("--kwargs", "--mapping", "--symbol", "--input-shape", "--format"), "weights file to write"),
     "optim": ("torch optimizer + lr scheduler with MXNet's exact update and (with --states) its state",
               ("--settings", "--torch"), ("--states", "--kwargs", "--mapping", "--symbol", "--params",
                                           "--input-shape"), "optimizer.pt to write"),
     "verify": ("copy the weights by the mapping and compare both models node by node",
                ("--symbol", "--params", "--torch", "--input-shape"), ("--kwargs", "--mapping"), None),
     "all": ("everything into one folder: mapping, weights, param groups, optimizer, report",
-            ("--symbol", "--params", "--settings", "--torch", "--input-shape"), ("--states", "--kwargs", "--mapping"),
+            ("--symbol", "--params", "--settings", "--torch", "--input-shape"),
+            ("--states", "--kwargs", "--mapping", "--format"),
             "output folder (created if missing)"),
 }
 
@@ -132,7 +136,7 @@ def _run_weights(args, report):
     mapping = _mapping(args, model, report)
     if not report.names_unmapped:
         state_dict = _weights(args, model, mapping, report)
-        _write(report, args.out, lambda path: migration_folder.torch_save(state_dict, path))
+        _write(report, args.out, _weights_writer(args, state_dict))
 
 
 def _run_optim(args, report):
@@ -151,12 +155,15 @@ def _run_verify(args, report):
 
 def _run_all(args, report):
     document, model = inputs.settings(args.settings), _model(args)
-    names = (migration_folder.MAPPING, migration_folder.WEIGHTS, migration_folder.GROUPS, migration_folder.OPTIMIZER,
+    weights_name = migration_folder.WEIGHTS_SAFETENSORS if args.format == "safetensors" else migration_folder.WEIGHTS
+    names = (migration_folder.MAPPING, weights_name, migration_folder.GROUPS, migration_folder.OPTIMIZER,
              migration_folder.REPORT_JSON, migration_folder.REPORT_TXT)
     paths = {name: os.path.join(args.out, name) for name in names}
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise CliUsageError(f"--out {args.out!r}: exists and is not a folder; give a folder path")
-    inputs.output_paths(paths.values(), _inputs(args), args.force)
+    other = migration_folder.WEIGHTS if weights_name != migration_folder.WEIGHTS else \
+        migration_folder.WEIGHTS_SAFETENSORS  # the other format's file would be loaded instead: replace only on --force
+    inputs.output_paths([*paths.values(), os.path.join(args.out, other)], _inputs(args), args.force)
     report.sections["inputs"] = _fingerprints(args)
     mapping = _mapping(args, model, report, document, show=True)
     _verify(args, model, mapping, report)
@@ -165,14 +172,15 @@ def _run_all(args, report):
         state_dict = _weights(args, model, mapping, report)
         groups = _groups(model, document, mapping, report)
         saved = _optimizer(args, model, document, mapping, report)
-        writes.update({migration_folder.WEIGHTS: lambda path: migration_folder.torch_save(state_dict, path),
+        writes.update({weights_name: _weights_writer(args, state_dict),
                        migration_folder.GROUPS: lambda path: atomic.write_json(path, groups),
                        migration_folder.OPTIMIZER: lambda path: migration_folder.torch_save(saved, path)})
     os.makedirs(args.out, exist_ok=True)
     for name, write in writes.items():
         _write(report, paths[name], write)
-    stale = (migration_folder.WEIGHTS, migration_folder.GROUPS, migration_folder.OPTIMIZER)
-    _remove_stale(report, [paths[n] for n in stale])
+    stale = (migration_folder.WEIGHTS, migration_folder.WEIGHTS_SAFETENSORS, migration_folder.GROUPS,
+             migration_folder.OPTIMIZER)
+    _remove_stale(report, [os.path.join(args.out, n) for n in stale])
     report.outputs += [paths[migration_folder.REPORT_JSON], paths[migration_folder.REPORT_TXT]]
     atomic.write_json(paths[migration_folder.REPORT_JSON], _jsonable(report.to_dict()))
     atomic.write_text(paths[migration_folder.REPORT_TXT], report.render() + "\n")
@@ -293,6 +301,13 @@ def _write(report, path, write):
     """Write one output atomically (``write(path)`` does it) and record it."""
     write(path)
     report.outputs.append(path)
+
+
+def _weights_writer(args, state_dict):
+    """The writer of the weights file in the format --format names."""
+    if args.format == "safetensors":
+        return lambda path: write_state_dict(state_dict, path)
+    return lambda path: migration_folder.torch_save(state_dict, path)
 
 
 def _remove_stale(report, paths):

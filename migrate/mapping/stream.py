@@ -20,7 +20,7 @@ from migrate.errors import MappingError, OutputWriteError, WeightShapeError
 from migrate.mapping.table import NameMapping
 from migrate.mapping.weights import _numpy, _read_params
 
-__all__ = ["write_safetensors", "read_safetensors"]
+__all__ = ["write_safetensors", "write_state_dict", "read_safetensors"]
 
 _DTYPES = {"torch.float32": "F32", "torch.float64": "F64", "torch.float16": "F16", "torch.bfloat16": "BF16",
            "torch.int64": "I64", "torch.int32": "I32", "torch.int16": "I16", "torch.int8": "I8",
@@ -73,9 +73,24 @@ def write_safetensors(mx_params, mapping: NameMapping, path, torch_model=None, *
     Example:
         >>> write_safetensors("net-0000.params", mapping, "out/weights.safetensors", torch_net)  # doctest: +SKIP
     """
+    return _write_items(_tensors(_read_params(mx_params), mapping, torch_model), path, progress)
+
+
+def write_state_dict(state_dict: dict, path, *, progress=None) -> dict:
+    """Write a torch ``state_dict`` to the safetensors file ``path`` one tensor at a time, atomically.
+
+    Same file, guarantees and errors as ``write_safetensors``; no copy of the tensors is made (each is written
+    from its own memory).
+
+    Example:
+        >>> write_state_dict(model.state_dict(), "out/weights.safetensors")  # doctest: +SKIP
+    """
+    return _write_items(iter(state_dict.items()), path, progress)
+
+
+def _write_items(items, path, progress) -> dict:
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    values = _read_params(mx_params)
     header: dict = {}
     offset = 0
     temps = []
@@ -83,7 +98,7 @@ def write_safetensors(mx_params, mapping: NameMapping, path, torch_model=None, *
         data_fd, data_path = tempfile.mkstemp(prefix=".weights-data-", dir=folder)
         temps.append(data_path)
         with os.fdopen(data_fd, "wb") as data:
-            for key, tensor in _tensors(values, mapping, torch_model):
+            for key, tensor in items:
                 dtype = _DTYPES.get(str(tensor.dtype))
                 if dtype is None:
                     raise MappingError(f"torch key {key!r}: dtype {tensor.dtype} has no safetensors code; "

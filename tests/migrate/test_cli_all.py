@@ -152,12 +152,19 @@ class TestAll:
         assert {g["lr"] for g in optimizer.param_groups} == {0.025, 0.05}, "the schedule stepped down at update 6"
 
 
-    def test_load_migration_reads_safetensors(self, trained, migrated, tmp_path):
-        """A folder holding weights.safetensors (no weights.pt) loads the same weights, bit for bit."""
-        import shutil
-        from safetensors.torch import save_file
-        shutil.copy(migrated[1] / "optimizer.pt", tmp_path / "optimizer.pt")
-        save_file(torch.load(migrated[1] / "weights.pt", weights_only=True), str(tmp_path / "weights.safetensors"))
+    def test_format_safetensors(self, trained, migrated, tmp_path):
+        """``all --format safetensors`` writes weights.safetensors equal to weights.pt bit for bit, and
+        load_migration loads it; a damaged one raises InputFileError."""
+        from safetensors.torch import load_file
+        done = _migrate("all", *_files(trained["folder"], "symbol", "params", "settings", "states"), "--torch",
+                        TORCH, "--input-shape", "1,3,8,8", "--out", tmp_path, "--format", "safetensors", "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert (tmp_path / "weights.safetensors").is_file() and not (tmp_path / "weights.pt").exists()
+        ours = load_file(str(tmp_path / "weights.safetensors"))
+        theirs = torch.load(migrated[1] / "weights.pt", weights_only=True)
+        assert set(ours) == set(theirs)
+        for key, value in theirs.items():
+            assert ours[key].dtype == value.dtype and ours[key].numpy().tobytes() == value.numpy().tobytes(), key
         from_pt, from_st = M.torch_residual(), M.torch_residual()
         migrate.load_migration(migrated[1], from_pt)
         migrate.load_migration(tmp_path, from_st)
