@@ -107,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--out", required=True, metavar="PATH", help=out)
             command.add_argument("--force", action="store_true", help="replace existing outputs")
         command.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+        command.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
     return parser
 
 
@@ -306,8 +307,18 @@ def _write(report, path, write):
 def _weights_writer(args, state_dict):
     """The writer of the weights file in the format --format names."""
     if args.format == "safetensors":
-        return lambda path: write_state_dict(state_dict, path)
+        return lambda path: _write_safetensors(args, state_dict, path)
     return lambda path: migration_folder.torch_save(state_dict, path)
+
+
+def _write_safetensors(args, state_dict, path):
+    """write_state_dict with a bytes bar (count, rate) on stderr, shown as _progress shows its bar."""
+    from tqdm import tqdm
+    total = sum(v.numel() * v.element_size() for v in state_dict.values())
+    with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False,
+              desc=f"writing {os.path.basename(path)}", disable=not getattr(args, "bars", False)) as bar:
+        write_state_dict(state_dict, path, progress=lambda done: bar.update(done - bar.n))
+        return bar.n
 
 
 def _remove_stale(report, paths):
@@ -336,9 +347,10 @@ def _jsonable(value):
 
 @contextlib.contextmanager
 def _progress(args):
-    """A progress bar on stderr for the command's stages, off when stderr is not a terminal."""
+    """A progress bar on stderr for the command's stages, off with --quiet or when stderr is not a terminal."""
     from tqdm import tqdm
-    args.bar = tqdm(desc=f"migrate {args.command}", file=sys.stderr, disable=not sys.stderr.isatty(),
+    args.bars = not args.quiet and sys.stderr.isatty()
+    args.bar = tqdm(desc=f"migrate {args.command}", file=sys.stderr, disable=not args.bars,
                     bar_format="{desc}: {n_fmt} stages done, {elapsed}", leave=False)
     try:
         yield
