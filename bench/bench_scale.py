@@ -3,7 +3,7 @@ chains of big Dense/Linear layers, one size per fresh process, with the growth e
 
 Run: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_scale.py [--sizes 10,25,50,100] [--width 2048]
 
-Sizes are in millions of parameters (depth = size / width^2). "models" is the RSS of the two built models (MXNet
+Sizes are in millions of parameters (depth = size / width^2); each stage runs in its own fresh process. "models" is the RSS of the two built models (MXNet
 and torch) over the bare interpreter; each stage's "+peak" is its peak RSS above what was resident before it, in
 GiB, and "/weights" that peak over the weights' bytes (the target for conversion is <= 1.25). RSS is sampled
 every 5 ms from /proc/self/status, so very short peaks can be missed. Check `free -g` before large sizes: a size
@@ -54,7 +54,7 @@ class _Peak:
         self.above = (self.peak - self.base) / GIB
 
 
-def _one(millions, width, queue):
+def _one(millions, width, stage_name, mapping_path, queue):
     import mxnet as mx
     import torch
     from migrate.mapping.name_mapping import name_mapping
@@ -74,17 +74,25 @@ def _one(millions, width, queue):
     weights = count * 4
     models = (_rss() - bare) / GIB
     row = {"params_M": count / 1e6, "depth": depth, "models_GiB": models}
-    with _Peak() as stage:
-        mapping = name_mapping(net, model, [(1, width)])
-    row.update(map_s=stage.seconds, map_GiB=stage.above)
-    with _Peak() as stage:
-        converted = convert_weights(params, mapping, model)
-    row.update(convert_s=stage.seconds, convert_GiB=stage.above, convert_x=stage.above * GIB / weights)
-    del converted
-    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as folder:
+    if stage_name == "map":
         with _Peak() as stage:
-            write_safetensors(params, mapping, os.path.join(folder, "weights.safetensors"), model)
-    row.update(write_s=stage.seconds, write_GiB=stage.above, write_x=stage.above * GIB / weights)
+            mapping = name_mapping(net, model, [(1, width)])
+        mapping.save(mapping_path)
+        row.update(map_s=stage.seconds, map_GiB=stage.above)
+    elif stage_name == "convert":
+        from migrate.mapping.table import NameMapping
+        mapping = NameMapping.load(mapping_path)
+        with _Peak() as stage:
+            converted = convert_weights(params, mapping, model)
+        row.update(convert_s=stage.seconds, convert_GiB=stage.above, convert_x=stage.above * GIB / weights)
+        del converted
+    else:
+        from migrate.mapping.table import NameMapping
+        mapping = NameMapping.load(mapping_path)
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as folder:
+            with _Peak() as stage:
+                write_safetensors(params, mapping, os.path.join(folder, "weights.safetensors"), model)
+        row.update(write_s=stage.seconds, write_GiB=stage.above, write_x=stage.above * GIB / weights)
     queue.put(row)
 
 
@@ -105,14 +113,22 @@ def main():
     print(f"{'params':>8} {'depth':>5} {'models':>7} | {'map s':>7} {'+peak':>6} | {'convert s':>9} {'+peak':>6} "
           f"{'/weights':>8} | {'write s':>7} {'+peak':>6} {'/weights':>8}")
     for size in [float(s) for s in args.sizes.split(",")]:
-        queue = context.Queue()
-        child = context.Process(target=_one, args=(size, args.width, queue))
-        child.start()
-        child.join()
-        if child.exitcode != 0:
-            print(f"{size:>7.0f}M failed (exit {child.exitcode}; out of memory?)")
+        r, failed = {}, False
+        with tempfile.TemporaryDirectory() as folder:
+            for stage_name in ("map", "convert", "write"):  # each stage in a fresh process: RSS not reused
+                queue = context.Queue()
+                child = context.Process(target=_one, args=(size, args.width, stage_name,
+                                                           os.path.join(folder, "mapping.json"), queue))
+                child.start()
+                part = queue.get() if child.is_alive() or not child.join() else None
+                child.join()
+                if child.exitcode != 0 or part is None:
+                    print(f"{size:>7.0f}M {stage_name} failed (exit {child.exitcode}; out of memory?)")
+                    failed = True
+                    break
+                r.update(part)
+        if failed:
             break
-        r = queue.get()
         rows.append(r)
         print(f"{r['params_M']:>7.1f}M {r['depth']:>5} {r['models_GiB']:>6.2f}G | {r['map_s']:>7.2f} "
               f"{r['map_GiB']:>5.2f}G | {r['convert_s']:>9.2f} {r['convert_GiB']:>5.2f}G {r['convert_x']:>8.2f} | "
