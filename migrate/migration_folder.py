@@ -59,9 +59,9 @@ def optimizer_document(optimizer, scheduler, settings: dict, mapping) -> dict:
 def load_migration(out_dir, torch_model, rescale_grad=None):
     """Load the weights of a ``migrate all`` (or ``weights`` + ``optim``) folder and rebuild its optimizer.
 
-    The model receives ``weights.safetensors`` or, when absent, ``weights.pt`` (strictly); the optimizer is ``torch_optimizer(exact=True)`` over the
-    same groups (frozen parameters get ``requires_grad=False``) with the converted MXNet state; the scheduler
-    resumes at MXNet's update count.
+    The model receives ``weights.safetensors`` or, when absent, ``weights.pt`` (strictly); the optimizer is
+    ``torch_optimizer(exact=True)`` over the same groups (frozen parameters get ``requires_grad=False``) with the
+    converted MXNet state; the scheduler resumes at MXNet's update count.
 
     Args:
         out_dir: The folder ``migrate all --out`` wrote.
