@@ -4,7 +4,8 @@ chains of big Dense/Linear layers, one size per fresh process, with the growth e
 Run: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_scale.py [--sizes 10,25,50,100] [--width 2048]
 
 Sizes are in millions of parameters (depth = size / width^2); each stage runs in its own fresh process.
-"models" is the RSS of the two built models (MXNet and torch) over the bare interpreter; each stage's "+peak" is its peak RSS above what was resident before it, in
+"models" is the RSS of the two built models (MXNet and torch) over the bare interpreter; each stage's "+peak"
+is its peak RSS above what was resident before it, in
 GiB, and "/weights" that peak over the weights' bytes (the target for conversion is <= 1.25). RSS is sampled
 every 5 ms from /proc/self/status, so very short peaks can be missed. Check `free -g` before large sizes: a size
 of N million needs about 8*N bytes for the two models alone.
