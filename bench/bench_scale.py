@@ -1,5 +1,6 @@
 """Benchmark of migrate at scale: time and peak RSS of name_mapping, convert_weights and write_safetensors for
-chains of big Dense/Linear layers, each stage of each size in a fresh process, with the growth exponent of each time against size.
+chains of big Dense/Linear layers, each stage of each size in a fresh process,
+with the growth exponent of each time against size.
 
 Run: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_scale.py [--sizes 10,25,50,100] [--width 2048]
 
