@@ -70,3 +70,7 @@ class OutputExistsError(MigrateError, ValueError):
 
 class UnsupportedOpError(MigrateError, ValueError):
     """An MXNet graph node has no PyTorch translation (names the op, the node and the nearest known ops)."""
+
+
+class OutputWriteError(MigrateError, OSError):
+    """An output file could not be written (disk full, no permission); names the file and the bytes needed."""

@@ -14,10 +14,11 @@ from migrate.errors import InputFileError
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 from migrate.torch_control import TorchControl
 
-__all__ = ["load_migration", "optimizer_document", "torch_save", "MAPPING", "WEIGHTS", "GROUPS", "OPTIMIZER",
-           "REPORT_JSON", "REPORT_TXT"]
+__all__ = ["load_migration", "optimizer_document", "torch_save", "MAPPING", "WEIGHTS", "WEIGHTS_SAFETENSORS", "GROUPS",
+           "OPTIMIZER", "REPORT_JSON", "REPORT_TXT"]
 
 MAPPING, WEIGHTS, GROUPS, OPTIMIZER = "mapping.json", "weights.pt", "param_groups.json", "optimizer.pt"
+WEIGHTS_SAFETENSORS = "weights.safetensors"
 REPORT_JSON, REPORT_TXT = "report.json", "report.txt"
 OPTIMIZER_FORMAT = "gluon-lr-torch-optimizer"
 SCHEMA_VERSION = 1
@@ -59,11 +60,11 @@ def optimizer_document(optimizer, scheduler, settings: dict, mapping, control=No
 def load_migration(out_dir, torch_model, rescale_grad=None):
     """Load the weights of a ``migrate all`` (or ``weights`` + ``optim``) folder and rebuild its optimizer.
 
-    The model receives ``weights.pt`` (strictly); the optimizer is ``torch_optimizer(exact=True)`` over the
-    same groups (frozen parameters get ``requires_grad=False`` and keep their converted state) with the converted
-    MXNet state; a ``TorchControl`` (``TorchControl.of(optimizer)``) holds the element masks and the running
-    statistics of frozen norm layers as LrTrainer did, and freezes or unfreezes later; the scheduler resumes at
-    MXNet's update count.
+    The model receives ``weights.safetensors`` or, when absent, ``weights.pt`` (strictly); the optimizer is
+    ``torch_optimizer(exact=True)`` over the same groups (frozen parameters get ``requires_grad=False`` and keep their
+    converted state) with the converted MXNet state; a ``TorchControl`` (``TorchControl.of(optimizer)``) holds the
+    element masks and the running statistics of frozen norm layers as LrTrainer did, and freezes or unfreezes later;
+    the scheduler resumes at MXNet's update count.
 
     Args:
         out_dir: The folder ``migrate all --out`` wrote.
@@ -87,13 +88,14 @@ def load_migration(out_dir, torch_model, rescale_grad=None):
         through ``rescale_grad``; compute a summed loss in torch, or pass ``rescale_grad=1.0`` with a mean loss.
     """
     folder = os.fspath(out_dir)
-    weights = _load(folder, WEIGHTS, dict)
+    weights_name = WEIGHTS_SAFETENSORS if os.path.isfile(os.path.join(folder, WEIGHTS_SAFETENSORS)) else WEIGHTS
+    weights = _load_safetensors(folder) if weights_name == WEIGHTS_SAFETENSORS else _load(folder, WEIGHTS, dict)
     document = _load(folder, OPTIMIZER, dict)
     if document.get("format") != OPTIMIZER_FORMAT or document.get("schema_version") != SCHEMA_VERSION:
         raise InputFileError(f"{os.path.join(folder, OPTIMIZER)!r}: expected format {OPTIMIZER_FORMAT!r} version "
                              f"{SCHEMA_VERSION}, received {document.get('format')!r} version "
                              f"{document.get('schema_version')!r}; write it again with `migrate all`")
-    _load_weights(torch_model, weights, os.path.join(folder, WEIGHTS))
+    _load_weights(torch_model, weights, os.path.join(folder, weights_name))
     optimizer = torch_optimizer(torch_model, document["settings"], document["mapping"])
     optimizer.load_state_dict(document["optimizer"])
     TorchControl(torch_model, optimizer, document["mapping"]).load_records(document.get("control") or {})
@@ -120,6 +122,17 @@ def _load(folder, name, kind):
         raise InputFileError(f"{path!r}: expected a {kind.__name__}, received {type(value).__name__}; write it "
                              f"again with `migrate all`")
     return value
+
+
+def _load_safetensors(folder):
+    path = os.path.join(folder, WEIGHTS_SAFETENSORS)
+    try:
+        from safetensors.torch import load_file
+        return load_file(path)
+    except Exception as exc:  # safetensors raises its own SafetensorError on foreign files
+        raise InputFileError(f"{path!r}: expected a safetensors file, could not load it "
+                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); write it again with "
+                             f"`migrate all`") from None
 
 
 def _load_weights(torch_model, weights, path):

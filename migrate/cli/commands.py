@@ -31,6 +31,7 @@ from migrate.errors import InputFileError, MigrateError, OutputPathError
 from migrate.generate import generate_torch
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.verify import verify
+from migrate.mapping.stream import write_state_dict
 from migrate.mapping.weights import convert_weights
 from migrate.optim.groups import param_groups
 from migrate.optim.state_conversion import convert_optimizer_state
@@ -57,6 +58,8 @@ _FLAGS = {  # flag -> argparse keywords; each subcommand takes the flags named i
     "--input-shape": dict(action="append", metavar="N,C,H,W", help="input shape; repeat for several inputs "
                           "(integer inputs: append ':int64')"),
     "--mapping": dict(metavar="FILE", help="mapping file from `migrate map`: skips matching the models"),
+    "--format": dict(choices=("pt", "safetensors"), default="pt", help="weights file format: pt (torch.save, "
+                     "weights.pt) or safetensors (written tensor by tensor, weights.safetensors)"),
 }
 _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
     "map": ("map every MXNet parameter to its torch state_dict key and verify the mapping",
@@ -65,14 +68,15 @@ _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
                ("--settings", "--torch"), ("--kwargs", "--mapping", "--symbol", "--params", "--input-shape"),
                "param_groups.json to write"),
     "weights": ("the MXNet weights as a torch state_dict", ("--params", "--torch"),
-                ("--kwargs", "--mapping", "--symbol", "--input-shape"), "weights.pt to write"),
+                ("--kwargs", "--mapping", "--symbol", "--input-shape", "--format"), "weights file to write"),
     "optim": ("torch optimizer + lr scheduler with MXNet's exact update and (with --states) its state",
               ("--settings", "--torch"), ("--states", "--kwargs", "--mapping", "--symbol", "--params",
                                           "--input-shape"), "optimizer.pt to write"),
     "verify": ("copy the weights by the mapping and compare both models node by node",
                ("--symbol", "--params", "--torch", "--input-shape"), ("--kwargs", "--mapping"), None),
     "all": ("everything into one folder: mapping, weights, param groups, optimizer, report",
-            ("--symbol", "--params", "--settings", "--torch", "--input-shape"), ("--states", "--kwargs", "--mapping"),
+            ("--symbol", "--params", "--settings", "--torch", "--input-shape"),
+            ("--states", "--kwargs", "--mapping", "--format"),
             "output folder: built under a temporary name beside it and renamed when complete (its parent must exist)"),
     "generate": ("write a standalone torch module (readable source, MXNet's training semantics) for the MXNet model",
                  ("--symbol", "--params", "--input-shape"), (), "model.py to write"),
@@ -173,6 +177,7 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--out", required=True, metavar="PATH", help=out)
             command.add_argument("--force", action="store_true", help="replace existing outputs")
         command.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+        command.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
     return parser
 
 
@@ -202,7 +207,7 @@ def _run_weights(args, report):
     mapping = _mapping(args, model, report)
     if not report.names_unmapped:
         state_dict = _weights(args, model, mapping, report)
-        _write(report, args.out, lambda path: migration_folder.torch_save(state_dict, path))
+        _write(report, args.out, _weights_writer(args, state_dict))
 
 
 def _run_optim(args, report):
@@ -220,7 +225,8 @@ def _run_verify(args, report):
 
 
 def _run_all(args, report):
-    names = (migration_folder.MAPPING, migration_folder.WEIGHTS, migration_folder.GROUPS, migration_folder.OPTIMIZER,
+    weights_name = migration_folder.WEIGHTS_SAFETENSORS if args.format == "safetensors" else migration_folder.WEIGHTS
+    names = (migration_folder.MAPPING, weights_name, migration_folder.GROUPS, migration_folder.OPTIMIZER,
              migration_folder.REPORT_JSON, migration_folder.REPORT_TXT) + ((GENERATED,) if args.torch == "generate" else ())
     folder = StagedFolder(args.out, names, args.force)
     folder.check()
@@ -241,7 +247,7 @@ def _run_all(args, report):
             state_dict = _weights(args, model, mapping, report)
             groups = _groups(model, document, mapping, report)
             saved = _optimizer(args, model, document, mapping, report)
-            writes.update({migration_folder.WEIGHTS: lambda path: migration_folder.torch_save(state_dict, path),
+            writes.update({weights_name: _weights_writer(args, state_dict),
                            migration_folder.GROUPS: lambda path: atomic.write_json(path, groups),
                            migration_folder.OPTIMIZER: lambda path: migration_folder.torch_save(saved, path)})
         for name, write in writes.items():
@@ -415,6 +421,23 @@ def _write(report, path, write, shown=""):
         report.outputs.append(shown or path)
 
 
+def _weights_writer(args, state_dict):
+    """The writer of the weights file in the format --format names."""
+    if args.format == "safetensors":
+        return lambda path: _write_safetensors(args, state_dict, path)
+    return lambda path: migration_folder.torch_save(state_dict, path)
+
+
+def _write_safetensors(args, state_dict, path):
+    """write_state_dict with a bytes bar (count, rate) on stderr, shown as _progress shows its bar."""
+    from tqdm import tqdm
+    total = sum(v.numel() * v.element_size() for v in state_dict.values())
+    with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False,
+              desc=f"writing {os.path.basename(path)}", disable=not getattr(args, "bars", False)) as bar:
+        write_state_dict(state_dict, path, progress=lambda done: bar.update(done - bar.n))
+        return bar.n
+
+
 def _fingerprints(args) -> dict:
     return {flag: {"path": path, "sha256": atomic.sha256(path)} for flag, path in _inputs(args).items()
             if os.path.isfile(path)}
@@ -433,9 +456,10 @@ def _jsonable(value):
 
 @contextlib.contextmanager
 def _progress(args):
-    """A progress bar on stderr for the command's stages, off when stderr is not a terminal."""
+    """A progress bar on stderr for the command's stages, off with --quiet or when stderr is not a terminal."""
     from tqdm import tqdm
-    args.bar = tqdm(desc=f"migrate {args.command}", file=sys.stderr, disable=not sys.stderr.isatty(),
+    args.bars = not args.quiet and sys.stderr.isatty()
+    args.bar = tqdm(desc=f"migrate {args.command}", file=sys.stderr, disable=not args.bars,
                     bar_format="{desc}: {n_fmt} stages done, {elapsed}", leave=False)
     try:
         yield

@@ -7,6 +7,7 @@ wd_mult 0 on the norms, the stem conv frozen); the torch side is ``tests.migrate
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -153,6 +154,45 @@ class TestAll:
         assert {g["lr"] for g in optimizer.param_groups if not g["frozen"]} == {0.025, 0.05}, "the schedule stepped"
         assert {g["lr"] for g in optimizer.param_groups if g["frozen"]} == {0.0}
 
+
+    def test_format_safetensors(self, trained, migrated, tmp_path):
+        """``all --format safetensors`` writes weights.safetensors equal to weights.pt bit for bit, and
+        load_migration loads it; a damaged one raises InputFileError."""
+        from safetensors.torch import load_file
+        done = _migrate("all", *_files(trained["folder"], "symbol", "params", "settings", "states"), "--torch",
+                        TORCH, "--input-shape", "1,3,8,8", "--out", tmp_path, "--format", "safetensors", "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert (tmp_path / "weights.safetensors").is_file() and not (tmp_path / "weights.pt").exists()
+        ours = load_file(str(tmp_path / "weights.safetensors"))
+        theirs = torch.load(migrated[1] / "weights.pt", weights_only=True)
+        assert set(ours) == set(theirs)
+        for key, value in theirs.items():
+            assert ours[key].dtype == value.dtype and ours[key].numpy().tobytes() == value.numpy().tobytes(), key
+        from_pt, from_st = M.torch_residual(), M.torch_residual()
+        migrate.load_migration(migrated[1], from_pt)
+        migrate.load_migration(tmp_path, from_st)
+        for key, value in from_pt.state_dict().items():
+            assert value.numpy().tobytes() == from_st.state_dict()[key].numpy().tobytes(), key
+        (tmp_path / "weights.safetensors").write_bytes(b"not safetensors")
+        with pytest.raises(migrate.errors.InputFileError, match="expected a safetensors file"):
+            migrate.load_migration(tmp_path, M.torch_residual())
+
+    @pytest.mark.parametrize("quiet", [False, True])
+    def test_write_progress_bar(self, trained, tmp_path, capsys, monkeypatch, quiet):
+        """On a terminal `weights --format safetensors` shows a bytes bar (total, rate) on stderr; --quiet hides it."""
+        from migrate.cli import main
+        monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+        code = main(["weights", *_files(trained["folder"], "params", "symbol"), "--torch", TORCH, "--input-shape",
+                     "1,3,8,8", "--out", str(tmp_path / "w.safetensors"), "--format", "safetensors"]
+                    + (["--quiet"] if quiet else []))
+        err = capsys.readouterr().err
+        assert code == 0, err[-2000:]
+        total = sum(v.numel() * v.element_size() for v in M.torch_residual().state_dict().values())
+        assert (tmp_path / "w.safetensors").stat().st_size > total
+        from tqdm import tqdm
+        size = re.escape(tqdm.format_sizeof(total, divisor=1024))  # the bar's total: the tensors' bytes
+        shown = re.search(rf"writing w\.safetensors: +\d+%.*/{size} \[.*B/s", err)
+        assert (shown is None) == quiet, err[-2000:]
 
     def test_mean_loss_with_rescale_grad_1(self, trained, migrated):
         """A loss averaged over the batch with load_migration(..., rescale_grad=1.0) continues the same way."""
