@@ -17,6 +17,7 @@ import migrate.cli
 from migrate.errors import InputShapeError, UnsupportedOpError
 from migrate.generate import generate_torch, known_ops
 from migrate.generate.registry import register, translator
+from tests.migrate.test_gluoncv import model_zoo  # noqa: F401  (fixture: gluoncv's zoo next to torch >= 2)
 
 RTOL = 1e-4  # largest |torch - mxnet| over largest |mxnet|, per output
 
@@ -636,3 +637,18 @@ class TestRecurrent:
         for name, param in net.collect_params().items():
             diff = float(np.abs(param.data().asnumpy() - state[model.MXNET_NAMES[name]].numpy()).max())
             assert diff <= 1e-10, f"{name}: differs by {diff:.3g} after 2 + 2 steps"
+
+
+class TestGluonCV:
+    """A GluonCV network with no torch twin (mobilenetv3_small: other BatchNorm epsilon and activations than
+    torchvision's) generates a module whose eval outputs equal MXNet's (its head's Dropout draws torch's random
+    numbers in train mode, so train mode is checked on the networks without dropout above)."""
+
+    def test_mobilenetv3_small(self, tmp_path, model_zoo):
+        """GluonCV's mobilenetv3_small, random init, 64x64: eval outputs within 1e-4 relative; hard-swish kept."""
+        from tests.migrate.test_gluoncv import _gluon
+        net = _gluon(model_zoo, "mobilenetv3_small")
+        x = np.random.RandomState(0).randn(2, 3, 64, 64).astype(np.float32)
+        model = _check(net, [x], tmp_path / "mbv3.py", train=False)
+        assert len(model.MXNET_NAMES) == len(list(net.collect_params().keys()))
+
