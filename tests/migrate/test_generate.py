@@ -640,9 +640,9 @@ class TestRecurrent:
 
 
 class TestGluonCV:
-    """A GluonCV network with no torch twin (mobilenetv3_small: other BatchNorm epsilon and activations than
-    torchvision's) generates a module whose eval outputs equal MXNet's (its head's Dropout draws torch's random
-    numbers in train mode, so train mode is checked on the networks without dropout above)."""
+    """GluonCV networks with no torch twin generate modules whose outputs equal MXNet's: mobilenetv3_small (other
+    BatchNorm epsilon and activations than torchvision's; eval mode: its head's Dropout draws torch's random numbers
+    in train mode) and cifar_resnet20_v1 (eval and train mode)."""
 
     def test_mobilenetv3_small(self, tmp_path, model_zoo):
         """GluonCV's mobilenetv3_small, random init, 64x64: eval outputs within 1e-4 relative; hard-swish kept."""
@@ -651,4 +651,12 @@ class TestGluonCV:
         x = np.random.RandomState(0).randn(2, 3, 64, 64).astype(np.float32)
         model = _check(net, [x], tmp_path / "mbv3.py", train=False)
         assert len(model.MXNET_NAMES) == len(list(net.collect_params().keys()))
+
+    def test_cifar_resnet20_train_mode(self, tmp_path, model_zoo):
+        """GluonCV's cifar_resnet20_v1 (no torchvision twin, no dropout), random init, 32x32: eval and train
+        outputs and the running statistics after one step within 1e-4 relative."""
+        from tests.migrate.test_gluoncv import _gluon
+        net = _gluon(model_zoo, "cifar_resnet20_v1")
+        x = np.random.RandomState(0).randn(4, 3, 32, 32).astype(np.float32)
+        _check(net, [x], tmp_path / "cifar20.py")
 
