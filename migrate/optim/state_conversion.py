@@ -92,7 +92,8 @@ def _check_optimizer(name, mx_optimizer, optimizer):
     from migrate.optim.exact import OPTIMIZERS
     if name not in _STATE_NAMES or not isinstance(optimizer, OPTIMIZERS.get(name, ())):
         raise StateConversionError(f"optimizer {type(optimizer).__name__} cannot take MXNet {name!r} states; "
-                                   f"build it with migrate.torch_optimizer(model, settings, mapping, exact=True)")
+                                   f"build it with migrate.torch_optimizer(model, settings, mapping, exact=True), or fill a "
+                                   f"stock_torch_optimizer with migrate.convert_stock_optimizer_state")
 
 
 def _targets(optimizer):
