@@ -32,8 +32,15 @@ def _sgd(groups, o):
 
 
 def _nag(groups, o):
+    diffs = []
+    if o.get("momentum", 0.0):
+        diffs.append("MXNet keeps lr inside the NAG momentum (torch outside): equal at constant lr; after an lr "
+                     "change scale each momentum buffer by lr_old/lr_new")
+        if o["weight_decay"]:
+            diffs.append("MXNet's NAG adds wd times the already-updated weight to its momentum; torch adds wd "
+                         "times the weight before the step")
     return torch.optim.SGD(groups, lr=o["lr"], momentum=o.get("momentum", 0.0), nesterov=o.get("momentum", 0) > 0,
-                           weight_decay=o["weight_decay"], foreach=True), []
+                           weight_decay=o["weight_decay"], foreach=True), diffs
 
 
 def _adam(groups, o):
