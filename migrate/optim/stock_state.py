@@ -20,7 +20,8 @@ from migrate.optim.schedules import mx_schedule
 _STOCK_CLASSES = {"sgd": torch.optim.SGD, "nag": torch.optim.SGD, "signum": torch.optim.SGD,
                   "adam": torch.optim.Adam, "adamax": torch.optim.Adamax, "nadam": torch.optim.NAdam,
                   "lamb": torch.optim.AdamW, "adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta,
-                  "rmsprop": torch.optim.RMSprop, "ftrl": torch.optim.Adagrad}
+                  "rmsprop": torch.optim.RMSprop, "ftrl": torch.optim.Adagrad,
+                  "ftml": torch.optim.Adam}
 
 
 class StockStateConversion(NamedTuple):
@@ -42,8 +43,8 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
     torch's per-parameter schedule; adagrad history -> ``sum = history + eps`` (the stock Adagrad holds MXNet's
     eps in its initial accumulator); rmsprop n -> ``square_avg`` and, centered, g -> ``grad_avg`` and delta ->
     ``momentum_buffer = -delta / lr``; adadelta acc_g/acc_delta -> ``square_avg``/``acc_delta``; ftrl n -> ``sum``.
-    Not crossed, and listed: ftrl's z, signum's momentum (MXNet's holds (1-momentum)-weighted gradients; torch
-    SGD's does not), momentum buffers of parameters whose next lr is 0.
+    Not crossed, and listed: ftml's d/v/z, ftrl's z, signum's momentum (MXNet's holds (1-momentum)-weighted
+    gradients; torch SGD's does not), momentum buffers of parameters whose next lr is 0.
 
     Args:
         mx_states: The file written by ``LrTrainer.save_states`` or ``gluon.Trainer.save_states`` (a path), or
@@ -152,6 +153,9 @@ def _stock_state(name, mx_name, arrays, count, lr, hyper):
             mu_product *= beta1 * (1.0 - 0.5 * 0.96 ** (t * decay))
         return {"step": step, "exp_avg": arrays[0], "exp_avg_sq": arrays[1],
                 "mu_product": torch.tensor(mu_product, dtype=_get_scalar_dtype())}, []
+    if name == "ftml":
+        return {}, ["MXNet's FTML state (d, v, z) was not converted: the stock Adam keeps other quantities; it "
+                    "restarts from zero"]
     if name == "adagrad":
         return {"step": step, "sum": arrays[0] + float(hyper.get("eps", 1e-7))}, []
     if name == "adadelta":
