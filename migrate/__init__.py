@@ -2,7 +2,7 @@
 
 The pipeline: ``mapping`` (MXNet names -> torch names: ``name_mapping``, ``verify``, ``convert_weights``), ``optim``
 (``param_groups``, ``torch_optimizer``, ``stock_torch_optimizer``, ``torch_lr_scheduler``,
-``convert_optimizer_state``), ``torch_control`` (``TorchControl``, ``control_from_mxnet``: freezing, element masks,
+``convert_optimizer_state``, ``convert_stock_optimizer_state``), ``torch_control`` (``TorchControl``, ``control_from_mxnet``: freezing, element masks,
 held norm statistics and layer rates in torch after the migration), ``migration_folder`` (``load_migration``),
 ``generate`` (``generate_torch``: a torch module written from the MXNet graph, for models with no torch twin) and
 ``cli`` (the ``migrate`` command).
@@ -15,6 +15,7 @@ from migrate.mapping.weights import convert_weights
 from migrate.migration_folder import load_migration
 from migrate.optim.groups import ParamGroups, param_groups
 from migrate.optim.state_conversion import convert_optimizer_state
+from migrate.optim.stock_state import StockStateConversion, convert_stock_optimizer_state
 from migrate.optim.translate import (MXNetLRScheduler, StockTranslation, stock_torch_optimizer, torch_lr_scheduler,
                                      torch_optimizer)
 from migrate.torch_control import TorchControl, control_from_mxnet
@@ -24,11 +25,13 @@ __all__ = [
     "NameMapping",
     "NodeCheck",
     "ParamGroups",
+    "StockStateConversion",
     "StockTranslation",
     "TorchControl",
     "VerifyReport",
     "control_from_mxnet",
     "convert_optimizer_state",
+    "convert_stock_optimizer_state",
     "convert_weights",
     "generate_torch",
     "load_migration",

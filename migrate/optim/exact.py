@@ -647,3 +647,7 @@ _ZERO = {dtype: torch.zeros((), dtype=dtype) for dtype in (torch.float16, torch.
 
 OPTIMIZERS = {"sgd": SGD, "nag": NAG, "adam": Adam, "rmsprop": RMSProp, "adagrad": AdaGrad,
               "adadelta": AdaDelta, "adamax": Adamax, "nadam": Nadam, "lamb": LAMB, "signum": Signum, "ftrl": Ftrl}
+
+from migrate.optim import exact_more  # noqa: E402  (it builds on the classes above)
+
+OPTIMIZERS.update(exact_more.OPTIMIZERS)

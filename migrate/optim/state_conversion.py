@@ -10,7 +10,7 @@ from migrate.errors import InputFileError, SettingsError, StateConversionError
 _STATE_NAMES = {"sgd": ("momentum_buffer",), "nag": ("momentum_buffer",), "signum": ("momentum_buffer",),
                 "adam": ("mean", "var"), "adamax": ("mean", "var"), "nadam": ("mean", "var"), "lamb": ("mean", "var"),
                 "adagrad": ("history",), "adadelta": ("acc_g", "acc_delta"), "ftrl": ("z", "n"),
-                "rmsprop": ("n", "g", "delta")}
+                "rmsprop": ("n", "g", "delta"), "ftml": ("d", "v", "z")}
 
 
 def convert_optimizer_state(mx_states, settings, mapping, optimizer):
@@ -92,7 +92,8 @@ def _check_optimizer(name, mx_optimizer, optimizer):
     from migrate.optim.exact import OPTIMIZERS
     if name not in _STATE_NAMES or not isinstance(optimizer, OPTIMIZERS.get(name, ())):
         raise StateConversionError(f"optimizer {type(optimizer).__name__} cannot take MXNet {name!r} states; "
-                                   f"build it with migrate.torch_optimizer(model, settings, mapping, exact=True)")
+                                   f"build it with migrate.torch_optimizer(model, settings, mapping, exact=True), "
+                                   f"or fill a stock_torch_optimizer with migrate.convert_stock_optimizer_state")
 
 
 def _targets(optimizer):

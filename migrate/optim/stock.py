@@ -32,8 +32,15 @@ def _sgd(groups, o):
 
 
 def _nag(groups, o):
+    diffs = []
+    if o.get("momentum", 0.0):
+        diffs.append("MXNet keeps lr inside the NAG momentum (torch outside): equal at constant lr; after an lr "
+                     "change scale each momentum buffer by lr_old/lr_new")
+        if o["weight_decay"]:
+            diffs.append("MXNet's NAG adds wd times the already-updated weight to its momentum; torch adds wd "
+                         "times the weight before the step")
     return torch.optim.SGD(groups, lr=o["lr"], momentum=o.get("momentum", 0.0), nesterov=o.get("momentum", 0) > 0,
-                           weight_decay=o["weight_decay"], foreach=True), []
+                           weight_decay=o["weight_decay"], foreach=True), diffs
 
 
 def _adam(groups, o):
@@ -107,6 +114,13 @@ def _ftrl(groups, o):
         "weight decay set to 0 here"]
 
 
+def _ftml(groups, o):
+    return torch.optim.Adam(groups, lr=o["lr"], betas=(o.get("beta1", 0.6), o.get("beta2", 0.999)),
+                            eps=o.get("epsilon", 1e-8), weight_decay=o["weight_decay"], foreach=True), [
+        "FTML has no torch counterpart: Adam (same betas) steps along a bias-corrected mean, FTML sets the weight "
+        "to -z/d from its accumulated z and d"]
+
+
 def _no_wd(groups):
     for group in groups:
         group["weight_decay"] = 0.0
@@ -114,4 +128,4 @@ def _no_wd(groups):
 
 _BUILDERS = {"sgd": _sgd, "nag": _nag, "adam": _adam, "rmsprop": _rmsprop, "adagrad": _adagrad,
              "adadelta": _adadelta, "adamax": _adamax, "nadam": _nadam, "lamb": _lamb, "signum": _signum,
-             "ftrl": _ftrl}
+             "ftrl": _ftrl, "ftml": _ftml}

@@ -80,6 +80,11 @@ def stock_torch_optimizer(torch_model, settings, mapping, rescale_grad=None, unm
 
     Example:
         >>> opt, differences = stock_torch_optimizer(model, "settings.json", mapping)
+        >>> filled, lost = convert_stock_optimizer_state("trainer.states", "settings.json", mapping, opt)
+
+    Note:
+        ``migrate.convert_stock_optimizer_state`` fills its state from MXNet's saved states where they have the same
+        meaning, and lists what does not cross.
     """
     settings, groups, options = _prepared(torch_model, settings, mapping, rescale_grad, unmapped)
     return StockTranslation(*stock.stock_optimizer(settings["optimizer"]["name"], groups, options))

@@ -179,6 +179,7 @@ CASES = [
     ("lamb", "lamb", {"learning_rate": 0.01}),
     ("signum", "signum", {"learning_rate": 0.005, "wd_lh": 0.01}),
     ("ftrl", "ftrl", {"learning_rate": 0.1}),
+    ("ftml", "ftml", {"learning_rate": 0.01}),
 ]
 TOLERANCE = {"float32": 1e-5, "float64": 1e-12}
 
