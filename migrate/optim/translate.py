@@ -122,7 +122,7 @@ def _options(settings, rescale_grad):
 
 class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):
     """Sets each group's lr to MXNet's ``schedule(num_update) * lr_mult`` before every optimizer step (0 for a group
-    with ``frozen=True``).
+    with ``frozen=True``; a stock ``torch.optim.Adadelta`` keeps lr 1.0: MXNet's AdaDelta uses no learning rate).
 
     Args:
         optimizer: The optimizer whose groups it drives (groups from ``param_groups`` carry ``lr_mult``).
@@ -140,6 +140,8 @@ class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):
 
     def get_lr(self):
         """Learning rates of the next optimizer step, one per group."""
+        if isinstance(self.optimizer, torch.optim.Adadelta):  # MXNet's AdaDelta has no lr: the stock one keeps 1.0
+            return [0.0 if group.get("frozen") else 1.0 for group in self.optimizer.param_groups]
         count = self.num_update + self.last_epoch + 1
         lr = self.schedule(count) if self.schedule is not None else self.base_lr
         return [0.0 if group.get("frozen") else lr * (group["lr_mult"] if "lr_mult" in group

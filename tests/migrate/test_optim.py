@@ -239,3 +239,17 @@ def test_exact_false_is_the_stock_optimizer_with_a_warning():
     with pytest.warns(UserWarning, match="stock_torch_optimizer.*lr inside the momentum"):
         optimizer = migrate.torch_optimizer(R.torch_model(ref["initial"]), ref["settings"], R.MAPPING, exact=False)
     assert type(optimizer) is torch.optim.SGD
+
+
+def test_scheduler_leaves_stock_adadelta_at_lr_1():
+    """MXNet's AdaDelta uses no learning rate: over a stock Adadelta the scheduler keeps every lr at 1.0, also for
+    groups with lr_mult != 1 (it set them to schedule * lr_mult before, 0.05 off MXNet after 10 steps)."""
+    net = R.mx_net("float32")
+    settings = R.settings_of(net, "adadelta", {"learning_rate": 0.5}, None)
+    optimizer, _ = migrate.stock_torch_optimizer(R.torch_net(net), settings, R.MAPPING)
+    assert any(g["lr_mult"] != 1.0 for g in optimizer.param_groups)
+    scheduler = migrate.torch_lr_scheduler(optimizer, settings)
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+    assert sorted({g["lr"] for g in optimizer.param_groups if not g.get("frozen")}) == [1.0]
