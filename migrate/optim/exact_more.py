@@ -51,9 +51,9 @@ class LARS(_MXNetOptimizer):
     parameters too; ``by_name=True`` skips those whose MXNet name ends in gamma, beta or bias, as MXNet does under a
     ``Module``, names from the groups' ``mx_names``): ``lr = lr*eta*|w| / (|g|*rescale_grad + wd*|w| + eps)``
     in float32 when ``|w| > 0`` and ``|g| > 0``, the norms from MXNet's float ``multi_sum_sq`` (replayed element
-    by element on CPU; ``migrate.optim._kernels``). Then MXNet's ``multi_sgd(_mom)_update``. Parameters are updated in MXNet's index order in chunks of
-    ``MXNET_OPTIMIZER_AGGREGATION_SIZE`` (4), as MXNet's Updater calls LARS (whose kernel takes ``lr*wd`` as a
-    float32 product); with ``momentum_correction`` a chunk's
+    by element on CPU; ``migrate.optim._kernels``). Then MXNet's ``multi_sgd(_mom)_update`` (which takes ``lr*wd``
+    as a float32 product). Parameters are updated in MXNet's index order in chunks of
+    ``MXNET_OPTIMIZER_AGGREGATION_SIZE`` (4), as MXNet's Updater calls LARS; with ``momentum_correction`` a chunk's
     momentum is ``momentum * lr/last_lr`` where ``last_lr`` is the schedule's lr at the previous chunk (so after an
     lr change only the first chunk of the step is corrected, as in MXNet). ``last_lr`` is kept in
     ``state["lars_last_lr"]``.
