@@ -21,7 +21,7 @@ OPTIMIZER_RANGES = {
     "learning_rate": (0, True, _INF, False), "lr": (0, True, _INF, False), "wd": (0, True, _INF, False),
     "rescale_grad": (0, False, _INF, False), "clip_gradient": (0, False, _INF, False),
     "momentum": (0, True, 1, True), "beta1": (0, True, 1, False), "beta2": (0, True, 1, False),
-    "epsilon": (0, False, _INF, False), "eps": (0, False, _INF, False), "rho": (0, True, 1, True),
+    "epsilon": (0, True, _INF, False), "eps": (0, True, _INF, False), "rho": (0, True, 1, True),
     "gamma1": (0, True, 1, True), "gamma2": (0, True, 1, True), "lamda1": (0, True, _INF, False),
     "beta": (0, True, _INF, False), "wd_lh": (0, True, _INF, False), "schedule_decay": (0, True, _INF, False),
     "lower_bound": (0, True, _INF, False), "upper_bound": (0, True, _INF, False), "eta": (0, True, _INF, False),

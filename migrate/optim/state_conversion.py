@@ -10,7 +10,8 @@ from migrate.errors import InputFileError, SettingsError, StateConversionError
 _STATE_NAMES = {"sgd": ("momentum_buffer",), "nag": ("momentum_buffer",), "signum": ("momentum_buffer",),
                 "adam": ("mean", "var"), "adamax": ("mean", "var"), "nadam": ("mean", "var"), "lamb": ("mean", "var"),
                 "adagrad": ("history",), "adadelta": ("acc_g", "acc_delta"), "ftrl": ("z", "n"),
-                "rmsprop": ("n", "g", "delta"), "ftml": ("d", "v", "z")}
+                "rmsprop": ("n", "g", "delta"), "ftml": ("d", "v", "z"),
+                "lars": ("momentum_buffer",)}
 
 
 def convert_optimizer_state(mx_states, settings, mapping, optimizer):
@@ -62,6 +63,8 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
         filled += 1
     if name == "nadam" and mx_optimizer is not None:
         optimizer.state["m_schedule"] = float(mx_optimizer.m_schedule)
+    if name == "lars" and getattr(mx_optimizer, "cur_lr", None) is not None:
+        optimizer.state["lars_last_lr"] = float(mx_optimizer.cur_lr)  # its momentum correction's last lr
     return filled
 
 

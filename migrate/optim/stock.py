@@ -121,6 +121,12 @@ def _ftml(groups, o):
         "to -z/d from its accumulated z and d"]
 
 
+def _lars(groups, o):
+    optimizer, diffs = _sgd(groups, o)
+    return optimizer, diffs + ["LARS has no torch counterpart: SGD lacks the layer-wise trust ratio "
+                               "eta*||w||/(||g|| + wd*||w|| + eps) that scales each weight's lr (not biases')"]
+
+
 def _no_wd(groups):
     for group in groups:
         group["weight_decay"] = 0.0
@@ -128,4 +134,4 @@ def _no_wd(groups):
 
 _BUILDERS = {"sgd": _sgd, "nag": _nag, "adam": _adam, "rmsprop": _rmsprop, "adagrad": _adagrad,
              "adadelta": _adadelta, "adamax": _adamax, "nadam": _nadam, "lamb": _lamb, "signum": _signum,
-             "ftrl": _ftrl, "ftml": _ftml}
+             "ftrl": _ftrl, "ftml": _ftml, "lars": _lars}

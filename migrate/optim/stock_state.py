@@ -21,7 +21,7 @@ _STOCK_CLASSES = {"sgd": torch.optim.SGD, "nag": torch.optim.SGD, "signum": torc
                   "adam": torch.optim.Adam, "adamax": torch.optim.Adamax, "nadam": torch.optim.NAdam,
                   "lamb": torch.optim.AdamW, "adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta,
                   "rmsprop": torch.optim.RMSprop, "ftrl": torch.optim.Adagrad,
-                  "ftml": torch.optim.Adam}
+                  "ftml": torch.optim.Adam, "lars": torch.optim.SGD}
 
 
 class StockStateConversion(NamedTuple):
@@ -130,6 +130,10 @@ def _stock_state(name, mx_name, arrays, count, lr, hyper):
         raise StateConversionError(f"MXNet {name!r} state of {mx_name!r} has {len(arrays)} arrays, expected "
                                    f"{' or '.join(map(str, expected))}; check the optimizer's settings")
     step = _step(count)
+    if name == "lars":
+        converted, lost = _stock_state("sgd", mx_name, arrays, count, lr, hyper)
+        return converted, lost + ["MXNet's LARS momentum holds lr scaled by each step's trust ratio; it was converted "
+                                  "with the unscaled lr (lr * lr_mult), so weights' buffers are off by that ratio"]
     if name in ("sgd", "nag"):
         if lr == 0.0:
             return {}, [f"{mx_name}: MXNet's {name.upper()} momentum was not converted (its next lr is 0, and "

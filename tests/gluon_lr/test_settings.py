@@ -100,3 +100,12 @@ def test_validated_once_where_it_enters(tmp_path, monkeypatch):
     edited = dict(document, num_update=-1)
     with pytest.raises(SettingsFileError, match=r"num_update must be an integer >= 0, got -1"):
         fmt.as_settings(edited)
+
+
+def test_lars_default_eps_zero_round_trips(tmp_path):
+    """LARS's default eps is 0 (MXNet accepts it): its settings file is written and read back."""
+    net = build_mlp()
+    trainer = LrTrainer(net, "lars", {"learning_rate": 0.1, "momentum": 0.9})
+    train_step(net, trainer, [mx.cpu()])
+    trainer.export_settings(tmp_path / "s.json")
+    assert load_settings(tmp_path / "s.json")["optimizer"]["hyperparameters"]["eps"] == 0
