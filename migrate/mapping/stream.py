@@ -14,45 +14,15 @@ import os
 import shutil
 import tempfile
 
-import numpy as np
-
-from migrate.errors import MappingError, OutputWriteError, WeightShapeError
+from migrate.errors import MappingError, OutputWriteError
 from migrate.mapping.table import NameMapping
-from migrate.mapping.weights import _numpy, _read_params
+from migrate.mapping.weights import converted_tensors
 
 __all__ = ["write_safetensors", "write_state_dict", "read_safetensors"]
 
 _DTYPES = {"torch.float32": "F32", "torch.float64": "F64", "torch.float16": "F16", "torch.bfloat16": "BF16",
            "torch.int64": "I64", "torch.int32": "I32", "torch.int16": "I16", "torch.int8": "I8",
            "torch.uint8": "U8", "torch.bool": "BOOL"}
-
-
-def _tensors(values, mapping: NameMapping, torch_model):
-    """Yield (torch key, tensor) in a fixed order, one key at a time; folded parts are summed into their key."""
-    import torch
-    missing = [k for k in mapping if k not in values]
-    if missing:
-        raise MappingError(f"mx_params: the mapping needs {len(missing)} MXNet parameter(s) not given: "
-                           f"{missing[:8]}{' ...' if len(missing) > 8 else ''}; pass the params of the model "
-                           f"the mapping was built from")
-    target = torch_model.state_dict() if torch_model is not None else {}
-    by_key: dict = {}
-    for name in sorted(mapping, key=lambda k: mapping.entry(k).get("fold", False)):
-        by_key.setdefault(mapping[name], []).append(name)
-    for key, names in by_key.items():
-        tensor = None
-        for name in names:
-            array = mapping.to_torch(name, _numpy(values[name]))
-            if key in target and tuple(target[key].shape) != array.shape:
-                raise WeightShapeError(f"MXNet {name!r} {tuple(values[name].shape)} -> torch {key!r}: expected "
-                                       f"{tuple(target[key].shape)}, received {array.shape}; the torch model "
-                                       f"does not match the mapping (rebuild it with the same arguments)")
-            part = torch.from_numpy(np.array(array))
-            tensor = part if tensor is None else tensor + part
-        yield key, tensor.to(target[key].dtype) if key in target else tensor
-    for key in mapping.torch_defaults:
-        if key in target and key not in by_key:
-            yield key, target[key].clone() if "num_batches_tracked" in key else torch.zeros_like(target[key])
 
 
 def write_safetensors(mx_params, mapping: NameMapping, path, torch_model=None, *, progress=None) -> dict:
@@ -73,7 +43,7 @@ def write_safetensors(mx_params, mapping: NameMapping, path, torch_model=None, *
     Example:
         >>> write_safetensors("net-0000.params", mapping, "out/weights.safetensors", torch_net)  # doctest: +SKIP
     """
-    return _write_items(_tensors(_read_params(mx_params), mapping, torch_model), path, progress)
+    return _write_items(converted_tensors(mx_params, mapping, torch_model), path, progress)
 
 
 def write_state_dict(state_dict: dict, path, *, progress=None) -> dict:

@@ -38,6 +38,16 @@ def convert_weights(mx_params, mapping: NameMapping, torch_model=None) -> dict:
         >>> sd = convert_weights("net-0000.params", mapping, torch_net)  # doctest: +SKIP
         >>> torch_net.load_state_dict(sd)
     """
+    return dict(converted_tensors(mx_params, mapping, torch_model))
+
+
+def converted_tensors(mx_params, mapping: NameMapping, torch_model=None):
+    """Yield ``(torch key, tensor)`` one key at a time, as ``convert_weights`` returns them (folded parts summed
+    into their key, dtypes of ``torch_model``): what ``stream.write_safetensors`` writes tensor by tensor.
+
+    Example:
+        >>> for key, tensor in converted_tensors("net-0000.params", mapping, torch_net): ...  # doctest: +SKIP
+    """
     import torch
     values = _read_params(mx_params)
     missing = [k for k in mapping if k not in values]
@@ -46,21 +56,23 @@ def convert_weights(mx_params, mapping: NameMapping, torch_model=None) -> dict:
                            f"{missing[:8]}{' ...' if len(missing) > 8 else ''}; pass the params of the model "
                            f"the mapping was built from")
     target = torch_model.state_dict() if torch_model is not None else {}
-    out: dict = {}
-    order = sorted(mapping, key=lambda k: mapping.entry(k).get("fold", False))
-    for name in order:
-        key = mapping[name]
-        array = mapping.to_torch(name, _numpy(values[name]))
-        if key in target and tuple(target[key].shape) != array.shape:
-            raise WeightShapeError(f"MXNet {name!r} {tuple(values[name].shape)} -> torch {key!r}: expected "
-                                   f"{tuple(target[key].shape)}, received {array.shape}; the torch model does "
-                                   f"not match the mapping (rebuild it with the same arguments)")
-        tensor = torch.from_numpy(np.array(array))
-        out[key] = out[key] + tensor if key in out else tensor
+    by_key: dict = {}
+    for name in sorted(mapping, key=lambda k: mapping.entry(k).get("fold", False)):
+        by_key.setdefault(mapping[name], []).append(name)
+    for key, names in by_key.items():
+        tensor = None
+        for name in names:
+            array = mapping.to_torch(name, _numpy(values[name]))
+            if key in target and tuple(target[key].shape) != array.shape:
+                raise WeightShapeError(f"MXNet {name!r} {tuple(values[name].shape)} -> torch {key!r}: expected "
+                                       f"{tuple(target[key].shape)}, received {array.shape}; the torch model "
+                                       f"does not match the mapping (rebuild it with the same arguments)")
+            part = torch.from_numpy(np.array(array))
+            tensor = part if tensor is None else tensor + part
+        yield key, tensor.to(target[key].dtype) if key in target else tensor
     for key in mapping.torch_defaults:
-        if key in target:
-            out[key] = target[key].clone() if "num_batches_tracked" in key else torch.zeros_like(target[key])
-    return {k: v.to(target[k].dtype) if k in target else v for k, v in out.items()}
+        if key in target and key not in by_key:
+            yield key, target[key].clone() if "num_batches_tracked" in key else torch.zeros_like(target[key])
 
 
 def _read_params(mx_params) -> dict:
