@@ -2,7 +2,27 @@
 import os
 import stat
 
-__all__ = ["read_regular_file"]
+__all__ = ["read_regular_file", "special_kind"]
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def special_kind(path):
+    """What an existing path that is not a regular file is ("a folder", "a FIFO (named pipe)", ...), read without
+    opening it; None for a regular file or when nothing is there.
+
+    Example:
+        >>> special_kind("/tmp")
+        'a folder'
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError, TypeError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def read_regular_file(path, error, what: str) -> bytes:
@@ -21,13 +41,10 @@ def read_regular_file(path, error, what: str) -> bytes:
     """
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise error(f"Expected a path to {what}, got {type(path).__name__} {path!r:.60}; pass the file's path.")
+    kind = special_kind(path)
+    if kind is not None:
+        raise error(f"Cannot read {os.fsdecode(path)!r}: it is {kind}, not a regular file; pass {what}.")
     try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-                    "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                    else "not a regular file")
-            raise error(f"Cannot read {os.fsdecode(path)!r}: it is {kind}, not a regular file; pass {what}.")
         with open(path, "rb") as handle:
             return handle.read()
     except OSError as exc:

@@ -7,10 +7,10 @@ import inspect
 import json
 import math
 import os
-import stat
 import sys
 import tempfile
 
+from gluon_lr.formats.reading import special_kind
 from migrate.errors import CliUsageError, InputFileError, MappingError, OutputExistsError, SettingsError
 from migrate.mapping.table import NameMapping
 from migrate.optim.schedules import check_schedule
@@ -63,21 +63,10 @@ def existing_file(flag: str, path: str, what: str) -> str:
     A FIFO, device or socket is refused without opening it (reading one could block forever).
     """
     if not os.path.isfile(path):
-        kind = _special_kind(path)
+        kind = special_kind(path)
         raise InputFileError(f"{flag} {path!r}: " + (f"{kind}, not a regular file" if kind else "file not found")
                              + f"; give {what}")
     return path
-
-
-def _special_kind(path: str):
-    """'a folder', 'a FIFO', ... for an existing path that is not a regular file, None when nothing is there."""
-    try:
-        mode = os.stat(path).st_mode
-    except (OSError, ValueError):
-        return None
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def mx_files(args) -> tuple[str, str]:
@@ -89,8 +78,8 @@ def mx_files(args) -> tuple[str, str]:
 def torch_model(spec: str, kwargs_text: str):
     """The torch model of ``--torch``: a TorchScript file, or ``package.module:callable`` called with ``--kwargs``."""
     import torch
-    if _special_kind(spec) is not None and not os.path.isfile(spec):
-        raise InputFileError(f"--torch {spec!r}: {_special_kind(spec)}, not a TorchScript file; give a file "
+    if special_kind(spec) is not None:
+        raise InputFileError(f"--torch {spec!r}: {special_kind(spec)}, not a TorchScript file; give a file "
                              f"torch.jit.save wrote, or package.module:callable")
     if os.path.isfile(spec):
         try:
@@ -191,7 +180,7 @@ def output_paths(paths, inputs, force: bool, check_folder: bool = True) -> None:
         if os.path.isdir(path):
             raise CliUsageError(f"--out: {path!r} is a folder; give a file path")
         if os.path.lexists(path) and not os.path.isfile(path):
-            raise CliUsageError(f"--out: {path!r} is {_special_kind(path) or 'a dangling link'}, not a regular file; "
+            raise CliUsageError(f"--out: {path!r} is {special_kind(path) or 'a dangling link'}, not a regular file; "
                                 f"give a file path")
         if os.path.exists(path) and not force:
             raise OutputExistsError(f"--out: {path!r} exists; pass --force to replace it, or choose another "
@@ -253,7 +242,7 @@ def writable_folder(folder: str, flag: str) -> None:
     and permissions included), checked before any work starts."""
     from migrate.errors import OutputPathError
     if not os.path.isdir(folder):
-        what = _special_kind(folder) or "does not exist"
+        what = special_kind(folder) or ("a regular file" if os.path.isfile(folder) else "does not exist")
         raise OutputPathError(f"{flag}: folder {folder!r} {what if what == 'does not exist' else 'is ' + what}; "
                               f"create it (mkdir -p) or choose another output path")
     try:

@@ -142,7 +142,7 @@ TRAINER_CASES = [
     ("load_states: damaged mask", lambda t, n, tr: tr.load_states(_header_edit("mask", "!!notbase64")(t, tr)),
      StatesFileError, r"the mask of 'mlp_\w+' cannot be read \(Only base64"),
     ("load_states: FIFO", lambda t, n, tr: tr.load_states(_fifo(t, "p.states")), StatesFileError,
-     r"is a FIFO, not a regular file"),
+     r"is a FIFO \(named pipe\), not a regular file"),
     ("load_states: a folder", lambda t, n, tr: tr.load_states(t), StatesFileError, r"is a folder"),
     ("save_states onto a folder", lambda t, n, tr: tr.save_states(t), StatesFileError, r"it is a folder"),
     ("save_states(None)", lambda t, n, tr: tr.save_states(None), StatesFileError, r"a path is needed, got NoneType"),
@@ -241,7 +241,7 @@ def test_settings_file_refused(tmp_path, description, edit, pattern):
 
 def test_settings_fifo_refused_without_hanging(tmp_path):
     """A FIFO is refused before it is opened (opening one would block forever)."""
-    with pytest.raises(SettingsFileError, match=r"is a FIFO, not a regular file"):
+    with pytest.raises(SettingsFileError, match=r"is a FIFO \(named pipe\), not a regular file"):
         load_settings(_fifo(tmp_path, "s.json"))
 
 

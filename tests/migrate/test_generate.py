@@ -58,6 +58,14 @@ def _check(net, inputs, path, train=True):
     return model
 
 
+def _assert_same_weights(net, model, when: str, atol=1e-10) -> None:
+    """Every MXNet parameter equals its generated twin (by ``MXNET_NAMES``) within ``atol``."""
+    state = model.state_dict()
+    for name, param in net.collect_params().items():
+        diff = float(np.abs(param.data().asnumpy() - state[model.MXNET_NAMES[name]].numpy()).max())
+        assert diff <= atol, f"{name}: differs by {diff:.3g} after {when}"
+
+
 def _seeded(net, seed=0):
     mx.random.seed(seed)
     net.initialize(mx.init.Xavier(magnitude=2.0))
@@ -245,10 +253,7 @@ class TestGenerateTorch:
             optimizer.zero_grad()
             ((model(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).sum().backward()
             optimizer.step()
-        state = model.state_dict()
-        for name, param in net.collect_params().items():
-            diff = float(np.abs(param.data().asnumpy() - state[model.MXNET_NAMES[name]].numpy()).max())
-            assert diff <= 1e-10, f"{name}: differs by {diff:.3g} after 3 + 3 steps"
+        _assert_same_weights(net, model, "3 + 3 steps")
 
     def test_name_mapping_accepts_generated(self, tmp_path):
         """migrate.name_mapping matches the MXNet model to its generated twin, every name to its MXNET_NAMES key."""
@@ -633,10 +638,7 @@ class TestRecurrent:
             optimizer.zero_grad()
             ((model(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).sum().backward()
             optimizer.step()
-        state = model.state_dict()
-        for name, param in net.collect_params().items():
-            diff = float(np.abs(param.data().asnumpy() - state[model.MXNET_NAMES[name]].numpy()).max())
-            assert diff <= 1e-10, f"{name}: differs by {diff:.3g} after 2 + 2 steps"
+        _assert_same_weights(net, model, "2 + 2 steps")
 
 
 class TestGluonCV:
