@@ -1,8 +1,13 @@
-"""Benchmark of migrate at scale: time and peak RSS of name_mapping, convert_weights and write_safetensors for
-chains of big Dense/Linear layers, each stage of each size in a fresh process,
+"""Benchmark of migrate at scale: time and peak RSS of name_mapping, convert_weights, write_safetensors and the
+whole `migrate all` command for chains of big Dense/Linear layers, each stage of each size in a fresh process,
 with the growth exponent of each time against size.
 
 Run: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_scale.py [--sizes 10,25,50,100] [--width 2048]
+         [--stages map,convert,write,all] [--resnet50]
+
+"all" writes the MXNet files (symbol, params, LrTrainer settings) in one process, then runs `migrate all` on them
+in another: its "peak" is that process's whole peak RSS (the MXNet params it reads and the torch model it builds
+included), "exit" its exit code. ``--resnet50`` first prints the mapping time of resnet50 (exports included).
 
 Sizes are in millions of parameters (depth = size / width^2); each stage runs in its own fresh process.
 "models" is the RSS of the two built models (MXNet and torch) over the bare interpreter; each stage's "+peak"
@@ -12,6 +17,7 @@ every 5 ms from /proc/self/status, so very short peaks can be missed. Check `fre
 of N million needs about 8*N bytes for the two models alone.
 """
 import argparse
+import contextlib
 import math
 import multiprocessing as mp
 import os
@@ -56,46 +62,132 @@ class _Peak:
         self.above = (self.peak - self.base) / GIB
 
 
-def _one(millions, width, stage_name, mapping_path, queue):
-    import mxnet as mx
+def chain_model(depth: int, width: int):
+    """The torch twin of the bench's MXNet chain (``--torch bench.bench_scale:chain_model`` for `migrate all`): its
+    weights are left uninitialized (``skip_init``), as migrate overwrites every one."""
     import torch
-    from migrate.mapping.name_mapping import name_mapping
-    from migrate.mapping.stream import write_safetensors
-    from migrate.mapping.weights import convert_weights
-    bare = _rss()
-    depth = max(1, round(millions * 1e6 / (width * width + width)))
+    return torch.nn.Sequential(*[torch.nn.utils.skip_init(torch.nn.Linear, width, width) for _ in range(depth)])
+
+
+def _mx_chain(depth, width):
+    import mxnet as mx
     net = mx.gluon.nn.HybridSequential(prefix="chain_")
     with net.name_scope():
         for _ in range(depth):
             net.add(mx.gluon.nn.Dense(width, in_units=width))
     net.initialize(mx.init.Uniform(0.01))
-    with torch.no_grad():
-        model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(depth)])
+    return net
+
+
+def _depth(millions, width):
+    return max(1, round(millions * 1e6 / (width * width + width)))
+
+
+def _one(millions, width, stage_name, folder, queue):
+    """One stage for one size, in this (fresh) process; puts its row on ``queue``."""
+    from migrate.mapping.name_mapping import name_mapping
+    from migrate.mapping.stream import write_safetensors
+    from migrate.mapping.table import NameMapping
+    from migrate.mapping.weights import convert_weights
+    bare, depth = _rss(), _depth(millions, width)
+    net, model = _mx_chain(depth, width), chain_model(depth, width)
     params = {p.name: p.data() for p in net.collect_params().values()}
     count = sum(int(v.size) for v in params.values())
     weights = count * 4
+    for tensor in model.state_dict().values():  # resident, as a built model is
+        tensor.zero_()
     models = (_rss() - bare) / GIB
     row = {"params_M": count / 1e6, "depth": depth, "models_GiB": models}
+    mapping_path = os.path.join(folder, "mapping.json")
     if stage_name == "map":
         with _Peak() as stage:
             mapping = name_mapping(net, model, [(1, width)])
         mapping.save(mapping_path)
         row.update(map_s=stage.seconds, map_GiB=stage.above)
     elif stage_name == "convert":
-        from migrate.mapping.table import NameMapping
         mapping = NameMapping.load(mapping_path)
         with _Peak() as stage:
             converted = convert_weights(params, mapping, model)
         row.update(convert_s=stage.seconds, convert_GiB=stage.above, convert_x=stage.above * GIB / weights)
         del converted
     else:
-        from migrate.mapping.table import NameMapping
         mapping = NameMapping.load(mapping_path)
-        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as folder:
+        with tempfile.TemporaryDirectory(dir=folder) as out:
             with _Peak() as stage:
-                write_safetensors(params, mapping, os.path.join(folder, "weights.safetensors"), model)
+                write_safetensors(params, mapping, os.path.join(out, "weights.safetensors"), model)
         row.update(write_s=stage.seconds, write_GiB=stage.above, write_x=stage.above * GIB / weights)
     queue.put(row)
+
+
+def _files(millions, width, folder, queue):
+    """The inputs of `migrate all` for one size: symbol, params and settings files (LrTrainer sgd, lr_mult 0.1 on
+    the first layer, 2 steps taken)."""
+    import mxnet as mx
+
+    from gluon_lr import LrTrainer, Rule
+    depth = _depth(millions, width)
+    net = _mx_chain(depth, width)
+    net.hybridize()
+    trainer = LrTrainer(net, "sgd", {"learning_rate": 0.01}, rules=[Rule("chain_dense0_*", lr_mult=0.1)])
+    for _ in range(2):
+        with mx.autograd.record():
+            loss = net(mx.nd.ones((1, width))).sum()
+        loss.backward()
+        trainer.step(1)
+    net.export(os.path.join(folder, "chain"))
+    trainer.export_settings(os.path.join(folder, "settings.json"))
+    queue.put({"depth": depth})
+
+
+def _all(millions, width, folder, queue):
+    """`migrate all` on the files of ``_files``, in this process: time, peak RSS, exit code."""
+    from migrate.cli import main
+    depth = _depth(millions, width)
+    argv = ["all", "--symbol", os.path.join(folder, "chain-symbol.json"), "--params",
+            os.path.join(folder, "chain-0000.params"), "--settings", os.path.join(folder, "settings.json"),
+            "--torch", "bench.bench_scale:chain_model", "--kwargs", f'{{"depth": {depth}, "width": {width}}}',
+            "--input-shape", f"1,{width}", "--out", os.path.join(folder, "migrated"), "--quiet"]
+    with _Peak() as stage, open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet), \
+            contextlib.redirect_stderr(quiet):
+        code = main(argv)
+    size = os.path.getsize(os.path.join(folder, "migrated", "weights.safetensors")) if code == 0 else 0
+    queue.put({"all_s": stage.seconds, "all_GiB": stage.peak / GIB, "all_code": code, "all_file_GiB": size / GIB})
+
+
+def _in_child(target, *args):
+    """Run ``target(*args, queue)`` in a fresh process; its row, or None when it failed (out of memory?)."""
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=target, args=(*args, queue))
+    child.start()
+    row = None
+    while child.is_alive() or not queue.empty():
+        try:
+            row = queue.get(timeout=1)
+            break
+        except Exception:  # queue.Empty
+            continue
+    child.join()
+    return row if child.exitcode == 0 else None
+
+
+def _resnet50_mapping(repeat=3):
+    """Best of ``repeat`` times of name_mapping (both exports included) for model-zoo resnet50_v1 vs torchvision's."""
+    import mxnet as mx
+    import torchvision
+    from mxnet.gluon.model_zoo import vision
+
+    from migrate.mapping.name_mapping import name_mapping
+    net = vision.resnet50_v1()
+    net.initialize()
+    net(mx.nd.zeros((1, 3, 224, 224)))
+    model = torchvision.models.resnet50()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        name_mapping(net, model, (1, 3, 224, 224))
+        times.append(time.perf_counter() - start)
+    return min(times)
 
 
 def _exponent(xs, ys):
@@ -105,40 +197,60 @@ def _exponent(xs, ys):
     return sum((x - mx_) * (y - my) for x, y in zip(lx, ly)) / den if den else float("nan")
 
 
+def _fmt(row, key, spec, width):
+    return format(row[key], spec) if key in row else "-".rjust(width)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,25,50,100", help="millions of parameters, comma separated")
     parser.add_argument("--width", type=int, default=2048)
+    parser.add_argument("--stages", default="map,convert,write", help="of map, convert, write, all")
+    parser.add_argument("--resnet50", action="store_true", help="also time resnet50's mapping (target <= 0.5 s)")
     args = parser.parse_args()
-    context = mp.get_context("spawn")
+    stages = args.stages.split(",")
+    if args.resnet50:
+        seconds = _resnet50_mapping()
+        print(f"resnet50_v1 vs torchvision resnet50, name_mapping with both exports: {seconds:.3f} s "
+              f"(target <= 0.5 s: {'met' if seconds <= 0.5 else 'NOT met'})")
     rows = []
     print(f"{'params':>8} {'depth':>5} {'models':>7} | {'map s':>7} {'+peak':>6} | {'convert s':>9} {'+peak':>6} "
-          f"{'/weights':>8} | {'write s':>7} {'+peak':>6} {'/weights':>8}")
+          f"{'/weights':>8} | {'write s':>7} {'+peak':>6} {'/weights':>8} | {'all s':>7} {'peak':>6} {'exit':>4}")
     for size in [float(s) for s in args.sizes.split(",")]:
-        r, failed = {}, False
-        with tempfile.TemporaryDirectory() as folder:
-            for stage_name in ("map", "convert", "write"):  # each stage in a fresh process: RSS not reused
-                queue = context.Queue()
-                child = context.Process(target=_one, args=(size, args.width, stage_name,
-                                                           os.path.join(folder, "mapping.json"), queue))
-                child.start()
-                part = queue.get() if child.is_alive() or not child.join() else None
-                child.join()
-                if child.exitcode != 0 or part is None:
-                    print(f"{size:>7.0f}M {stage_name} failed (exit {child.exitcode}; out of memory?)")
-                    failed = True
+        r, failed = {}, None
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as folder:
+            for stage_name in [s for s in ("map", "convert", "write") if s in stages]:
+                if stage_name != "map" and "map_s" not in r:  # convert/write read the mapping map wrote
+                    part = _in_child(_one, size, args.width, "map", folder)
+                    r.update({k: v for k, v in (part or {}).items() if not k.startswith("map")})
+                part = _in_child(_one, size, args.width, stage_name, folder)
+                if part is None:
+                    failed = stage_name
                     break
                 r.update(part)
-        if failed:
+            if failed is None and "all" in stages:
+                made = _in_child(_files, size, args.width, folder)
+                part = made and _in_child(_all, size, args.width, folder)
+                if part is None:
+                    failed = "all"
+                else:
+                    r.update(part, params_M=r.get("params_M", size), depth=made["depth"])
+        if failed is not None:
+            print(f"{size:>7.0f}M {failed} failed (out of memory?)")
             break
         rows.append(r)
-        print(f"{r['params_M']:>7.1f}M {r['depth']:>5} {r['models_GiB']:>6.2f}G | {r['map_s']:>7.2f} "
-              f"{r['map_GiB']:>5.2f}G | {r['convert_s']:>9.2f} {r['convert_GiB']:>5.2f}G {r['convert_x']:>8.2f} | "
-              f"{r['write_s']:>7.2f} {r['write_GiB']:>5.2f}G {r['write_x']:>8.2f}", flush=True)
+        print(f"{r['params_M']:>7.1f}M {r['depth']:>5} {_fmt(r, 'models_GiB', '>6.2f', 6)}G | "
+              f"{_fmt(r, 'map_s', '>7.2f', 7)} {_fmt(r, 'map_GiB', '>5.2f', 5)}G | "
+              f"{_fmt(r, 'convert_s', '>9.2f', 9)} {_fmt(r, 'convert_GiB', '>5.2f', 5)}G "
+              f"{_fmt(r, 'convert_x', '>8.2f', 8)} | {_fmt(r, 'write_s', '>7.2f', 7)} "
+              f"{_fmt(r, 'write_GiB', '>5.2f', 5)}G {_fmt(r, 'write_x', '>8.2f', 8)} | "
+              f"{_fmt(r, 'all_s', '>7.1f', 7)} {_fmt(r, 'all_GiB', '>5.1f', 5)}G {_fmt(r, 'all_code', '>4d', 4)}",
+              flush=True)
     if len(rows) >= 2:
         xs = [r["params_M"] for r in rows]
+        keys = [k for k in ("map_s", "convert_s", "write_s", "all_s") if all(k in r for r in rows)]
         print("growth exponent of time against size: " + ", ".join(
-            f"{k[:-2]} {_exponent(xs, [r[k] for r in rows]):.2f}" for k in ("map_s", "convert_s", "write_s")))
+            f"{k[:-2]} {_exponent(xs, [r[k] for r in rows]):.2f}" for k in keys))
 
 
 if __name__ == "__main__":

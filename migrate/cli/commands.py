@@ -29,10 +29,11 @@ from migrate.cli.report import Report
 from migrate.cli.staged_folder import StagedFolder, pause_point
 from migrate.errors import InputFileError, MigrateError, OutputPathError
 from migrate.generate import generate_torch
+from migrate.mapping.export import load_mxnet
 from migrate.mapping.name_mapping import name_mapping
-from migrate.mapping.verify import verify
 from migrate.mapping.stream import write_state_dict
-from migrate.mapping.weights import convert_weights
+from migrate.mapping.verify import verify
+from migrate.mapping.weights import converted_keys, load_mxnet_weights
 from migrate.optim.groups import param_groups
 from migrate.optim.state_conversion import convert_optimizer_state
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
@@ -58,8 +59,9 @@ _FLAGS = {  # flag -> argparse keywords; each subcommand takes the flags named i
     "--input-shape": dict(action="append", metavar="N,C,H,W", help="input shape; repeat for several inputs "
                           "(integer inputs: append ':int64')"),
     "--mapping": dict(metavar="FILE", help="mapping file from `migrate map`: skips matching the models"),
-    "--format": dict(choices=("pt", "safetensors"), default="pt", help="weights file format: pt (torch.save, "
-                     "weights.pt) or safetensors (written tensor by tensor, weights.safetensors)"),
+    "--format": dict(choices=("pt", "safetensors"), default=None, help="weights file format: safetensors "
+                     "(default; written tensor by tensor, loads zero-copy: weights.safetensors) or pt (a torch.save "
+                     "pickle, weights.pt; `weights --out NAME.pt` picks it too)"),
 }
 _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
     "map": ("map every MXNet parameter to its torch state_dict key and verify the mapping",
@@ -129,6 +131,9 @@ _WHAT = {"--symbol": "the NAME-symbol.json HybridBlock.export wrote",
 
 
 def _check_flags(args) -> None:
+    if getattr(args, "format", "absent") is None:  # weights --out NAME.pt: the suffix asks for a pickle
+        out = getattr(args, "out", "") or ""
+        args.format = "pt" if args.command == "weights" and out.endswith((".pt", ".pth")) else "safetensors"
     """The cheap checks of every flag, before any model is loaded: shapes, --kwargs, input files."""
     if getattr(args, "input_shape", None):
         inputs.input_shapes(args.input_shape)
@@ -225,10 +230,11 @@ def _run_verify(args, report):
 
 
 def _run_all(args, report):
-    weights_name = migration_folder.WEIGHTS_SAFETENSORS if args.format == "safetensors" else migration_folder.WEIGHTS
+    weights_name = migration_folder.WEIGHTS if args.format == "pt" else migration_folder.WEIGHTS_SAFETENSORS
     names = (migration_folder.MAPPING, weights_name, migration_folder.GROUPS, migration_folder.OPTIMIZER,
              migration_folder.REPORT_JSON, migration_folder.REPORT_TXT) + ((GENERATED,) if args.torch == "generate" else ())
-    folder = StagedFolder(args.out, names, args.force)
+    other_format = {migration_folder.WEIGHTS, migration_folder.WEIGHTS_SAFETENSORS} - {weights_name}
+    folder = StagedFolder(args.out, names + tuple(other_format), args.force)  # an earlier run's in the other format
     folder.check()
     paths = {name: os.path.join(args.out, name) for name in names}
     inputs.output_paths(paths.values(), _inputs(args), force=True, check_folder=False)
@@ -301,6 +307,15 @@ def _inputs(args) -> dict:
     return {flag: getattr(args, flag[2:], None) for flag in flags if getattr(args, flag[2:], None)}
 
 
+def _mx_source(args):
+    """The MXNet model of --symbol/--params, read once and shared by matching, verification and conversion."""
+    if getattr(args, "mx_source", None) is None:
+        shapes, dtypes = inputs.input_shapes(args.input_shape)
+        with _stage(args, "reading the MXNet model"):
+            args.mx_source = load_mxnet(inputs.mx_files(args), shapes, dtypes)
+    return args.mx_source
+
+
 def _mapping(args, model, report, document=None, show=False):
     """The mapping of ``--mapping``, or matched from the MXNet files; records it and the unmapped names."""
     if getattr(args, "mapping", None):
@@ -308,8 +323,9 @@ def _mapping(args, model, report, document=None, show=False):
     else:
         inputs.mapping_needs(args)
         shapes, dtypes = inputs.input_shapes(args.input_shape)
-        with _stage(args, "exporting both models to ONNX and matching"):
-            mapping, source = name_mapping(inputs.mx_files(args), model, shapes, input_dtypes=dtypes), "matched"
+        mx_source = _mx_source(args)
+        with _stage(args, "exporting both models to ONNX (structure only) and matching", unit="node") as tick:
+            mapping, source = name_mapping(mx_source, model, shapes, input_dtypes=dtypes, progress=tick), "matched"
     report.unmapped = inputs.unmapped_names(mapping, model, document)
     report.checks["equivalent"] = not mapping.differences
     report.sections["mapping"] = {"source": source, "mapped": len(mapping), "differences": mapping.differences,
@@ -327,12 +343,15 @@ def _verify(args, model, mapping, report):
         report.text.append("verification skipped: names are unmapped, the weights cannot be copied")
         return
     shapes, dtypes = inputs.input_shapes(args.input_shape)
-    with _stage(args, "verifying node by node"):
-        result = verify(inputs.mx_files(args), model, mapping, shapes, input_dtypes=dtypes)
+    mx_source = _mx_source(args)
+    with _stage(args, "verifying node by node", unit="node") as tick:
+        result = verify(mx_source, model, mapping, shapes, input_dtypes=dtypes, in_place=True, progress=tick)
+    args.weights_loaded = True  # verify copied the MXNet weights into the model itself
     first = result.first_divergence
     report.checks["verified"] = result.verified  # compared: a skipped node is not a passed one
     report.sections["verify"] = {"ok": result.ok, "max_abs_diff": result.max_abs_diff, "atol": result.atol,
                                  "nodes": len(result.rows), "skipped": [r.mx_node for r in result.skipped],
+                                 "passes": result.passes, "output_bytes": result.output_bytes,
                                  "first_divergence": first and {
                                      "mxnet": first.mx_node, "torch": first.torch_node,
                                      "max_abs_diff": first.max_abs_diff, "note": first.note},
@@ -341,12 +360,16 @@ def _verify(args, model, mapping, report):
 
 
 def _weights(args, model, mapping, report) -> dict:
-    """The model's whole state_dict after copying the MXNet weights in by the mapping."""
-    with _stage(args, "converting the weights"):
-        path = inputs.existing_file("--params", args.params, "the NAME-0000.params HybridBlock.export wrote")
-        converted = convert_weights(path, mapping, model)
-        model.load_state_dict(converted, strict=False)
-    state_dict = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    """The model's whole state_dict (its own tensors, not a copy) after copying the MXNet weights in, tensor by
+    tensor, by the mapping."""
+    state_dict = model.state_dict()
+    if getattr(args, "weights_loaded", False):
+        converted = [key for key in converted_keys(mapping, model) if key in state_dict]
+    else:
+        params = _mx_source(args).params if getattr(args, "symbol", None) else inputs.existing_file(
+            "--params", args.params, "the NAME-0000.params HybridBlock.export wrote")
+        with _stage(args, "converting the weights", total=len(converted_keys(mapping, model)), unit="tensor") as tick:
+            converted = load_mxnet_weights(model, params, mapping, progress=tick)
     kept = sorted(set(state_dict) - set(converted))
     report.sections["weights"] = {"tensors": len(state_dict), "converted": len(converted),
                                   "kept_from_torch": kept}
@@ -423,9 +446,9 @@ def _write(report, path, write, shown=""):
 
 def _weights_writer(args, state_dict):
     """The writer of the weights file in the format --format names."""
-    if args.format == "safetensors":
-        return lambda path: _write_safetensors(args, state_dict, path)
-    return lambda path: migration_folder.torch_save(state_dict, path)
+    if args.format == "pt":
+        return lambda path: migration_folder.torch_save(state_dict, path)
+    return lambda path: _write_safetensors(args, state_dict, path)
 
 
 def _write_safetensors(args, state_dict, path):
@@ -456,22 +479,19 @@ def _jsonable(value):
 
 @contextlib.contextmanager
 def _progress(args):
-    """A progress bar on stderr for the command's stages, off with --quiet or when stderr is not a terminal."""
-    from tqdm import tqdm
+    """Progress bars on stderr (``_stage``), off with --quiet or when stderr is not a terminal."""
     args.bars = not args.quiet and sys.stderr.isatty()
-    args.bar = tqdm(desc=f"migrate {args.command}", file=sys.stderr, disable=not args.bars,
-                    bar_format="{desc}: {n_fmt} stages done, {elapsed}", leave=False)
-    try:
-        yield
-    finally:
-        args.bar.close()
+    yield
 
 
 @contextlib.contextmanager
-def _stage(args, label):
-    args.bar.set_description_str(f"migrate {args.command}: {label}")
-    yield
-    args.bar.update(1)
+def _stage(args, label, total=None, unit=None):
+    """A tqdm bar on stderr for a stage that counts (``unit``; of ``total`` when known), with its rate, left on the
+    terminal when done; yields ``tick(n)``. Stages without a unit show nothing."""
+    from tqdm import tqdm
+    with tqdm(desc=f"migrate {args.command}: {label}", total=total, unit=unit or "it", file=sys.stderr,
+              disable=unit is None or not getattr(args, "bars", False)) as bar:
+        yield bar.update
 
 
 def _emit(args, report):

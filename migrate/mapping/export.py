@@ -3,6 +3,11 @@
 MXNet goes through ``mx.onnx.export_model`` (initializers named after the MXNet parameters); PyTorch through
 ``torch.onnx.export(dynamo=False, training=TRAINING, do_constant_folding=False)`` (initializers named by
 ``state_dict`` key; the default eval export folds BatchNorm into Conv and loses the names).
+
+By default both exports are structure-only: every parameter of more than one element is an initializer with its
+name, shape and dtype but no bytes (``data_location`` EXTERNAL, location ``STRUCTURE_ONLY``), which is all that
+matching reads. The export then costs the same for a model of 1 MB or 10 GB, and never meets protobuf's 2 GB limit.
+``with_weights=True`` exports the values as well.
 """
 from __future__ import annotations
 
@@ -19,7 +24,10 @@ from migrate.errors import ExportError, InputFileError, InputShapeError, ModelTy
 from migrate.mapping import module_checkpoint
 from migrate.mapping.onnx_converters import mxnet_converters
 
-__all__ = ["MxSource", "export_mxnet", "export_torch", "load_mxnet", "normalize_shapes"]
+__all__ = ["MxSource", "STRUCTURE_ONLY", "export_mxnet", "export_torch", "load_mxnet", "normalize_shapes"]
+
+STRUCTURE_ONLY = "structure-only: weights not exported"
+"""The external-data location of an initializer exported without its bytes (``with_weights=False``)."""
 
 
 @dataclass
@@ -75,7 +83,8 @@ def load_mxnet(mx_model, shapes, dtypes) -> MxSource:
     """Return the symbol and parameters of ``mx_model`` (a HybridBlock or ``(symbol_json, params)`` paths).
 
     Args:
-        mx_model: an initialized ``mxnet.gluon.HybridBlock`` or a tuple ``(symbol_json_path, params_path)``.
+        mx_model: an initialized ``mxnet.gluon.HybridBlock``, a tuple ``(symbol_json_path, params_path)``, or an
+            ``MxSource`` (returned as it is: load the files once and pass the source to each stage).
         shapes: input shapes (used to finish deferred initialization of a block).
         dtypes: input dtypes.
 
@@ -90,6 +99,8 @@ def load_mxnet(mx_model, shapes, dtypes) -> MxSource:
         >>> src = load_mxnet(("net-symbol.json", "net-0000.params"), [(1, 3, 32, 32)], [np.float32])  # doctest: +SKIP
     """
     import mxnet as mx
+    if isinstance(mx_model, MxSource):
+        return mx_model
     if isinstance(mx_model, (tuple, list)) and len(mx_model) == 2:
         return _load_mx_files(str(mx_model[0]), str(mx_model[1]))
     if isinstance(mx_model, mx.gluon.HybridBlock):
@@ -157,9 +168,11 @@ def _forward_block(block, shapes, dtypes) -> None:
 
 
 @contextlib.contextmanager
-def _raw_initializers():
-    """Have MXNet's exporter store weights as raw bytes: with the pure-python protobuf installed here, its
-    ``make_tensor(vals=array.flatten().tolist())`` takes minutes per few million floats (resnet18: 140 s)."""
+def _raw_initializers(with_weights: bool, root):
+    """Have MXNet's exporter store weights as raw bytes (with the pure-python protobuf installed here, its
+    ``make_tensor(vals=array.flatten().tolist())`` takes minutes per few million floats: resnet18 140 s), or, when
+    ``with_weights`` is False, parameters of more than one element as shape-only initializers. ``root`` is the
+    symbol being exported."""
     import onnx.helper
     import onnx.mapping
     from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
@@ -169,27 +182,106 @@ def _raw_initializers():
         name = node["name"]
         if kwargs["is_input"] is not False:
             return originals[max(originals)](node, **kwargs)
-        array = np.ascontiguousarray(kwargs["weights"][name])
-        data_type = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[array.dtype]
-        kwargs["initializer"].append(onnx.helper.make_tensor(name, data_type, array.shape, array.tobytes(), raw=True))
-        return [onnx.helper.make_tensor_value_info(name, data_type, array.shape)], (array.dtype,)
+        array = kwargs["weights"][name]
+        data_type = onnx.mapping.NP_TYPE_TO_TENSOR_TYPE[np.dtype(array.dtype)]
+        if isinstance(array, _ShapeOnly):
+            kwargs["initializer"].append(shape_only_tensor(name, data_type, array.shape))
+        else:
+            array = np.ascontiguousarray(array)
+            kwargs["initializer"].append(onnx.helper.make_tensor(name, data_type, array.shape, array.tobytes(),
+                                                                 raw=True))
+        return [onnx.helper.make_tensor_value_info(name, data_type, array.shape)], (np.dtype(array.dtype),)
 
+    def to_numpy(weights):  # MXNet's own copies every value with asnumpy(); stand-ins pass as they are
+        return {k.replace("arg:", "").replace("aux:", ""): v if isinstance(v, _ShapeOnly) else v.asnumpy()
+                for k, v in weights.items()}
+
+    import mxnet as mx
+    original_list_inputs, listed = mx.sym.Symbol.list_inputs, []
+
+    def list_inputs(symbol):  # the exporter asks once per parameter (resnet50: 600 calls, a third of its time);
+        if symbol is not root:  # only the model's symbol (alive throughout) is cached
+            return original_list_inputs(symbol)
+        if not listed:
+            listed.append(original_list_inputs(symbol))
+        return list(listed[0])
+
+    original_to_numpy = MXNetGraph.convert_weights_to_numpy
     for v in originals:
         MXNetGraph.registry_[v]["null"] = convert_null
+    MXNetGraph.convert_weights_to_numpy = staticmethod(to_numpy)
+    mx.sym.Symbol.list_inputs = list_inputs
     try:
         yield
     finally:
+        mx.sym.Symbol.list_inputs = original_list_inputs
+        MXNetGraph.convert_weights_to_numpy = original_to_numpy
         for v, func in originals.items():
             MXNetGraph.registry_[v]["null"] = func
 
 
-def export_mxnet(source: MxSource, shapes, dtypes):
+@contextlib.contextmanager
+def _counted_converters(progress):
+    """Call ``progress(1)`` after every node MXNet's exporter converts (nothing when ``progress`` is None)."""
+    if progress is None:
+        yield
+        return
+    from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
+    saved = {v: dict(ops) for v, ops in MXNetGraph.registry_.items()}
+
+    def counted(func):
+        def convert(*args, **kwargs):
+            out = func(*args, **kwargs)
+            progress(1)
+            return out
+        return convert
+
+    for v, ops in MXNetGraph.registry_.items():
+        ops.update({op: counted(func) for op, func in ops.items()})
+    try:
+        yield
+    finally:
+        for v, ops in saved.items():  # in place: the other contexts hold these dicts
+            MXNetGraph.registry_[v].clear()
+            MXNetGraph.registry_[v].update(ops)
+
+
+class _ShapeOnly:
+    """Stands in for a parameter in MXNet's exporter: its shape and dtype, no values."""
+
+    def __init__(self, array):
+        self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
+
+
+def _size(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def shape_only_tensor(name: str, data_type: int, shape):
+    """An ONNX initializer with ``name``, ``data_type`` and ``shape`` but no bytes (location ``STRUCTURE_ONLY``).
+
+    Example:
+        >>> t = shape_only_tensor("fc.weight", 1, (4096, 4096)); t.ByteSize() < 100
+        True
+    """
+    import onnx
+    tensor = onnx.TensorProto(name=name, data_type=data_type, dims=list(shape),
+                              data_location=onnx.TensorProto.EXTERNAL)
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", STRUCTURE_ONLY
+    return tensor
+
+
+def export_mxnet(source: MxSource, shapes, dtypes, *, with_weights=False, progress=None):
     """Return the ONNX ``ModelProto`` of an MXNet model, initializers named after MXNet parameters.
 
     Args:
         source: the model as loaded by ``load_mxnet``.
         shapes: one shape per data input.
         dtypes: one numpy dtype per data input.
+        with_weights: False (default): parameters of more than one element carry shape and dtype only
+            (``shape_only_tensor``); True: their values too.
+        progress: optional callable ``progress(1)`` called after each MXNet node is converted.
 
     Returns:
         An ``onnx.ModelProto``.
@@ -205,12 +297,13 @@ def export_mxnet(source: MxSource, shapes, dtypes):
     import mxnet as mx
     import onnx
     _check_mx_shapes(source, shapes)
-    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(), mxnet_converters() as opset, \
-            warnings.catch_warnings():
+    params = {k: v if with_weights or _size(v.shape) <= 1 else _ShapeOnly(v) for k, v in source.params.items()}
+    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(with_weights, source.symbol), mxnet_converters() as opset, \
+            _counted_converters(progress), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = os.path.join(tmp, "mx.onnx")
         try:
-            mx.onnx.export_model(source.symbol, dict(source.params), shapes, list(dtypes), path)
+            mx.onnx.export_model(source.symbol, params, shapes, list(dtypes), path)
         except AttributeError as exc:
             raise ExportError(f"MXNet ONNX export failed: {_first_line(exc)}; an op of this model has no ONNX "
                               f"translation in mxnet {mx.__version__} (see mx.onnx's operator support "
@@ -218,7 +311,7 @@ def export_mxnet(source: MxSource, shapes, dtypes):
         except Exception as exc:
             raise ExportError(f"MXNet ONNX export failed: {_first_line(exc)}; check the model exports with "
                               f"mx.onnx.export_model on its own, then retry") from None
-        model = onnx.load(path)
+        model = onnx.load(path, load_external_data=False)
     for entry in model.opset_import:  # mx.onnx's make_model stamps onnx's newest opset on the model
         if entry.domain in ("", "ai.onnx"):
             entry.version = opset
@@ -238,13 +331,17 @@ def _check_mx_shapes(source: MxSource, shapes) -> None:
                               f"{_first_line(exc)}; give the shapes the model accepts") from None
 
 
-def export_torch(module, shapes, dtypes):
+def export_torch(module, shapes, dtypes, *, with_weights=False, progress=None):
     """Return the ONNX ``ModelProto`` of a torch module, initializers named by ``state_dict`` key.
 
     Args:
         module: a ``torch.nn.Module``.
         shapes: one shape per input.
         dtypes: one numpy dtype per input (integer dtypes become ``torch.long``).
+        with_weights: False (default): exported with ``export_params=False``, then the ``state_dict`` entries of
+            more than one element become shape-only initializers (``shape_only_tensor``) and the others carry their
+            values, as in a full export; True: every value.
+        progress: optional callable ``progress(1)`` called after each module's forward during the trace.
 
     Returns:
         An ``onnx.ModelProto`` exported in training mode without constant folding, so that BatchNorm stays a
@@ -265,6 +362,56 @@ def export_torch(module, shapes, dtypes):
                                    f"build the model first (e.g. torchvision.models.resnet18())")
     args = tuple(_torch_input(s, d) for s, d in zip(shapes, dtypes))
     was_training = module.training
+    buf, failure = io.BytesIO(), None
+    buffers = dict(module.named_buffers())  # a training-mode trace updates BatchNorm running statistics
+    saved = {k: v.detach().clone() for k, v in buffers.items()}
+    hookable = progress is not None and not isinstance(module, torch.jit.ScriptModule)  # TorchScript: no hooks
+    hooks = [m.register_forward_hook(lambda *_: progress(1)) for m in module.modules()] if hookable else []
+    try:
+        with warnings.catch_warnings(), _shape_inference_without_values(not with_weights):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, args, buf, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False, export_params=with_weights)
+    except Exception as exc:
+        failure = exc
+    finally:
+        for hook in hooks:
+            hook.remove()
+        module.train(was_training)
+        with torch.no_grad():
+            for key, value in saved.items():
+                buffers[key].copy_(value)
+    if failure is not None:
+        _check_torch_shapes(module, args, shapes)  # the model's own error first: shapes it does not take
+        raise ExportError(f"torch ONNX export of {type(module).__name__} failed: {_first_line(failure)}; if an "
+                          f"op is unsupported, replace it or register a symbolic (torch.onnx."
+                          f"register_custom_op_symbolic)") from None
+    model = onnx.load_from_string(buf.getvalue())
+    return model if with_weights else _state_as_initializers(model, module.state_dict(keep_vars=True))
+
+
+@contextlib.contextmanager
+def _shape_inference_without_values(active: bool):
+    """Have torch's exporter infer shapes from the parameters' types, not their values: it otherwise serialises
+    every weight into an ONNX proto for onnx's shape inference (268M parameters: 2.5 s and 0.7 GiB), even with
+    ``export_params=False``. The parameters are typed graph inputs, so every shape is still inferred."""
+    if not active:
+        yield
+        return
+    import torch
+    original = torch._C._jit_pass_onnx_graph_shape_type_inference
+    torch._C._jit_pass_onnx_graph_shape_type_inference = lambda graph, params, opset: original(graph, {}, opset)
+    try:
+        yield
+    finally:
+        torch._C._jit_pass_onnx_graph_shape_type_inference = original
+
+
+def _check_torch_shapes(module, args, shapes) -> None:
+    """Run ``module`` in eval mode on ``args``: InputShapeError when it rejects them (called once an export failed:
+    a successful export has run the model already)."""
+    import torch
+    was_training = module.training
     try:
         with torch.no_grad():
             module.eval()(*args)
@@ -273,21 +420,26 @@ def export_torch(module, shapes, dtypes):
                               f"{_first_line(exc)}; give the shapes the model accepts") from None
     finally:
         module.train(was_training)
-    buf = io.BytesIO()
-    saved = {k: v.detach().clone() for k, v in module.state_dict().items()}  # a training-mode trace updates
-    try:                                                                       # BatchNorm running statistics
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(module, args, buf, dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                              do_constant_folding=False)
-    except Exception as exc:
-        raise ExportError(f"torch ONNX export of {type(module).__name__} failed: {_first_line(exc)}; if an "
-                          f"op is unsupported, replace it or register a symbolic (torch.onnx."
-                          f"register_custom_op_symbolic)") from None
-    finally:
-        module.train(was_training)
-        module.load_state_dict(saved)
-    return onnx.load_from_string(buf.getvalue())
+
+
+def _state_as_initializers(model, state: dict):
+    """Turn the graph inputs an ``export_params=False`` export makes of ``state`` into initializers, as a full
+    export has them: shape-only above one element, with the value otherwise."""
+    import onnx.numpy_helper
+    import torch
+    graph = model.graph
+    moved = [i for i in graph.input if i.name in state]
+    kept = [i for i in graph.input if i.name not in state]
+    for value_info in moved:
+        tensor = state[value_info.name].detach()
+        if tensor.numel() <= 1 and tensor.dtype != torch.bfloat16:  # numpy has no bfloat16
+            graph.initializer.append(onnx.numpy_helper.from_array(tensor.cpu().numpy(), value_info.name))
+        else:
+            graph.initializer.append(shape_only_tensor(value_info.name, value_info.type.tensor_type.elem_type,
+                                                       tuple(tensor.shape)))
+    del graph.input[:]
+    graph.input.extend(kept)
+    return model
 
 
 def _torch_input(shape, dtype):

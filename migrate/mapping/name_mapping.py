@@ -9,14 +9,19 @@ from migrate.mapping.table import NameMapping
 __all__ = ["name_mapping"]
 
 
-def name_mapping(mx_model, torch_model, input_shapes, *, input_dtypes=None) -> NameMapping:
+def name_mapping(mx_model, torch_model, input_shapes, *, input_dtypes=None, progress=None) -> NameMapping:
     """Return the mapping MXNet parameter name -> torch ``state_dict`` key, found from both graphs' structure.
 
     Args:
-        mx_model: an initialized Gluon ``HybridBlock`` or a tuple ``(symbol_json_path, params_path)``.
+        mx_model: an initialized Gluon ``HybridBlock``, a tuple ``(symbol_json_path, params_path)`` or an
+            ``MxSource`` from ``load_mxnet``.
         torch_model: the ``torch.nn.Module`` to carry the parameters to.
         input_shapes: one input shape tuple, or a list of them for several inputs.
         input_dtypes: None (float32), one dtype, or one per input; integer inputs become ``torch.long``.
+        progress: optional callable ``progress(1)``, called per MXNet node exported and per torch module traced.
+
+    Both models are exported structure-only (``migrate.mapping.export``): shapes and dtypes, no weight bytes, so
+    the time and memory of mapping do not grow with the size of the weights.
 
     Returns:
         A ``NameMapping`` covering every parameter and buffer; ``.ok`` is False when anything is unmatched or a
@@ -38,9 +43,9 @@ def name_mapping(mx_model, torch_model, input_shapes, *, input_dtypes=None) -> N
     """
     shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
     source = load_mxnet(mx_model, shapes, dtypes)
-    mx_graph = param_graph(export_mxnet(source, shapes, dtypes), source.params)
+    mx_graph = param_graph(export_mxnet(source, shapes, dtypes, progress=progress), source.params)
     torch_keys = list(torch_model.state_dict()) if hasattr(torch_model, "state_dict") else None
-    torch_graph = param_graph(export_torch(torch_model, shapes, dtypes), torch_keys)
+    torch_graph = param_graph(export_torch(torch_model, shapes, dtypes, progress=progress), torch_keys)
     mapping = match_graphs(mx_graph, torch_graph, torch_keys)
     mapping.notes = list(source.notes)
     return mapping

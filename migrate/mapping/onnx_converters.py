@@ -17,6 +17,20 @@ __all__ = ["EXPORT_OPSET", "mxnet_converters"]
 
 EXPORT_OPSET = 17
 _PARAM = re.compile(r"([lr])(\d+)_(i2h|h2h)_(weight|bias)$")
+def _without_shape_only(graph):
+    """``graph``, or a copy without its shape-only initializers (no bytes: the checker would look for the file);
+    MXNet's exporter lists every parameter among the graph inputs too, so the copy is still a valid graph."""
+    import onnx
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in graph.initializer):
+        return graph
+    copy = onnx.GraphProto()
+    copy.CopyFrom(graph)
+    kept = [t for t in copy.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    del copy.initializer[:]
+    copy.initializer.extend(kept)
+    return copy
+
+
 # ONNX gate order from MXNet's (== torch's) gate order: LSTM i,f,g,o -> i,o,f,c; GRU r,z,n -> z,r,h
 _GATES = {"lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "rnn_tanh": (0,), "rnn_relu": (0,)}
 
@@ -36,7 +50,7 @@ def mxnet_converters():
     ctx = onnx.checker.C.CheckerContext()
     ctx.ir_version, ctx.opset_imports = onnx.checker.DEFAULT_CONTEXT.ir_version, {"": opset}
     onnx.defs.onnx_opset_version = lambda: opset
-    onnx.checker.check_graph = lambda graph, _ctx=None: check_graph(graph, ctx)
+    onnx.checker.check_graph = lambda graph, _ctx=None: check_graph(_without_shape_only(graph), ctx)
     try:
         yield opset
     finally:

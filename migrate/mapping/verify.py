@@ -9,9 +9,12 @@ import numpy as np
 
 from migrate.mapping.export import load_mxnet, normalize_shapes
 from migrate.mapping.table import NameMapping
-from migrate.mapping.weights import convert_weights
+from migrate.mapping.weights import load_mxnet_weights
 
-__all__ = ["verify", "VerifyReport", "NodeCheck"]
+__all__ = ["verify", "VerifyReport", "NodeCheck", "MEMORY_BUDGET"]
+
+MEMORY_BUDGET = 1 << 30
+"""Default bytes of node outputs ``verify`` holds at once (both frameworks together); more means more passes."""
 
 
 @dataclass
@@ -50,6 +53,9 @@ class VerifyReport:
         atol: the tolerance used.
         rows: one ``NodeCheck`` per matched node, in canonical (topological) order.
         first_divergence: the first row out of tolerance, or None.
+        passes: forward passes of each model: 1, or more when the node outputs exceed the memory budget (the
+            nodes are then compared layer by layer, a budget's worth per pass, on the same input).
+        output_bytes: estimated bytes of all compared node outputs held at once (both frameworks).
     """
 
     ok: bool
@@ -57,6 +63,8 @@ class VerifyReport:
     atol: float
     rows: list = field(default_factory=list)
     first_divergence: NodeCheck | None = None
+    passes: int = 1
+    output_bytes: int = 0
 
     @property
     def skipped(self) -> list:
@@ -88,6 +96,9 @@ class VerifyReport:
         first = self.first_divergence
         lines.append(f"final output: max abs diff {self.max_abs_diff:.3g} (atol {self.atol:g}): "
                      f"{'OK' if self.ok else 'NOT EQUIVALENT'}")
+        if self.passes > 1:
+            lines.append(f"compared layer by layer in {self.passes} passes: node outputs "
+                         f"{self.output_bytes / 2 ** 30:.2f} GiB exceed the memory budget")
         if self.skipped:
             lines.append(f"{len(self.skipped)} of {len(self.rows)} matched nodes skipped (not compared): "
                          f"{', '.join(r.mx_node for r in self.skipped[:10])}")
@@ -102,20 +113,26 @@ class VerifyReport:
 
 
 def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e-5, seed=0,
-           input_dtypes=None) -> VerifyReport:
+           input_dtypes=None, in_place=False, memory_budget=MEMORY_BUDGET, progress=None) -> VerifyReport:
     """Copy the MXNet weights into (a copy of) the torch model and compare outputs node by node.
 
     Both models run in eval mode on the same seeded random input. A node passes when its largest absolute
-    difference is at most ``atol * max(1, largest |MXNet output|)``; the final output uses the same rule.
+    difference is at most ``atol * max(1, largest |MXNet output|)``; the final output uses the same rule. When
+    the outputs of all matched nodes would take more than ``memory_budget`` bytes, the nodes are compared layer by
+    layer: each pass runs both models and keeps only the next budget's worth of outputs (``report.passes``).
 
     Args:
-        mx_model: Gluon ``HybridBlock`` or ``(symbol_json_path, params_path)``.
-        torch_model: the torch module (left untouched: a deep copy receives the weights).
+        mx_model: Gluon ``HybridBlock``, ``(symbol_json_path, params_path)`` or an ``MxSource``.
+        torch_model: the torch module: left untouched (a deep copy receives the weights) unless ``in_place``.
         mapping: from ``name_mapping``.
         input_shapes: one shape or a list of shapes.
         atol: absolute tolerance (relative above magnitude 1).
         seed: seed of the random input (normal floats; integers in ``[0, smallest embedding rows)``).
         input_dtypes: None (float32), one dtype, or one per input.
+        in_place: load the MXNet weights into ``torch_model`` itself, tensor by tensor, and keep them there (no
+            second copy of the model: for models near the memory limit; ``migrate all`` does this).
+        memory_budget: bytes of node outputs held at once, both frameworks together.
+        progress: optional callable ``progress(n)`` called with the number of nodes compared after each pass.
 
     Returns:
         A ``VerifyReport``.
@@ -129,26 +146,70 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
         >>> report.ok, report.max_abs_diff < 1e-5
         (True, True)
     """
-    import torch
     shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
     source = load_mxnet(mx_model, shapes, dtypes)
-    model = copy.deepcopy(torch_model).eval()
-    model.load_state_dict(convert_weights(source.params, mapping, model), strict=False)
+    model = torch_model if in_place else copy.deepcopy(torch_model)
+    load_mxnet_weights(model, source.params, mapping)
+    was_training = model.training
+    model.eval()
+    try:
+        return _compare_all(source, model, mapping, shapes, dtypes, atol, seed, memory_budget, progress)
+    finally:
+        model.train(was_training)
+
+
+def _compare_all(source, model, mapping, shapes, dtypes, atol, seed, budget, progress) -> VerifyReport:
     inputs = _inputs(shapes, dtypes, mapping, seed)
     nodes = _node_pairs(source, mapping)
-    mx_outs, mx_final = _run_mxnet(source, inputs, [n[0] for n in nodes])
-    torch_outs, torch_final = _run_torch(model, inputs, [n[1] for n in nodes])
+    sizes = _output_bytes(source, [n[0] for n in nodes], shapes, dtypes)
+    passes = _passes(nodes, sizes, budget)
     packed = _packing_consumers(source.symbol)
-    rows = [_compare(mx_node, t_node, _unbiased(mx_outs.get(mx_node), source.params.get(bias)),
-                     torch_outs.get(t_node), atol, bias) if mx_node not in packed else
-            NodeCheck(mx_node, t_node, None, 0.0, True, f"skipped: MXNet packs the tensor with others through "
-                                                       f"{packed[mx_node]} (checked at the final output)")
-            for mx_node, t_node, bias in nodes]
+    rows, mx_final, torch_final = [], [], []
+    for index, part in enumerate(passes):
+        last = index == len(passes) - 1
+        mx_outs, mx_final = _run_mxnet(source, inputs, [n[0] for n in part], with_final=last)
+        torch_outs, torch_final = _run_torch(model, inputs, [n[1] for n in part])
+        rows += [_compare(mx_node, t_node, _unbiased(mx_outs.get(mx_node), source.params.get(bias)),
+                          torch_outs.get(t_node), atol, bias) if mx_node not in packed else
+                 NodeCheck(mx_node, t_node, None, 0.0, True, f"skipped: MXNet packs the tensor with others through "
+                                                            f"{packed[mx_node]} (checked at the final output)")
+                 for mx_node, t_node, bias in part]
+        del mx_outs, torch_outs
+        if progress is not None:
+            progress(len(part))
     final = [_max_diff(a, b) for a, b in zip(mx_final, torch_final)]
     diff = max((d for d, _ in final), default=float("inf")) if len(mx_final) == len(torch_final) else float("inf")
     final_ok = all(d <= atol * max(1.0, s) for d, s in final) and len(mx_final) == len(torch_final)
     first = next((r for r in rows if not r.ok), None)
-    return VerifyReport(final_ok and first is None, float(diff), atol, rows, first)
+    return VerifyReport(final_ok and first is None, float(diff), atol, rows, first, len(passes),
+                        sum(sizes.values()))
+
+
+def _output_bytes(source, ops, shapes, dtypes) -> dict:
+    """MXNet op name -> bytes its output takes in both frameworks during a pass (MXNet's array, its numpy copy,
+    torch's copy: three times the output), from MXNet's shape inference."""
+    internals = source.symbol.get_internals()
+    known = {k: v.shape for k, v in source.params.items()}
+    try:
+        _, out_shapes, _ = internals.infer_shape_partial(**known, **dict(zip(source.input_names, shapes)))
+    except Exception:  # shapes unknown: one pass, as before
+        return {}
+    size = dict(zip(internals.list_outputs(), out_shapes))
+    return {op: 3 * 4 * int(np.prod(size[f"{op}_output"], dtype=np.int64)) for op in dict.fromkeys(ops)
+            if size.get(f"{op}_output")}
+
+
+def _passes(nodes, sizes, budget) -> list:
+    """``nodes`` in consecutive parts whose outputs fit ``budget`` bytes (a node larger than it gets a pass alone)."""
+    parts, part, held = [], [], 0
+    for node in nodes:
+        need = sizes.get(node[0], 0)
+        if part and held + need > budget:
+            parts.append(part)
+            part, held = [], 0
+        part.append(node)
+        held += need
+    return parts + [part] if part or not parts else parts
 
 
 def _inputs(shapes, dtypes, mapping: NameMapping, seed: int) -> list:
@@ -197,14 +258,15 @@ def _packing_consumers(symbol) -> dict:
     return {n["name"]: n["op"] for n in json.loads(symbol.tojson())["nodes"] if n["op"] in _PACKING}
 
 
-def _run_mxnet(source, inputs, ops) -> tuple[dict, list]:
+def _run_mxnet(source, inputs, ops, with_final=True) -> tuple[dict, list]:
     import os
 
     import mxnet as mx
     internals = source.symbol.get_internals()
     available = set(internals.list_outputs())
     wanted = [op for op in dict.fromkeys(ops) if f"{op}_output" in available]
-    group = mx.sym.Group([internals[f"{op}_output"] for op in wanted] + list(source.symbol))
+    finals = list(source.symbol) if with_final or not wanted else []
+    group = mx.sym.Group([internals[f"{op}_output"] for op in wanted] + finals)
     args = {n: mx.nd.array(x, dtype=x.dtype) for n, x in zip(source.input_names, inputs)}
     values = {**source.params, **args}
     saved = os.environ.get("MXNET_SUBGRAPH_BACKEND")
@@ -218,6 +280,7 @@ def _run_mxnet(source, inputs, ops) -> tuple[dict, list]:
         else:
             os.environ["MXNET_SUBGRAPH_BACKEND"] = saved
     outs = [o.asnumpy() for o in executor.forward(is_train=False)]
+    del executor
     return dict(zip(wanted, outs)), outs[len(wanted):]
 
 

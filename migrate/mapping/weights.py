@@ -8,7 +8,7 @@ import numpy as np
 from migrate.errors import InputFileError, MappingError, WeightShapeError
 from migrate.mapping.table import NameMapping
 
-__all__ = ["convert_weights"]
+__all__ = ["convert_weights", "load_mxnet_weights"]
 
 
 def convert_weights(mx_params, mapping: NameMapping, torch_model=None) -> dict:
@@ -39,6 +39,42 @@ def convert_weights(mx_params, mapping: NameMapping, torch_model=None) -> dict:
         >>> torch_net.load_state_dict(sd)
     """
     return dict(converted_tensors(mx_params, mapping, torch_model))
+
+
+def converted_keys(mapping: NameMapping, torch_model) -> list:
+    """The torch keys ``converted_tensors`` yields for ``torch_model``: mapped keys, then defaults it fills.
+
+    Example:
+        >>> len(converted_keys(mapping, torch_net)) == len(torch_net.state_dict())  # doctest: +SKIP
+        True
+    """
+    mapped = list(dict.fromkeys(mapping[name] for name in mapping))
+    target = torch_model.state_dict()
+    return mapped + [key for key in mapping.torch_defaults if key in target and key not in set(mapped)]
+
+
+def load_mxnet_weights(torch_model, mx_params, mapping: NameMapping, *, progress=None) -> list:
+    """Copy the MXNet values into ``torch_model``'s own tensors, one tensor at a time (never a second copy of the
+    model), as ``load_state_dict(convert_weights(...), strict=False)`` would; return the keys written.
+    ``progress(1)``, when given, is called after each tensor.
+
+    Raises:
+        The errors of ``convert_weights``.
+
+    Example:
+        >>> keys = load_mxnet_weights(torch_net, "net-0000.params", mapping)  # doctest: +SKIP
+    """
+    import torch
+    state = torch_model.state_dict()
+    written = []
+    with torch.no_grad():
+        for key, tensor in converted_tensors(mx_params, mapping, torch_model):
+            if key in state:
+                state[key].copy_(tensor)
+                written.append(key)
+            if progress is not None:
+                progress(1)
+    return written
 
 
 def converted_tensors(mx_params, mapping: NameMapping, torch_model=None):

@@ -81,7 +81,7 @@ def migrated(trained):
     """``migrate all --json`` into trained/out: (completed process, out folder)."""
     out = trained["folder"] / "out"
     done = _migrate("all", *_files(trained["folder"], "symbol", "params", "settings", "states"), "--torch", TORCH,
-                    "--input-shape", "1,3,8,8", "--out", out, "--json")
+                    "--input-shape", "1,3,8,8", "--out", out, "--format", "pt", "--json")
     return done, out
 
 
@@ -156,11 +156,11 @@ class TestAll:
 
 
     def test_format_safetensors(self, trained, migrated, tmp_path):
-        """``all --format safetensors`` writes weights.safetensors equal to weights.pt bit for bit, and
-        load_migration loads it; a damaged one raises InputFileError."""
+        """``all`` writes weights.safetensors by default, equal bit for bit to the weights.pt of ``--format pt``,
+        and load_migration loads it; a damaged one raises InputFileError."""
         from safetensors.torch import load_file
         done = _migrate("all", *_files(trained["folder"], "symbol", "params", "settings", "states"), "--torch",
-                        TORCH, "--input-shape", "1,3,8,8", "--out", tmp_path, "--format", "safetensors", "--json")
+                        TORCH, "--input-shape", "1,3,8,8", "--out", tmp_path, "--json")
         assert done.returncode == 0, done.stderr[-3000:]
         assert (tmp_path / "weights.safetensors").is_file() and not (tmp_path / "weights.pt").exists()
         ours = load_file(str(tmp_path / "weights.safetensors"))
@@ -179,7 +179,8 @@ class TestAll:
 
     @pytest.mark.parametrize("quiet", [False, True])
     def test_write_progress_bar(self, trained, tmp_path, capsys, monkeypatch, quiet):
-        """On a terminal `weights --format safetensors` shows a bytes bar (total, rate) on stderr; --quiet hides it."""
+        """On a terminal `weights` shows real bars on stderr: nodes exported (count, rate), tensors converted (count
+        of total, rate), bytes written (total, rate); --quiet hides them."""
         from migrate.cli import main
         monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
         code = main(["weights", *_files(trained["folder"], "params", "symbol"), "--torch", TORCH, "--input-shape",
@@ -193,6 +194,12 @@ class TestAll:
         size = re.escape(tqdm.format_sizeof(total, divisor=1024))  # the bar's total: the tensors' bytes
         shown = re.search(rf"writing w\.safetensors: +\d+%.*/{size} \[.*B/s", err)
         assert (shown is None) == quiet, err[-2000:]
+        exported = re.findall(r"exporting both models to ONNX \(structure only\) and matching: (\d+)node \[[^]]*"
+                              r"node/s", err)
+        converted = re.findall(r"converting the weights: +100%[^[]*\| (\d+)/\1 \[[^]]*tensor/s", err)
+        assert (not exported) == quiet and (not converted) == quiet, err[-2000:]
+        if not quiet:  # the final counts: every node of both exports; one tick per converted tensor
+            assert int(exported[-1]) > 10 and int(converted[-1]) == len(M.torch_residual().state_dict())
 
     def test_mean_loss_with_rescale_grad_1(self, trained, migrated):
         """A loss averaged over the batch with load_migration(..., rescale_grad=1.0) continues the same way."""
@@ -436,14 +443,17 @@ class _Terminal:
 
 
 def test_progress_bar_on_a_terminal(trained, migrated, monkeypatch, capsys):
-    """With stderr a terminal, the stages show in a progress bar there; stdout keeps only the report."""
+    """With stderr a terminal, verification shows a bar there counting the nodes compared (with its rate, final count
+    = the report's rows); stdout keeps only the report."""
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     code = main(["verify", *_files(trained["folder"], "symbol", "params"), "--torch", TORCH, "--mapping",
                  str(migrated[1] / "mapping.json"), "--input-shape", "1,3,8,8"])
-    shown = "".join(terminal.parts)
-    assert code == 0 and "migrate verify: verifying node by node" in shown and "stages done" in shown
-    assert "stages done" not in capsys.readouterr().out
+    shown, out = "".join(terminal.parts), capsys.readouterr().out
+    counts = re.findall(r"migrate verify: verifying node by node: (\d+)node \[[^]]*node/s", shown)
+    rows = [line for line in out.splitlines() if re.search(r"\s(ok|skipped|DIVERGES)(\s|$)", line)]
+    assert code == 0 and counts and int(counts[-1]) == len(rows) > 5, (shown, out)
+    assert "verifying" not in out
 
 
 def test_json_error_document(trained, capsys):

@@ -417,7 +417,7 @@ class TestCli:
         folder = trained["folder"]
         code = migrate.cli.main(["all", *_files(folder), "--settings", str(folder / "settings.json"), "--states",
                                  str(folder / "trainer.states"), "--torch", "generate", "--out", str(out)])
-        assert code == 0 and (out / "model.py").is_file() and (out / "weights.pt").is_file()
+        assert code == 0 and (out / "model.py").is_file() and (out / "weights.safetensors").is_file()
         model = generate_module(out / "model.py").Net()
         optimizer, scheduler = migrate.load_migration(out, model)
         for x, y in trained["data"][3:]:

@@ -255,7 +255,7 @@ def previous(files, tmp_path_factory):
     out = tmp_path_factory.mktemp("previous") / "all"
     assert main(_all_argv(files, out)) == 0
     assert sorted(os.listdir(out)) == ["mapping.json", "optimizer.pt", "param_groups.json", "report.json",
-                                       "report.txt", "weights.pt"]
+                                       "report.txt", "weights.safetensors"]
     return out, _tree(out)
 
 
@@ -263,7 +263,7 @@ def _expect_outcome(stage, out, before):
     """After the rename the new complete folder; before it nothing new (absent, or the previous folder)."""
     if stage == "after-rename":
         assert sorted(os.listdir(out)) == sorted(before or ["mapping.json", "optimizer.pt", "param_groups.json",
-                                                            "report.json", "report.txt", "weights.pt"])
+                                                            "report.json", "report.txt", "weights.safetensors"])
         assert json.loads((out / "report.json").read_text())["exit_code"] == 0
     elif before is None:
         assert not os.path.lexists(out), f"interrupted at {stage}: {out} exists: {os.listdir(out)}"
