@@ -96,6 +96,8 @@ def _one(millions, width, stage_name, folder, queue):
     weights = count * 4
     for tensor in model.state_dict().values():  # resident, as a built model is
         tensor.zero_()
+    import mxnet as mx
+    mx.nd.waitall()  # MXNet initializes asynchronously: its weights are resident only once the engine ran
     models = (_rss() - bare) / GIB
     row = {"params_M": count / 1e6, "depth": depth, "models_GiB": models}
     mapping_path = os.path.join(folder, "mapping.json")
@@ -121,22 +123,24 @@ def _one(millions, width, stage_name, folder, queue):
 
 def _files(millions, width, folder, queue):
     """The inputs of `migrate all` for one size: symbol, params and settings files (LrTrainer sgd, lr_mult 0.1 on
-    the first layer, 2 steps taken)."""
+    the first layer). Written without gradients, forward pass or kvstore, which would triple this process's memory."""
     import mxnet as mx
 
     from gluon_lr import LrTrainer, Rule
     depth = _depth(millions, width)
-    net = _mx_chain(depth, width)
-    net.hybridize()
-    trainer = LrTrainer(net, "sgd", {"learning_rate": 0.01}, rules=[Rule("chain_dense0_*", lr_mult=0.1)])
-    for _ in range(2):
-        with mx.autograd.record():
-            loss = net(mx.nd.ones((1, width))).sum()
-        loss.backward()
-        trainer.step(1)
-    net.export(os.path.join(folder, "chain"))
+    net = mx.gluon.nn.HybridSequential(prefix="chain_")
+    with net.name_scope():
+        for _ in range(depth):
+            net.add(mx.gluon.nn.Dense(width, in_units=width))
+    net.collect_params().setattr("grad_req", "null")
+    net.initialize(mx.init.Uniform(0.01))
+    trainer = LrTrainer(net, "sgd", {"learning_rate": 0.01}, rules=[Rule("chain_dense0_*", lr_mult=0.1)],
+                        kvstore=None)
+    net(mx.sym.var("data")).save(os.path.join(folder, "chain-symbol.json"))
+    mx.nd.save(os.path.join(folder, "chain-0000.params"),
+               {"arg:" + p.name: p.data() for p in net.collect_params().values()})
     trainer.export_settings(os.path.join(folder, "settings.json"))
-    queue.put({"depth": depth})
+    queue.put({"depth": depth, "params_M": depth * (width * width + width) / 1e6})
 
 
 def _all(millions, width, folder, queue):
@@ -234,7 +238,7 @@ def main():
                 if part is None:
                     failed = "all"
                 else:
-                    r.update(part, params_M=r.get("params_M", size), depth=made["depth"])
+                    r.update(part, params_M=made["params_M"], depth=made["depth"])
         if failed is not None:
             print(f"{size:>7.0f}M {failed} failed (out of memory?)")
             break

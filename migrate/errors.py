@@ -72,5 +72,9 @@ class UnsupportedOpError(MigrateError, ValueError):
     """An MXNet graph node has no PyTorch translation (names the op, the node and the nearest known ops)."""
 
 
+class InsufficientMemoryError(MigrateError, MemoryError):
+    """The models do not fit in the memory available (names the bytes needed and the bytes available)."""
+
+
 class OutputWriteError(MigrateError, OSError):
     """An output file could not be written (disk full, no permission); names the file and the bytes needed."""

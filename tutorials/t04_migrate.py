@@ -11,7 +11,7 @@ and the update rule itself (MXNet's SGD puts the learning rate inside the moment
    (``LrTrainer.save_states``).
 2. ``python -m migrate all ...`` (a subprocess, as you would run it in a shell) maps every MXNet name to its
    torchvision ``resnet18`` key by matching the two ONNX graphs, verifies the mapping node by node, and writes
-   ``weights.pt``, ``param_groups.json``, ``optimizer.pt`` and a report into one folder.
+   ``weights.safetensors``, ``param_groups.json``, ``optimizer.pt`` and a report into one folder.
 3. ``migrate.load_migration(folder, model)`` loads the weights into a fresh torchvision model and rebuilds the optimizer
    with MXNet's state; torch trains the next N steps on the same batches.
 4. For reference, the MXNet run goes on for the same N steps. The plot shows the loss of N MXNet steps followed by

@@ -135,7 +135,7 @@ def torch_phase(folder: str, batches: list) -> tuple:
 
 def eval_gap(mx_folder: str, folder: str, x) -> float:
     """Relative gap of the eval-mode outputs at the hand-over: MXNet's exported files against model.py holding
-    migrate's weights.pt (both fresh; MXNet 1.9.1 with MKLDNN returned NaN from the trained, hybridized net in
+    migrate's weights.safetensors (both fresh; MXNet 1.9.1 with MKLDNN returned NaN from the trained, hybridized net in
     predict mode here, and its Parameter.data() read ~1e38 after a hybridized inference forward)."""
     import torch
     with warnings.catch_warnings():  # "Cannot decide type for ... data": the input is float32, given below
@@ -144,7 +144,8 @@ def eval_gap(mx_folder: str, folder: str, x) -> float:
                                         os.path.join(mx_folder, "net-0000.params"))
     want = net(mx.nd.array(x)).asnumpy()
     model = generated_class(os.path.join(folder, "model.py"))()
-    model.load_state_dict(torch.load(os.path.join(folder, "weights.pt")))
+    from safetensors.torch import load_file
+    model.load_state_dict(load_file(os.path.join(folder, "weights.safetensors")))
     model.eval()
     with torch.no_grad():
         got = model(torch.from_numpy(x)).numpy()

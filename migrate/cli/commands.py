@@ -290,6 +290,7 @@ _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim"
 
 
 def _model(args):
+    inputs.check_memory(args)
     with _stage(args, "loading the torch model"):
         return inputs.torch_model(args.torch, args.kwargs)
 

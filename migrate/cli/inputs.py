@@ -11,7 +11,8 @@ import sys
 import tempfile
 
 from gluon_lr.formats.reading import special_kind
-from migrate.errors import CliUsageError, InputFileError, MappingError, OutputExistsError, SettingsError
+from migrate.errors import (CliUsageError, InputFileError, InsufficientMemoryError, MappingError, OutputExistsError,
+                            SettingsError)
 from migrate.mapping.table import NameMapping
 from migrate.optim.schedules import check_schedule
 
@@ -75,6 +76,42 @@ def mx_files(args) -> tuple[str, str]:
             existing_file("--params", args.params, "the NAME-0000.params HybridBlock.export wrote"))
 
 
+def available_memory() -> int | None:
+    """Bytes of memory the system can give without swapping (``MemAvailable``), or None where it is not known."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(args) -> None:
+    """Refuse, before building anything, a migration whose models cannot fit: the MXNet weights (the size of
+    --params) and a torch twin of the same size must fit in the available memory.
+
+    Raises:
+        InsufficientMemoryError: naming the bytes needed and available.
+    """
+    params = getattr(args, "params", None)
+    available = available_memory()
+    if not params or available is None or not os.path.isfile(params):
+        return
+    weights = os.path.getsize(params)
+    needed = 2 * weights  # the MXNet weights read from --params, and the torch model built by --torch
+    if needed > available:
+        raise InsufficientMemoryError(
+            f"--params {params!r}: the MXNet weights ({_gib(weights)}) and a torch model of the same size need about "
+            f"{_gib(needed)} of memory, but {_gib(available)} is available; free memory or run on a machine with "
+            f"more (nothing was built or written)")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2 ** 30:.2f} GiB"
+
+
 def torch_model(spec: str, kwargs_text: str):
     """The torch model of ``--torch``: a TorchScript file, or ``package.module:callable`` called with ``--kwargs``."""
     import torch
@@ -104,6 +141,17 @@ def torch_model(spec: str, kwargs_text: str):
     _check_factory(spec, factory)
     try:
         model = factory(**kwargs)
+    except MemoryError:
+        raise InsufficientMemoryError(f"--torch {spec!r}: building the torch model ran out of memory ("
+                                      f"{_gib(available_memory() or 0)} available now); free memory or run on a "
+                                      f"machine with more") from None
+    except RuntimeError as exc:
+        if "can't allocate memory" in str(exc) or "not enough memory" in str(exc):  # torch's CPU allocator
+            raise InsufficientMemoryError(f"--torch {spec!r}: building the torch model ran out of memory ("
+                                          f"{str(exc).splitlines()[0][:200]}); free memory or run on a machine with "
+                                          f"more") from None
+        raise CliUsageError(f"--torch {spec!r} with --kwargs {str(kwargs)[:200]}: the factory raised "
+                            f"{type(exc).__name__}: {str(exc)[:300]}; check the arguments") from None
     except (Exception, SystemExit) as exc:  # the user's factory may raise anything on bad arguments
         raise CliUsageError(f"--torch {spec!r} with --kwargs {str(kwargs)[:200]}: the factory raised "
                             f"{type(exc).__name__}: {str(exc)[:300]}; check the arguments") from None

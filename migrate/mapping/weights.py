@@ -103,7 +103,8 @@ def converted_tensors(mx_params, mapping: NameMapping, torch_model=None):
                 raise WeightShapeError(f"MXNet {name!r} {tuple(values[name].shape)} -> torch {key!r}: expected "
                                        f"{tuple(target[key].shape)}, received {array.shape}; the torch model "
                                        f"does not match the mapping (rebuild it with the same arguments)")
-            part = torch.from_numpy(np.array(array))
+            fresh = hasattr(values[name], "asnumpy")  # asnumpy made a copy of our own; a user's array is copied
+            part = torch.from_numpy(np.ascontiguousarray(array) if fresh else np.array(array))
             tensor = part if tensor is None else tensor + part
         yield key, tensor.to(target[key].dtype) if key in target else tensor
     for key in mapping.torch_defaults:

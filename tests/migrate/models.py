@@ -248,3 +248,8 @@ def torch_residual(stride1=2, stride2=1):
     """Factory the CLI test names as ``tests.migrate.models:torch_residual``."""
     torch.manual_seed(0)
     return TorchResidual(stride1, stride2)
+
+
+def torch_too_big():
+    """A factory whose model cannot be allocated (2**50 float32 weights): ``tests.migrate.models:torch_too_big``."""
+    return torch.nn.Linear(2 ** 25, 2 ** 25)

@@ -177,3 +177,36 @@ def test_weights_format_default_and_suffix(tmp_path, out, expected):
         assert (f.read(2) == b"PK") == (expected == "pt")  # torch.save's zip; safetensors starts with a length
     reference = convert_weights({p.name: p.data() for p in net.collect_params().values()}, mapping, model)
     assert set(loaded) == set(reference) and all(torch.equal(loaded[k], reference[k]) for k in reference)
+
+
+def _all_argv(tmp_path, torch_spec):
+    symbol, params = _exported("residual-body-first", tmp_path / "res")
+    net, _, _, _, _ = build_pair("residual-body-first")
+    from gluon_lr import LrTrainer
+    LrTrainer(net, "sgd", {"learning_rate": 0.1}).export_settings(str(tmp_path / "settings.json"))
+    return ["all", "--symbol", symbol, "--params", params, "--settings", str(tmp_path / "settings.json"), "--torch",
+            torch_spec, "--input-shape", "2,3,8,8", "--out", str(tmp_path / "out")]
+
+
+def test_models_that_do_not_fit_are_refused_before_building(tmp_path, monkeypatch, capsys):
+    """Available memory below twice the params file: exit 2 before anything is built, the error names the bytes
+    needed and available; no output folder."""
+    from migrate.cli import inputs, main
+    argv = _all_argv(tmp_path, "tests.migrate.models:torch_residual")
+    monkeypatch.setattr(inputs, "available_memory", lambda: 1000)
+    built = []
+    monkeypatch.setattr(M, "torch_residual", lambda *a: built.append(1))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    needed = 2 * (tmp_path / "res-0000.params").stat().st_size / 2 ** 30
+    assert f"need about {needed:.2f} GiB of memory, but 0.00 GiB is available" in err and "Traceback" not in err
+    assert not built and not (tmp_path / "out").exists()
+
+
+def test_torch_model_that_cannot_be_allocated(tmp_path, capsys):
+    """A factory whose allocation fails: exit 2 with InsufficientMemoryError's message (not 'check the arguments')."""
+    from migrate.cli import main
+    assert main(_all_argv(tmp_path, "tests.migrate.models:torch_too_big")) == 2
+    err = capsys.readouterr().err
+    assert "building the torch model ran out of memory" in err and "can't allocate memory" in err
+    assert not (tmp_path / "out").exists()
