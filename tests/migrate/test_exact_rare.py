@@ -1,0 +1,164 @@
+"""migrate's exact lbsgd, sgld, dcasgd and groupadagrad against real MXNet 1.9.1 (LrTrainer, unequal lr_mult groups)."""
+import os
+import tempfile
+
+import mxnet as mx
+import numpy as np
+import pytest
+import torch
+
+import migrate
+from migrate.errors import UnsupportedOptimizerError
+from tests.migrate import _mx_reference as R
+
+STEPS = 8
+# The lr halves every 2 updates, so LBSGD's first parameter (which reads the lr before its count) sees other lrs.
+SCHEDULE = dict(R.SCHEDULE, step=2, factor=0.5)
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5}
+LBSGD = {"learning_rate": 0.1, "momentum": 0.9, "batch_scale": 3, "warmup_epochs": 1, "updates_per_epoch": 4}
+
+
+def _net(dtype, two_d_only=False):
+    """R's MLP (lr_mult 0.5 and 2.0 groups, a frozen layer); ``two_d_only``: biases frozen too (groupadagrad)."""
+    net = R.mx_net(dtype)
+    if two_d_only:
+        for name, param in net.collect_params().items():
+            if name.endswith("bias"):
+                param.grad_req = "null"
+    return net
+
+
+def _kwargs(opt_kwargs, wd=0.01):
+    return dict(opt_kwargs, wd=wd, clip_gradient=0.5)
+
+
+def _states(trainer):
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "trainer.states")
+        trainer.save_states(path)
+        with open(path, "rb") as handle:
+            return handle.read()
+
+
+def mx_noise(seed):
+    """A noise source drawing MXNet's samples: re-seeds MXNet, then ``mx.nd.random.normal(0, std)`` per call."""
+    mx.random.seed(seed)
+
+    def noise(param, std):
+        dtype = "float64" if param.dtype == torch.float64 else "float32"
+        return torch.from_numpy(mx.nd.random.normal(0, std, shape=tuple(param.shape), dtype=dtype).asnumpy())
+    return noise
+
+
+def _compare(name, opt_kwargs, dtype, two_d_only=False, wd=0.01, noise_seed=None, steps=STEPS, split=None):
+    """Largest weight difference between MXNet (``steps`` LrTrainer steps) and migrate's torch optimizer.
+
+    ``split``: MXNet trains ``split`` steps, its states are converted, torch trains the rest from there.
+    ``noise_seed``: MXNet is re-seeded with it where torch starts, and torch draws MXNet's noise (SGLD).
+    """
+    net = _net(dtype, two_d_only)
+    data = R.batches(steps, dtype)
+    trainer = R.mx_trainer(net, name, _kwargs(opt_kwargs, wd), dict(SCHEDULE, base_lr=opt_kwargs["learning_rate"]))
+    start = split or 0
+    R.mx_train(net, trainer, data[:start])
+    settings, states, model = R.exported_settings(trainer), _states(trainer), R.torch_net(net)
+    if noise_seed is not None:
+        mx.random.seed(noise_seed)
+    R.mx_train(net, trainer, data[start:])
+    optimizer = migrate.torch_optimizer(model, settings, R.MAPPING, rescale_grad=1 / R.BATCH)  # trainer.step(BATCH)
+    if split:
+        assert migrate.convert_optimizer_state(states, settings, R.MAPPING, optimizer) > 0
+    if noise_seed is not None:
+        optimizer.noise = mx_noise(noise_seed)
+    R.torch_train(model, optimizer, migrate.torch_lr_scheduler(optimizer, settings), data[start:])
+    return R.largest_difference(R.weights_of(net), model)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("strategy", ["linear", "power2", "sqrt", "lars"])
+def test_lbsgd_matches_mxnet(strategy, dtype):
+    """LBSGD, batch_scale 3, each warmup strategy (warmup over 4 calls), momentum: 8 steps agree with MXNet."""
+    worst_name, worst = _compare("lbsgd", dict(LBSGD, warmup_strategy=strategy), dtype)
+    assert worst <= TOLERANCE[dtype], f"lbsgd {strategy} {dtype}: {worst_name} differs by {worst:.3g}"
+
+
+@pytest.mark.parametrize("extra", [{"momentum": 0.0}, {"begin_epoch": 1, "updates_per_epoch": 2},
+                                   {"batch_scale": 1, "warmup_strategy": "sqrt"}])
+def test_lbsgd_variants_match_mxnet(extra):
+    """LBSGD without momentum (sgd_update), from a later epoch, and batch_scale 1: float64 within 1e-12."""
+    worst_name, worst = _compare("lbsgd", dict(LBSGD, **extra), "float64")
+    assert worst <= 1e-12, f"lbsgd {extra}: {worst_name} differs by {worst:.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_dcasgd_matches_mxnet(dtype):
+    """DCASGD (lamda 0.5, wd, clipping): 8 steps agree with MXNet."""
+    worst_name, worst = _compare("dcasgd", {"learning_rate": 0.1, "lamda": 0.5}, dtype)
+    assert worst <= TOLERANCE[dtype], f"dcasgd {dtype}: {worst_name} differs by {worst:.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_groupadagrad_matches_mxnet(dtype):
+    """GroupAdaGrad on 2-D weights (biases frozen; MXNet allows no wd): 8 steps agree with MXNet."""
+    worst_name, worst = _compare("groupadagrad", {"learning_rate": 0.1}, dtype, two_d_only=True, wd=0.0)
+    assert worst <= TOLERANCE[dtype], f"groupadagrad {dtype}: {worst_name} differs by {worst:.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_sgld_with_mxnet_noise_matches_mxnet(dtype):
+    """SGLD fed MXNet's own normal samples (same seed, same order): 8 steps agree with MXNet."""
+    worst_name, worst = _compare("sgld", {"learning_rate": 0.01}, dtype, noise_seed=11)
+    assert worst <= TOLERANCE[dtype], f"sgld {dtype}: {worst_name} differs by {worst:.3g}"
+
+
+def test_sgld_noise_is_drawn():
+    """The noise source matters: with torch's default noise the weights end far (> 1e-3) from MXNet's."""
+    worst_name, worst = _compare("sgld", {"learning_rate": 0.01}, "float64")
+    assert worst > 1e-3, f"sgld without MXNet's noise: {worst_name} differs by only {worst:.3g}"
+
+
+@pytest.mark.parametrize("name, opt_kwargs, extra", [
+    ("lbsgd", dict(LBSGD, warmup_strategy="linear"), {}),
+    ("lbsgd", dict(LBSGD, warmup_strategy="lars"), {}),
+    ("dcasgd", {"learning_rate": 0.1, "lamda": 0.5}, {}),
+    ("groupadagrad", {"learning_rate": 0.1}, {"two_d_only": True, "wd": 0.0}),
+    ("sgld", {"learning_rate": 0.01}, {"noise_seed": 5}),
+])
+@pytest.mark.parametrize("split", [1, 5])
+def test_state_conversion_continues_mxnet(name, opt_kwargs, extra, split):
+    """``split`` MXNet steps, states converted, 10 - split torch steps == 10 MXNet steps (float64, 1e-12).
+
+    LBSGD after 1 step holds MXNet's live first gradient; after 5 a sum of 2 of its 3 gradients.
+    """
+    worst_name, worst = _compare(name, opt_kwargs, "float64", steps=10, split=split, **extra)
+    assert worst <= 1e-12, f"{name} after {split} MXNet steps: {worst_name} differs by {worst:.3g}"
+
+
+def _settings(name, hyper, wd=0.01, two_d_only=False):
+    net = _net("float64", two_d_only)
+    return R.settings_of(net, name, _kwargs(dict(hyper, learning_rate=0.1), wd), None), R.torch_net(net)
+
+
+@pytest.mark.parametrize("name, hyper, wd, pattern", [
+    ("dcasgd", {"momentum": 0.9}, 0.01, r"dcasgd with momentum 0.9 has no translation.*use momentum=0"),
+    ("groupadagrad", {}, 0.01, r"groupadagrad updates 2-D weights only.*mlp_fc0_bias \(7,\)"),
+])
+def test_refused_as_mxnet_refuses(name, hyper, wd, pattern):
+    """What MXNet cannot train (DCASGD momentum, GroupAdaGrad on 1-D) is a typed error naming the fix."""
+    settings, model = _settings(name, hyper, wd)
+    with pytest.raises(UnsupportedOptimizerError, match=pattern):
+        migrate.torch_optimizer(model, settings, R.MAPPING)
+
+
+def test_groupadagrad_refuses_weight_decay():
+    """GroupAdaGrad with wd on a 2-D weight: a typed error (MXNet asserts wd == 0)."""
+    settings, model = _settings("groupadagrad", {}, 0.01, two_d_only=True)
+    with pytest.raises(UnsupportedOptimizerError, match=r"groupadagrad has no weight decay.*mlp_fc0_weight"):
+        migrate.torch_optimizer(model, settings, R.MAPPING)
+
+
+def test_lbsgd_settings_keep_begin_epoch():
+    """The settings hold LBSGD's begin_epoch (MXNet stores begin_epoch * updates_per_epoch)."""
+    settings, _ = _settings("lbsgd", {"begin_epoch": 3, "updates_per_epoch": 5})
+    hyper = settings["optimizer"]["hyperparameters"]
+    assert (hyper["begin_epoch"], hyper["updates_per_epoch"], hyper["batch_scale"]) == (3, 5, 1)
