@@ -1,5 +1,7 @@
 """migrate's exact lbsgd, sgld, dcasgd and groupadagrad against real MXNet 1.9.1 (LrTrainer, unequal lr_mult groups)."""
+import json
 import os
+import re
 import tempfile
 
 import mxnet as mx
@@ -8,6 +10,7 @@ import pytest
 import torch
 
 import migrate
+from migrate.cli import main
 from migrate.errors import UnsupportedOptimizerError
 from tests.migrate import _mx_reference as R
 
@@ -171,3 +174,95 @@ def test_lbsgd_settings_keep_begin_epoch():
     settings, _ = _settings("lbsgd", {"begin_epoch": 3, "updates_per_epoch": 5})
     hyper = settings["optimizer"]["hyperparameters"]
     assert (hyper["begin_epoch"], hyper["updates_per_epoch"], hyper["batch_scale"]) == (3, 5, 1)
+
+
+@pytest.mark.parametrize("name, opt_kwargs, filled, lost", [
+    ("lbsgd", dict(LBSGD, warmup_strategy="linear"), 4, r"LBSGD momentum .* partial gradient sums"),
+    ("dcasgd", {"learning_rate": 0.1, "lamda": 0.5}, 0, r"DCASGD previous weights .* not converted"),
+    ("groupadagrad", {"learning_rate": 0.1}, 0, r"GroupAdaGrad row histories .* not converted"),
+])
+def test_stock_translation_lists_what_differs(name, opt_kwargs, filled, lost):
+    """stock_torch_optimizer gives the closest torch.optim class and lists the differences; the stock state
+    conversion fills what has the same meaning and lists the rest."""
+    two_d_only = name == "groupadagrad"
+    net = _net("float64", two_d_only)
+    trainer = R.mx_trainer(net, name, _kwargs(opt_kwargs, 0.0 if two_d_only else 0.01), None)
+    R.mx_train(net, trainer, R.batches(4, "float64"))
+    settings, model = R.exported_settings(trainer), R.torch_net(net)
+    optimizer, differences = migrate.stock_torch_optimizer(model, settings, R.MAPPING)
+    expected = torch.optim.Adagrad if name == "groupadagrad" else torch.optim.SGD
+    assert type(optimizer) is expected and any(f"{name.upper()[:5]}" in d.upper() for d in differences)
+    done, lost_sentences = migrate.convert_stock_optimizer_state(_states(trainer), settings, R.MAPPING, optimizer)
+    assert done == filled
+    assert any(re.search(lost, sentence) for sentence in lost_sentences), lost_sentences
+
+
+def test_stock_sgld_takes_mxnet_deterministic_step():
+    """The stock SGLD (torch SGD, lr and lr_mult halved) plus MXNet's noise, added by hand, is MXNet's SGLD step
+    (no clipping, rescale_grad 1): 3 steps within 1e-12 (float64)."""
+    net = _net("float64")
+    data = R.batches(3, "float64")
+    trainer = R.mx_trainer(net, "sgld", {"learning_rate": 0.01, "wd": 0.01}, None)
+    settings, model = R.exported_settings(trainer), R.torch_net(net)
+    mx.random.seed(4)
+    for x, y in data:
+        with mx.autograd.record():
+            loss = ((net(mx.nd.array(x, dtype=x.dtype)) - mx.nd.array(y, dtype=y.dtype)) ** 2).sum()
+        loss.backward()
+        trainer.step(1)
+    optimizer, differences = migrate.stock_torch_optimizer(model, settings, R.MAPPING)
+    assert any("no Langevin noise" in d for d in differences)
+    noise, order = mx_noise(4), sorted((g["mx_indices"][i], g, p) for g in optimizer.param_groups
+                                       for i, p in enumerate(g["params"]) if not g["frozen"])
+    for x, y in data:
+        optimizer.zero_grad()
+        ((model(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).sum().backward()
+        optimizer.step()
+        with torch.no_grad():
+            for _, group, param in order:
+                param.add_(noise(param, (2 * group["lr"]) ** 0.5))
+    worst_name, worst = R.largest_difference(R.weights_of(net), model)
+    assert worst <= 1e-12, f"stock sgld: {worst_name} differs by {worst:.3g}"
+
+
+def torch_mlp():
+    """Factory ``migrate all --torch`` names: R's torch MLP in float32 (weights come from the MXNet params)."""
+    return R.torch_model({name: np.zeros(1, "float32") for name in R.MAPPING})
+
+
+@pytest.mark.parametrize("name, opt_kwargs, extra", [
+    ("lbsgd", dict(LBSGD, warmup_strategy="sqrt"), {}),
+    ("sgld", {"learning_rate": 0.01}, {}),
+    ("dcasgd", {"learning_rate": 0.1, "lamda": 0.5}, {}),
+    ("groupadagrad", {"learning_rate": 0.1}, {"two_d_only": True, "wd": 0.0}),
+])
+def test_migrate_all_continues_mxnet(name, opt_kwargs, extra, tmp_path, capsys):
+    """LrTrainer 4 steps, its exported files through ``migrate all``, load_migration, 4 torch steps == 8 MXNet
+    steps within 1e-5 (float32; SGLD's torch noise set to MXNet's samples)."""
+    net = _net("float32", extra.get("two_d_only", False))
+    net.hybridize()
+    data = R.batches(8, "float32")
+    trainer = R.mx_trainer(net, name, _kwargs(opt_kwargs, extra.get("wd", 0.01)),
+                           dict(SCHEDULE, base_lr=opt_kwargs["learning_rate"]))
+    R.mx_train(net, trainer, data[:4])
+    net.export(str(tmp_path / "mlp"))
+    trainer.export_settings(str(tmp_path / "settings.json"))
+    trainer.save_states(str(tmp_path / "trainer.states"))
+    mx.random.seed(9)
+    R.mx_train(net, trainer, data[4:])
+    code = main(["all", "--symbol", str(tmp_path / "mlp-symbol.json"), "--params", str(tmp_path / "mlp-0000.params"),
+                 "--settings", str(tmp_path / "settings.json"), "--states", str(tmp_path / "trainer.states"),
+                 "--torch", "tests.migrate.test_exact_rare:torch_mlp", "--input-shape", f"1,{R.SIZES[0]}",
+                 "--out", str(tmp_path / "out"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["ok"], doc.get("status")
+    assert doc["optimizer"]["states_converted"] == sum(1 for p in net.collect_params().values()
+                                                       if p.grad_req != "null")
+    model = torch_mlp()
+    optimizer, scheduler = migrate.load_migration(tmp_path / "out", model)
+    assert type(optimizer).__name__.lower() == name
+    if name == "sgld":
+        optimizer.noise = mx_noise(9)
+    R.torch_train(model, optimizer, scheduler, data[4:])
+    worst_name, worst = R.largest_difference(R.weights_of(net), model)
+    assert worst <= 1e-5, f"{name} after migrate all: {worst_name} differs by {worst:.3g}"
