@@ -266,3 +266,40 @@ def test_migrate_all_continues_mxnet(name, opt_kwargs, extra, tmp_path, capsys):
     R.torch_train(model, optimizer, scheduler, data[4:])
     worst_name, worst = R.largest_difference(R.weights_of(net), model)
     assert worst <= 1e-5, f"{name} after migrate all: {worst_name} differs by {worst:.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_groupadagrad_on_an_embedding(dtype):
+    """GroupAdaGrad on an Embedding (rows looked up several times a batch, lr_mult 0.5) and a bias-free Dense
+    (lr_mult 2), 6 steps, clipping: torch agrees with MXNet (float64 1e-12, float32 1e-5)."""
+    from mxnet import autograd, gluon
+    mx.random.seed(2)
+    net = gluon.nn.HybridSequential(prefix="emb_")
+    with net.name_scope():
+        net.add(gluon.nn.Embedding(10, 4, prefix="table_"), gluon.nn.Dense(3, use_bias=False, flatten=False,
+                                                                         in_units=4, prefix="out_"))
+    net.initialize(mx.init.Uniform(0.5))
+    net.cast(dtype)
+    params = net.collect_params()
+    params["emb_table_weight"].lr_mult, params["emb_out_weight"].lr_mult = 0.5, 2.0
+    trainer = R.mx_trainer(net, "groupadagrad", {"learning_rate": 0.1, "clip_gradient": 0.5}, None)
+    settings = R.exported_settings(trainer)
+    mapping = {"emb_table_weight": "0.weight", "emb_out_weight": "1.weight"}
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3, bias=False)).to(getattr(torch, dtype))
+    with torch.no_grad():
+        for mx_name, key in mapping.items():
+            model.get_parameter(key).copy_(torch.from_numpy(params[mx_name].data().asnumpy()))
+    optimizer = migrate.torch_optimizer(model, settings, mapping, rescale_grad=1 / R.BATCH)
+    rng = np.random.RandomState(5)
+    for _ in range(6):
+        ids, y = rng.randint(0, 10, size=(R.BATCH, 3)), rng.randn(R.BATCH, 3, 3).astype(dtype)
+        with autograd.record():
+            loss = ((net(mx.nd.array(ids, dtype=dtype)) - mx.nd.array(y, dtype=dtype)) ** 2).sum()
+        loss.backward()
+        trainer.step(R.BATCH)
+        optimizer.zero_grad()
+        ((model(torch.from_numpy(ids)) - torch.from_numpy(y)) ** 2).sum().backward()
+        optimizer.step()
+    worst = max(float(np.abs(params[n].data().asnumpy() - model.get_parameter(k).detach().numpy()).max())
+                for n, k in mapping.items())
+    assert worst <= TOLERANCE[dtype], f"groupadagrad on an embedding ({dtype}) differs by {worst:.3g}"
