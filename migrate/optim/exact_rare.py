@@ -11,7 +11,7 @@ import math
 import torch
 
 from migrate.errors import UnsupportedOptimizerError
-from migrate.optim.exact import SGD, _MXNetOptimizer, _clips, _f32
+from migrate.optim.exact import SGD, _MXNetOptimizer, _f32
 
 
 def _mx_order(optimizer):
@@ -163,7 +163,9 @@ class SGLD(_MXNetOptimizer):
     callable ``noise(param, std) -> tensor`` added to the weight, called once per parameter per step in MXNet's
     index order with ``std = sqrt(lr)`` (python double; ``lr`` the parameter's, lr_mult included); by default
     ``default_noise`` (torch.randn_like scaled by std). A source that draws MXNet's samples in that order (re-seed
-    MXNet, call ``mx.nd.random.normal(0, std, shape, dtype)``) makes the whole update MXNet's, bit for bit.
+    MXNet, call ``mx.nd.random.normal(0, std, shape, dtype)``) makes the whole update MXNet's (float64 within 1e-12,
+    ``tests/migrate/test_exact_rare.py``). Set ``optimizer.noise`` after ``migrate.torch_optimizer`` or
+    ``load_migration`` to choose the source (it is not saved in the state_dict).
 
     Example:
         >>> opt = SGLD(model.parameters(), lr=1e-4, noise=lambda p, std: torch.randn_like(p) * std)
