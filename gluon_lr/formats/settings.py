@@ -27,7 +27,7 @@ FORMAT = "gluon-lr-settings"
 SCHEMA_VERSION = 1
 _BASE_ARGS = frozenset(inspect.signature(_opt.Optimizer.__init__).parameters)
 #: Constructor arguments that MXNet stores under another attribute name.
-_ATTR_ALIASES = {"eps": "float_stable_eps", "begin_epoch": "init_updates", "pwr": "power"}
+_ATTR_ALIASES = {"eps": "float_stable_eps", "pwr": "power"}
 _SCHEDULERS = {
     "FactorScheduler": ("step", "factor", "stop_factor_lr"),
     "MultiFactorScheduler": ("step", "factor"),
@@ -49,7 +49,18 @@ def _hyperparameters(optimizer: _opt.Optimizer) -> dict:
             attr = arg.name if hasattr(optimizer, arg.name) else _ATTR_ALIASES.get(arg.name, arg.name)
             if hasattr(optimizer, attr):
                 found[arg.name] = _plain(getattr(optimizer, attr))
+            elif arg.name == "begin_epoch" and hasattr(optimizer, "init_updates"):  # LBSGD keeps epoch * per_epoch
+                found[arg.name] = _begin_epoch(optimizer)
     return found
+
+
+def _begin_epoch(optimizer) -> float:
+    """LBSGD's ``begin_epoch`` argument, from the ``init_updates = begin_epoch * updates_per_epoch`` it stores."""
+    per_epoch = optimizer.updates_per_epoch
+    if not per_epoch:
+        return 0
+    whole, rest = divmod(optimizer.init_updates, per_epoch)
+    return _plain(whole) if rest == 0 else optimizer.init_updates / per_epoch
 
 
 def _plain(value):

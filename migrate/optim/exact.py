@@ -651,3 +651,7 @@ OPTIMIZERS = {"sgd": SGD, "nag": NAG, "adam": Adam, "rmsprop": RMSProp, "adagrad
 from migrate.optim import exact_more  # noqa: E402  (it builds on the classes above)
 
 OPTIMIZERS.update(exact_more.OPTIMIZERS)
+
+from migrate.optim import exact_rare  # noqa: E402  (lbsgd, sgld, dcasgd, groupadagrad)
+
+OPTIMIZERS.update(exact_rare.OPTIMIZERS)

@@ -11,7 +11,8 @@ _STATE_NAMES = {"sgd": ("momentum_buffer",), "nag": ("momentum_buffer",), "signu
                 "adam": ("mean", "var"), "adamax": ("mean", "var"), "nadam": ("mean", "var"), "lamb": ("mean", "var"),
                 "adagrad": ("history",), "adadelta": ("acc_g", "acc_delta"), "ftrl": ("z", "n"),
                 "rmsprop": ("n", "g", "delta"), "ftml": ("d", "v", "z"),
-                "lars": ("momentum_buffer",)}
+                "lars": ("momentum_buffer",), "lbsgd": ("momentum_buffer",), "sgld": (),
+                "dcasgd": ("previous_weight",), "groupadagrad": ("history",)}
 
 
 def convert_optimizer_state(mx_states, settings, mapping, optimizer):
@@ -58,13 +59,16 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
         if mx_name not in targets:
             continue
         param = targets[mx_name]
-        arrays = [_to_torch(mapping, mx_name, array, param) for array in (a.asnumpy() for a in state_arrays(state))]
+        shape = (param.shape[0], 1) if name == "groupadagrad" else None  # one history per row, no layout change
+        arrays = [_to_torch(mapping, mx_name, a.asnumpy(), param, shape) for a in state_arrays(state)]
         optimizer.state[param] = _torch_state(name, mx_name, arrays, counts.get(index, settings["num_update"]))
         filled += 1
     if name == "nadam" and mx_optimizer is not None:
         optimizer.state["m_schedule"] = float(mx_optimizer.m_schedule)
     if name == "lars" and getattr(mx_optimizer, "cur_lr", None) is not None:
         optimizer.state["lars_last_lr"] = float(mx_optimizer.cur_lr)  # its momentum correction's last lr
+    if name == "lbsgd" and mx_optimizer is not None:
+        _lbsgd_accumulation(mx_optimizer, by_index, targets, mapping, optimizer)
     return filled
 
 
@@ -117,13 +121,15 @@ def _name_of(index, by_index, settings):
     return by_index[index]
 
 
-def _to_torch(mapping, mx_name, array, param):
-    """``array`` in torch layout as a tensor like ``param``; StateConversionError if its shape does not fit."""
-    convert = getattr(mapping, "to_torch", None)
+def _to_torch(mapping, mx_name, array, param, shape=None):
+    """``array`` in torch layout as a tensor like ``param`` (of ``shape``, when given, and then taken as it is);
+    StateConversionError if its shape does not fit."""
+    convert = getattr(mapping, "to_torch", None) if shape is None else None
     array = convert(mx_name, array) if convert is not None else array
-    if tuple(array.shape) != tuple(param.shape):
+    expected = tuple(param.shape) if shape is None else tuple(shape)
+    if tuple(array.shape) != expected:
         raise StateConversionError(f"MXNet state of {mx_name!r} has shape {tuple(array.shape)} but its torch "
-                                   f"parameter has {tuple(param.shape)}; these states belong to another model")
+                                   f"parameter needs {expected}; these states belong to another model")
     return torch.as_tensor(np.ascontiguousarray(array), dtype=param.dtype, device=param.device).clone()
 
 
@@ -136,3 +142,19 @@ def _torch_state(name, mx_name, arrays, count):
         raise StateConversionError(f"MXNet {name!r} state of {mx_name!r} has {len(arrays)} arrays, expected "
                                    f"{len(names)} ({', '.join(names)}); check the optimizer's settings")
     return dict({"step": int(count)}, **dict(zip(names, arrays)))
+
+
+def _lbsgd_accumulation(mx_optimizer, by_index, targets, mapping, optimizer):
+    """LBSGD's gradient sums (``mx_optimizer.cumgrads``, kept on the optimizer) -> each torch parameter's state.
+
+    A sum still at its first call is MXNet's live gradient array (``cum_live``: the next call reads it overwritten).
+    """
+    for index, entry in getattr(mx_optimizer, "cumgrads", {}).items():
+        mx_name = by_index.get(index)
+        if mx_name not in targets or targets[mx_name] not in optimizer.state:
+            continue
+        param, cum, num_cums = targets[mx_name], entry["cum_grad"], int(entry["num_cums"])
+        held = hasattr(cum, "asnumpy")
+        optimizer.state[param].update(
+            num_cums=num_cums, cum_live=held and num_cums == mx_optimizer.init_updates + 1,
+            cum_grad=_to_torch(mapping, mx_name, cum.asnumpy(), param) if held else None)

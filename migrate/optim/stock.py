@@ -127,6 +127,39 @@ def _lars(groups, o):
                                "eta*||w||/(||g|| + wd*||w|| + eps) that scales each weight's lr (not biases')"]
 
 
+def _lbsgd(groups, o):
+    optimizer, diffs = _sgd(groups, o)
+    return optimizer, diffs + [
+        f"LBSGD has no torch counterpart: SGD steps every call, LBSGD sums gradients over batch_scale="
+        f"{o.get('batch_scale', 1)} calls and steps on every batch_scale-th with their mean, its lr multiplied by "
+        f"the {o.get('warmup_strategy', 'linear')!r} warmup factor (or, for 'lars', the layer's trust ratio)"]
+
+
+def _sgld(groups, o):
+    for group in groups:  # MXNet steps by lr/2: halve each group's lr and the lr_mult the lr scheduler reads
+        group["lr"] = group["lr"] / 2
+        if "lr_mult" in group:
+            group["lr_mult"] = group["lr_mult"] / 2
+    return torch.optim.SGD(groups, lr=o["lr"] / 2, weight_decay=o["weight_decay"], foreach=True), [
+        "SGLD has no torch counterpart: this SGD takes its deterministic step w -= lr/2*(g + wd*w) (lr and lr_mult "
+        "halved here) but adds no Langevin noise; add torch.randn_like(w) * sqrt(lr) to each weight after each "
+        "step, or use migrate's exact SGLD (its noise source is pluggable)"]
+
+
+def _dcasgd(groups, o):
+    return torch.optim.SGD(groups, lr=o["lr"], momentum=o.get("momentum", 0.0), weight_decay=o["weight_decay"],
+                           foreach=True), [
+        "DCASGD has no torch counterpart: SGD lacks its delay compensation lamda*g*g*(w - w_previous) "
+        f"(lamda={o.get('lamda', 0.04)})"]
+
+
+def _groupadagrad(groups, o):
+    return torch.optim.Adagrad(groups, lr=o["lr"], initial_accumulator_value=o.get("eps", 1e-5), eps=0.0,
+                               weight_decay=0.0, foreach=True), [
+        "GroupAdaGrad has no torch counterpart: torch Adagrad keeps one history per element (sum of g^2), "
+        "GroupAdaGrad one per row (sum of the row's mean g^2), so rows step by other amounts"]
+
+
 def _no_wd(groups):
     for group in groups:
         group["weight_decay"] = 0.0
@@ -134,4 +167,5 @@ def _no_wd(groups):
 
 _BUILDERS = {"sgd": _sgd, "nag": _nag, "adam": _adam, "rmsprop": _rmsprop, "adagrad": _adagrad,
              "adadelta": _adadelta, "adamax": _adamax, "nadam": _nadam, "lamb": _lamb, "signum": _signum,
-             "ftrl": _ftrl, "ftml": _ftml, "lars": _lars}
+             "ftrl": _ftrl, "ftml": _ftml, "lars": _lars, "lbsgd": _lbsgd, "sgld": _sgld, "dcasgd": _dcasgd,
+             "groupadagrad": _groupadagrad}

@@ -21,7 +21,8 @@ _STOCK_CLASSES = {"sgd": torch.optim.SGD, "nag": torch.optim.SGD, "signum": torc
                   "adam": torch.optim.Adam, "adamax": torch.optim.Adamax, "nadam": torch.optim.NAdam,
                   "lamb": torch.optim.AdamW, "adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta,
                   "rmsprop": torch.optim.RMSprop, "ftrl": torch.optim.Adagrad,
-                  "ftml": torch.optim.Adam, "lars": torch.optim.SGD}
+                  "ftml": torch.optim.Adam, "lars": torch.optim.SGD, "lbsgd": torch.optim.SGD,
+                  "sgld": torch.optim.SGD, "dcasgd": torch.optim.SGD, "groupadagrad": torch.optim.Adagrad}
 
 
 class StockStateConversion(NamedTuple):
@@ -44,7 +45,9 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
     eps in its initial accumulator); rmsprop n -> ``square_avg`` and, centered, g -> ``grad_avg`` and delta ->
     ``momentum_buffer = -delta / lr``; adadelta acc_g/acc_delta -> ``square_avg``/``acc_delta``; ftrl n -> ``sum``.
     Not crossed, and listed: ftml's d/v/z, ftrl's z, signum's momentum (MXNet's holds (1-momentum)-weighted
-    gradients; torch SGD's does not), momentum buffers of parameters whose next lr is 0.
+    gradients; torch SGD's does not), momentum buffers of parameters whose next lr is 0, dcasgd's previous
+    weights, groupadagrad's row histories, lbsgd's gradient sums (its momentum crosses as sgd's, off by the
+    warmup multiplier); sgld has no state.
 
     Args:
         mx_states: The file written by ``LrTrainer.save_states`` or ``gluon.Trainer.save_states`` (a path), or
@@ -86,7 +89,8 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
         if mx_name not in targets:
             continue
         param = targets[mx_name]
-        arrays = [_sc._to_torch(mapping, mx_name, a.asnumpy(), param) for a in state_arrays(state)]
+        shape = (param.shape[0], 1) if name == "groupadagrad" else None  # one history per row
+        arrays = [_sc._to_torch(mapping, mx_name, a.asnumpy(), param, shape) for a in state_arrays(state)]
         if not arrays:
             continue
         count = int(counts.get(index, settings["num_update"]))
@@ -134,6 +138,13 @@ def _stock_state(name, mx_name, arrays, count, lr, hyper):
         converted, lost = _stock_state("sgd", mx_name, arrays, count, lr, hyper)
         return converted, lost + ["MXNet's LARS momentum holds lr scaled by each step's trust ratio; it was converted "
                                   "with the unscaled lr (lr * lr_mult), so weights' buffers are off by that ratio"]
+    if name in _RARE_LOST:
+        return {}, [_RARE_LOST[name]]
+    if name == "lbsgd":
+        converted, lost = _stock_state("sgd", mx_name, arrays, count, lr, hyper)
+        return converted, lost + ["MXNet's LBSGD momentum holds lr scaled by its warmup (or LARS) multiplier; it was "
+                                  "converted with the unscaled lr (lr * lr_mult); its partial gradient sums (over "
+                                  "batch_scale calls) were not carried"]
     if name in ("sgd", "nag"):
         if lr == 0.0:
             return {}, [f"{mx_name}: MXNet's {name.upper()} momentum was not converted (its next lr is 0, and "
@@ -174,6 +185,15 @@ def _stock_state(name, mx_name, arrays, count, lr, hyper):
             f"{mx_name}: MXNet's centered RMSProp delta was not converted (its next lr is 0, and torch's momentum "
             f"buffer is MXNet's delta divided by -lr); torch restarts it from zero"]
     return {"step": step, "square_avg": arrays[0], "grad_avg": arrays[1], "momentum_buffer": arrays[2] / -lr}, []
+
+
+_RARE_LOST = {
+    "dcasgd": "MXNet's DCASGD previous weights (its delay compensation's w_previous) were not converted: torch SGD "
+              "has no counterpart",
+    "groupadagrad": "MXNet's GroupAdaGrad row histories were not converted: torch Adagrad's per-element sum has "
+                    "another meaning; it restarts from its initial accumulator (eps)",
+}
+"""What does not cross to a stock optimizer, for MXNet optimizers whose state has no stock counterpart."""
 
 
 def _unique(sentences):

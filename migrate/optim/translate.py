@@ -143,10 +143,15 @@ class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):
         if isinstance(self.optimizer, torch.optim.Adadelta):  # MXNet's AdaDelta has no lr: the stock one keeps 1.0
             return [0.0 if group.get("frozen") else 1.0 for group in self.optimizer.param_groups]
         count = self.num_update + self.last_epoch + 1
+        if getattr(self.optimizer, "lr_before_count", False):  # LBSGD: its first update of a step reads count-1
+            before = self.schedule(count - 1) if self.schedule is not None else self.base_lr
+            for group in self.optimizer.param_groups:
+                group["lr_before_count"] = 0.0 if group.get("frozen") else before * self._lr_mult(group)
         lr = self.schedule(count) if self.schedule is not None else self.base_lr
-        return [0.0 if group.get("frozen") else lr * (group["lr_mult"] if "lr_mult" in group
-                                                      else group["initial_lr"] / self.base_lr)
-                for group in self.optimizer.param_groups]
+        return [0.0 if group.get("frozen") else lr * self._lr_mult(group) for group in self.optimizer.param_groups]
+
+    def _lr_mult(self, group):
+        return group["lr_mult"] if "lr_mult" in group else group["initial_lr"] / self.base_lr
 
 
 def torch_lr_scheduler(optimizer, settings, num_update=None):

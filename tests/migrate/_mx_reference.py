@@ -234,3 +234,10 @@ def mx_reference(case, dtype, steps=100):
     mx_train(net, trainer, data[steps // 2:])
     return {"settings": settings, "data": data, "initial": initial, "middle": middle, "final": weights_of(net),
             "states": states, "stock_states": stock_states}
+
+
+class GroupAdaGrad(_Float64States, mx.optimizer.contrib.GroupAdaGrad):
+    """MXNet's GroupAdaGrad with float64 states for float64 weights (its create_state makes float32 zeros)."""
+
+
+FLOAT32_STATES["groupadagrad"] = GroupAdaGrad
