@@ -21,8 +21,8 @@ from .trainer import LrTrainer
 __all__ = ["TRANSLATED_OPTIMIZERS", "export_settings"]
 
 #: The optimizers ``migrate`` translates to torch (``migrate.optim.exact.OPTIMIZERS``; a test keeps them equal).
-TRANSLATED_OPTIMIZERS = ("adadelta", "adagrad", "adam", "adamax", "dcasgd", "ftml", "ftrl", "groupadagrad", "lamb",
-                         "lars", "lbsgd", "nadam", "nag", "rmsprop", "sgd", "sgld", "signum")
+TRANSLATED_OPTIMIZERS = ("adadelta", "adagrad", "adam", "adamax", "ccsgd", "dcasgd", "ftml", "ftrl", "groupadagrad",
+                         "lamb", "lars", "lbsgd", "nadam", "nag", "rmsprop", "sgd", "sgld", "signum", "test")
 
 
 def _multiplier(optimizer, table: dict, index: int) -> float:

@@ -8,6 +8,7 @@ import ctypes
 import functools
 
 import numpy as np
+import mxnet as mx
 from mxnet import autograd, nd
 from mxnet.base import _LIB, check_call
 
@@ -94,6 +95,18 @@ class Group:
         return self._numpy
 
 
+@functools.lru_cache(maxsize=None)
+def _mkldnn() -> bool:
+    """Whether this MXNet build runs CPU convolutions through MKLDNN (oneDNN).
+
+    Its convolution, in an inference forward (autograd not recording), reorders the weight NDArray in place into
+    its blocked layout; on a view into a flat buffer it reorders the whole buffer, which corrupts every parameter
+    packed there (``tests/gluon_lr/test_fused_views.py``). Weights of 3 or more dimensions therefore keep arrays of
+    their own on CPU and are updated by the stock Updater.
+    """
+    return bool(mx.runtime.Features().is_enabled("MKLDNN"))
+
+
 def qualifies(param, k: int, optimizer) -> bool:
     """Whether ``param``'s copy on context ``k`` can live in a flat buffer (else the stock Updater updates it)."""
     if param.grad_req == "null" or param._data is None or param._grad is None or param._deferred_init:
@@ -101,6 +114,8 @@ def qualifies(param, k: int, optimizer) -> bool:
     data, grad = param._data[k], param._grad[k]
     if data.stype != "default" or grad.stype != "default":
         return False
+    if data.ndim >= 3 and data.context.device_type == "cpu" and _mkldnn():
+        return False  # a convolution weight: MKLDNN's inference forward reorders it in place, whole buffer included
     dtype = np.dtype(data.dtype)
     return dtype in (np.float32, np.float64) or (dtype == np.float16 and bool(optimizer.multi_precision))
 

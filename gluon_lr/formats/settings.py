@@ -263,6 +263,10 @@ _DOCUMENT_FIELDS = {
     "params": (lambda v: isinstance(v, dict), "an object"), "lr_scheduler": (lambda v: True, "present")}
 
 
+OPTIMIZER_ALIASES = {"ccsgd": "sgd"}
+"""Optimizer names read as another: MXNet's deprecated ``ccSGD`` is ``SGD`` (a subclass that changes nothing)."""
+
+
 def check_settings(document, source: str = "settings document", error=SettingsFileError) -> dict:
     """Validate a settings document (every field of the README's "Settings file format") and return it.
 
@@ -291,6 +295,8 @@ def check_settings(document, source: str = "settings document", error=SettingsFi
     _check_params(source, document["params"], error)
     document = SettingsDocument(document)
     document["params"] = dict(sorted(document["params"].items(), key=lambda item: item[1]["index"]))
+    name = document["optimizer"]["name"]
+    document["optimizer"] = dict(document["optimizer"], name=OPTIMIZER_ALIASES.get(name, name))
     return document
 
 

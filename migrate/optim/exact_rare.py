@@ -268,4 +268,20 @@ class GroupAdaGrad(_MXNetOptimizer):
             weight.sub_(grad.mul_(group["lr"]).div_(history.add(group["eps"]).sqrt_()))
 
 
-OPTIMIZERS = {"lbsgd": LBSGD, "sgld": SGLD, "dcasgd": DCASGD, "groupadagrad": GroupAdaGrad}
+class Test(_MXNetOptimizer):
+    """MXNet ``test`` (its optimizer for its own unit tests): ``w += rescale_grad * g``, then the state holds a copy
+    of the weight. It ignores lr, weight decay and clip_gradient, as MXNet's does.
+
+    Example:
+        >>> opt = Test(model.parameters(), lr=0.1, rescale_grad=0.5)
+    """
+
+    _state_names = ("weight_copy",)
+
+    def _update(self, group, params, grads, states):
+        for weight, grad, state in zip(params, grads, states):
+            weight.add_(grad.mul(group["rescale_grad"]))  # NDArray * python scalar, as MXNet's update
+            state["weight_copy"].copy_(weight)
+
+
+OPTIMIZERS = {"lbsgd": LBSGD, "sgld": SGLD, "dcasgd": DCASGD, "groupadagrad": GroupAdaGrad, "test": Test}

@@ -2,7 +2,7 @@
 import numpy as np
 import torch
 
-from gluon_lr.formats.settings import as_settings
+from gluon_lr.formats.settings import OPTIMIZER_ALIASES, as_settings
 from gluon_lr.formats.states import split_states, states_bytes, unpickle_states
 from gluon_lr.optimizer_state import state_arrays
 from migrate.errors import InputFileError, SettingsError, StateConversionError
@@ -12,7 +12,7 @@ _STATE_NAMES = {"sgd": ("momentum_buffer",), "nag": ("momentum_buffer",), "signu
                 "adagrad": ("history",), "adadelta": ("acc_g", "acc_delta"), "ftrl": ("z", "n"),
                 "rmsprop": ("n", "g", "delta"), "ftml": ("d", "v", "z"),
                 "lars": ("momentum_buffer",), "lbsgd": ("momentum_buffer",), "sgld": (),
-                "dcasgd": ("previous_weight",), "groupadagrad": ("history",)}
+                "dcasgd": ("previous_weight",), "groupadagrad": ("history",), "test": ("weight_copy",)}
 
 
 def convert_optimizer_state(mx_states, settings, mapping, optimizer):
@@ -91,11 +91,18 @@ def _check_names(header_names, by_index):
                                    f"states belong to another model: pass the settings exported with them")
 
 
-def _check_optimizer(name, mx_optimizer, optimizer):
-    """Raise StateConversionError unless states, settings and torch optimizer all name the same optimizer."""
-    if mx_optimizer is not None and type(mx_optimizer).__name__.lower() != name:
+def check_states_optimizer(name, mx_optimizer) -> None:
+    """Raise StateConversionError unless the states' MXNet optimizer (None: not recorded) is the settings' ``name``
+    (``ccsgd`` counts as ``sgd``)."""
+    mx_name = type(mx_optimizer).__name__.lower() if mx_optimizer is not None else None
+    if mx_optimizer is not None and OPTIMIZER_ALIASES.get(mx_name, mx_name) != name:
         raise StateConversionError(f"MXNet states come from optimizer {type(mx_optimizer).__name__!r} but the "
                                    f"settings name {name!r}; pass the states saved with these settings")
+
+
+def _check_optimizer(name, mx_optimizer, optimizer):
+    """Raise StateConversionError unless states, settings and torch optimizer all name the same optimizer."""
+    check_states_optimizer(name, mx_optimizer)
     from migrate.optim.exact import OPTIMIZERS
     if name not in _STATE_NAMES or not isinstance(optimizer, OPTIMIZERS.get(name, ())):
         raise StateConversionError(f"optimizer {type(optimizer).__name__} cannot take MXNet {name!r} states; "

@@ -1,6 +1,8 @@
 """The closest stock torch.optim optimizer for each MXNet optimizer, and the list of what differs."""
 import torch
 
+from migrate.errors import UnsupportedOptimizerError
+
 _COMMON = {
     "rescale": "MXNet multiplies gradients by rescale_grad={scale} before the update; scale the torch loss by it "
                "(or use a mean loss when it is 1/batch_size)",
@@ -11,7 +13,14 @@ _COMMON = {
 
 
 def stock_optimizer(name, groups, options):
-    """(optimizer, differences) for MXNet optimizer ``name`` over ``groups`` with MXNet ``options``."""
+    """(optimizer, differences) for MXNet optimizer ``name`` over ``groups`` with MXNet ``options``.
+
+    Raises:
+        UnsupportedOptimizerError: ``test``, which has no stock counterpart.
+    """
+    if name not in _BUILDERS:
+        raise UnsupportedOptimizerError(f"MXNet's {name!r} optimizer (w += rescale_grad * g, lr ignored) has no "
+                                        f"stock torch.optim counterpart; use migrate.torch_optimizer (exact)")
     optimizer, differences = _BUILDERS[name](groups, dict(options))
     if options["rescale_grad"] != 1.0:
         differences.append(_COMMON["rescale"].format(scale=options["rescale_grad"]))

@@ -13,6 +13,7 @@ from gluon_lr.formats.settings import as_settings
 from gluon_lr.optimizer_state import state_arrays
 from migrate.errors import SettingsError, StateConversionError
 from migrate.optim import state_conversion as _sc
+from migrate.optim.state_conversion import check_states_optimizer
 from migrate.optim.groups import base_lr
 from migrate.optim.schedules import mx_schedule
 
@@ -108,9 +109,7 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
 
 def _check_stock(name, mx_optimizer, optimizer):
     """StateConversionError unless states, settings and the stock torch optimizer name the same optimizer."""
-    if mx_optimizer is not None and type(mx_optimizer).__name__.lower() != name:
-        raise StateConversionError(f"MXNet states come from optimizer {type(mx_optimizer).__name__!r} but the "
-                                   f"settings name {name!r}; pass the states saved with these settings")
+    check_states_optimizer(name, mx_optimizer)
     expected = _STOCK_CLASSES.get(name)
     if expected is None:
         raise StateConversionError(f"MXNet optimizer {name!r} has no stock torch counterpart whose state could take "

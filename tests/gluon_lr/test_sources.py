@@ -136,15 +136,20 @@ def _two_contexts():
     return mod
 
 
+@mx.optimizer.register
+class HomeMadeSGD(mx.optimizer.SGD):
+    """A user's own optimizer: migrate cannot know its rule."""
+
+
 def _untranslated():
-    return gluon.Trainer(build_mlp().collect_params(), "ccsgd", {"learning_rate": 0.1})
+    return gluon.Trainer(build_mlp().collect_params(), "homemadesgd", {"learning_rate": 0.1})
 
 
 ERROR_CASES = [
     ("unbound Module", _unbound, r"Module is not bound.*call module.bind"),
     ("Module before init_optimizer", _no_optimizer, r"Module has no optimizer yet.*init_optimizer"),
     ("Module on two contexts", _two_contexts, r"Module runs on 2 contexts.*bind it to one context"),
-    ("Trainer optimizer without translation", _untranslated, r"optimizer 'ccsgd'.*no translation.*one of"),
+    ("Trainer optimizer without translation", _untranslated, r"optimizer 'homemadesgd'.*no translation.*one of"),
     ("not a trainer", lambda: build_mlp(), r"got HybridSequential; pass the object that trains"),
 ]
 

@@ -117,6 +117,20 @@ def test_groupadagrad_matches_mxnet(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_ccsgd_and_test_match_mxnet(dtype):
+    """MXNet's deprecated ccsgd (read as sgd) with momentum, and its ``test`` optimizer (w += rescale_grad*g; lr, wd
+    and clipping ignored): 8 steps agree with MXNet."""
+    worst_name, worst = _compare("ccsgd", {"learning_rate": 0.1, "momentum": 0.9}, dtype)
+    assert worst <= TOLERANCE[dtype], f"ccsgd {dtype}: {worst_name} differs by {worst:.3g}"
+    # test ascends the gradient of a squared loss: the weights grow geometrically, and so would any rounding
+    # difference; 3 steps, the last 2 from a converted state
+    worst_name, worst = _compare("test", {"learning_rate": 0.1}, dtype, steps=3)
+    assert worst <= TOLERANCE[dtype], f"test {dtype}: {worst_name} differs by {worst:.3g}"
+    worst_name, worst = _compare("test", {"learning_rate": 0.1}, dtype, steps=3, split=1)
+    assert worst <= TOLERANCE[dtype], f"test {dtype} from a converted state: {worst_name} differs by {worst:.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_sgld_with_mxnet_noise_matches_mxnet(dtype):
     """SGLD fed MXNet's own normal samples (same seed, same order): 8 steps agree with MXNet."""
     worst_name, worst = _compare("sgld", {"learning_rate": 0.01}, dtype, noise_seed=11)
@@ -136,6 +150,7 @@ def test_sgld_noise_is_drawn():
     ("dcasgd", {"learning_rate": 0.1, "lamda": 0.5}, {}),
     ("groupadagrad", {"learning_rate": 0.1}, {"two_d_only": True, "wd": 0.0}),
     ("sgld", {"learning_rate": 0.01}, {"noise_seed": 5}),
+    ("ccsgd", {"learning_rate": 0.1, "momentum": 0.9}, {}),
 ])
 @pytest.mark.parametrize("split", [1, 5])
 def test_state_conversion_continues_mxnet(name, opt_kwargs, extra, split):

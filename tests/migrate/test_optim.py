@@ -161,8 +161,8 @@ def _settings(**changes):
 
 _DELETE = object()
 ERRORS = [
-    ("unknown optimizer", dict(optimizer__name="ccsgd"), R.MAPPING, UnsupportedOptimizerError,
-     r"'ccsgd' has no torch translation.*supported"),
+    ("unknown optimizer", dict(optimizer__name="homemadesgd"), R.MAPPING, UnsupportedOptimizerError,
+     r"'homemadesgd' has no torch translation.*supported"),
     ("unknown hyperparameter", dict(optimizer__hyperparameters={"momentum": 0.9, "gamma9": 1}), R.MAPPING,
      UnsupportedOptimizerError, r"\['gamma9'\]"),
     ("multi precision", dict(optimizer__multi_precision=True), R.MAPPING, UnsupportedOptimizerError,
