@@ -1,4 +1,4 @@
-"""Optimizer step time on resnet50_v1 shapes (CPU): stock Trainer, LrTrainer, torch.optim, and the bandwidth floor.
+"""Optimizer step time on resnet50_v1 (or an MLP of the same size, ``--model mlp``) shapes (CPU): stock Trainer, LrTrainer, torch.optim, and the bandwidth floor.
 
 Run: ``OMP_NUM_THREADS=2 PYTHONPATH=$PWD python bench/bench_step.py [--reps 7]``. Everything is measured in one
 process, interleaved rep by rep (a shared machine's load then hits every row alike); the table shows the minimum and
@@ -28,12 +28,20 @@ OPTIMIZERS = {"sgd-momentum": ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "w
 RULES = [Rule("*", lr_mult=0.1), Rule("*dense*", lr_mult=1.0), Rule("norm", wd_mult=0.0), Rule("bias", wd_mult=0.0)]
 
 
-def build_net():
-    """resnet50_v1 with random init, and gradients filled with seeded noise."""
+def build_net(model="resnet50"):
+    """resnet50_v1 (or ``mlp``: 6 Dense(2048) layers, 25.2M parameters) with random init, and gradients filled with
+    seeded noise."""
     mx.random.seed(0)
-    net = gluon.model_zoo.vision.resnet50_v1()
-    net.initialize(mx.init.Xavier())
-    net(nd.zeros((1, 3, 64, 64)))
+    if model == "mlp":
+        net = gluon.nn.HybridSequential(prefix="mlp_")
+        with net.name_scope():
+            for _ in range(6):
+                net.add(gluon.nn.Dense(2048, in_units=2048))
+        net.initialize(mx.init.Xavier())
+    else:
+        net = gluon.model_zoo.vision.resnet50_v1()
+        net.initialize(mx.init.Xavier())
+        net(nd.zeros((1, 3, 64, 64)))
     for param in net.collect_params().values():
         if param.grad_req != "null":
             param.grad()[:] = nd.random.normal(scale=1e-3, shape=param.shape)
@@ -105,18 +113,20 @@ def stream_rows(n: int) -> dict:
             "stream torch": (lambda: a_t.add_(b_t), lambda: None)}
 
 
-def run(reps: int) -> None:
+def run(reps: int, model: str) -> None:
     """Measure every row for both optimizers and print the tables."""
     torch.set_num_threads(max(1, int(mx.base.os.environ.get("OMP_NUM_THREADS", "2"))))
     for kind in OPTIMIZERS:
-        net = build_net()
+        net = build_net(model)
         params = list(net.collect_params().values())
         trainable = [p for p in params if p.grad_req != "null"]
         n = sum(int(np.prod(p.shape)) for p in trainable)
         name, hyper = OPTIMIZERS[kind]
-        lr_trainer = LrTrainer(net, name, dict(hyper), rules=RULES)
+        rules = RULES if model == "resnet50" else [Rule("*", lr_mult=0.1), Rule("mlp_dense5_*", lr_mult=1.0),
+                                                   Rule("bias", wd_mult=0.0)]
+        lr_trainer = LrTrainer(net, name, dict(hyper), rules=rules)
         stock = gluon.Trainer(net.collect_params(), name, dict(hyper))  # reads the same Parameter.lr_mult/wd_mult
-        plain = LrTrainer(net, name, dict(hyper), rules=RULES, fused=False)
+        plain = LrTrainer(net, name, dict(hyper), rules=rules, fused=False)
         rows = {"stock gluon.Trainer": (mx_step(stock, params), nd.waitall),
                 "LrTrainer fused=False": (mx_step(plain, params), nd.waitall),
                 "LrTrainer (compiled)": (mx_step(lr_trainer, params), nd.waitall),
@@ -131,10 +141,13 @@ def run(reps: int) -> None:
             for label, (fn, sync) in rows.items():
                 times[label].append(timed(fn, sync))
         streams = {label: times.pop(label) for label in list(times) if label.startswith("stream")}
-        print_table(kind, n, len(trainable), times, streams, BYTES_PER_PARAM[kind])
+        fused = sum(int(np.prod(p.shape)) for p in trainable if p.name in set(lr_trainer.fused_params))
+        print_table(kind, n, len(trainable), times, streams, BYTES_PER_PARAM[kind], model)
+        print(f"on LrTrainer's fast path: {fused / 1e6:.1f}M of {n / 1e6:.1f}M parameters (on CPU under MKLDNN, "
+              f"convolution weights keep their own arrays and take the stock update)")
 
 
-def print_table(kind: str, n: int, tensors: int, times: dict, streams: dict, step_bytes: int) -> None:
+def print_table(kind: str, n: int, tensors: int, times: dict, streams: dict, step_bytes: int, model: str = "resnet50") -> None:
     """One table per optimizer: min and median ms, ratios of minima, and paired ratios (median over reps of the
     ratio within one rep: rows of one rep ran back to back, so these resist a shared machine's changing load)."""
     stock_times = times["stock gluon.Trainer"]
@@ -142,7 +155,8 @@ def print_table(kind: str, n: int, tensors: int, times: dict, streams: dict, ste
                      for r in range(len(stock_times))]
     bandwidth = {label: 12 * n / min(values) for label, values in streams.items()}
     floor, stock = step_bytes * n / max(bandwidth.values()), min(stock_times)
-    print(f"\n{kind}: resnet50_v1, {n / 1e6:.1f}M parameters in {tensors} tensors, float32, CPU")
+    print(f"\n{kind}: {'resnet50_v1' if model == 'resnet50' else model}, {n / 1e6:.1f}M parameters in {tensors} "
+          f"tensors, float32, CPU")
     print(f"{'':24s} {'min ms':>8s} {'median ms':>10s} {'x stock':>8s} {'x floor':>8s} {'paired x stock':>15s} "
           f"{'paired x floor':>15s}")
     for label, values in times.items():
@@ -159,4 +173,6 @@ def print_table(kind: str, n: int, tensors: int, times: dict, streams: dict, ste
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7, help="interleaved repetitions per row")
-    run(parser.parse_args().reps)
+    parser.add_argument("--model", choices=("resnet50", "mlp"), default="resnet50")
+    arguments = parser.parse_args()
+    run(arguments.reps, arguments.model)
