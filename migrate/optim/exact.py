@@ -8,6 +8,12 @@ Where torch has no kernel that keeps MXNet's order of operations (FTRL; LAMB's f
 (``migrate.optim._kernels``) replay MXNet's C++ loops on CPU tensors, bit for bit; other tensors take a torch path.
 A group's ``lr`` and ``weight_decay`` are absolute (MXNet's ``schedule(num_update) * lr_mult`` and
 ``wd * wd_mult``); ``migrate.torch_lr_scheduler`` keeps ``lr`` on MXNet's schedule.
+
+``multi_precision=True`` (a group option, MXNet's flag): each float16 or bfloat16 parameter keeps a float32 master
+copy in ``state["master"]`` (made from the parameter at its first update, as MXNet's
+``create_state_multi_precision``), its other state buffers are float32, and every step runs the float32 update on the
+master with the gradient cast to float32, then rounds the master into the parameter (MXNet's
+``update_multi_precision`` and its ``mp_*`` kernels). float32 and float64 parameters are updated as without the flag.
 """
 import math
 
@@ -28,14 +34,31 @@ class _MXNetOptimizer(torch.optim.Optimizer):
     _state_names = ()
     _hyper = {}
 
-    def __init__(self, params, lr, weight_decay=0.0, rescale_grad=1.0, clip_gradient=None, **hyper):
+    def __init__(self, params, lr, weight_decay=0.0, rescale_grad=1.0, clip_gradient=None, multi_precision=False,
+                 **hyper):
         unknown = sorted(set(hyper) - set(self._hyper))
         if unknown:
             raise TypeError(f"{type(self).__name__} got unknown hyperparameters {unknown}; "
                             f"expected some of {sorted(self._hyper)}")
         defaults = dict(self._hyper, lr=lr, weight_decay=weight_decay, rescale_grad=rescale_grad,
-                        clip_gradient=clip_gradient, **hyper)
+                        clip_gradient=clip_gradient, multi_precision=bool(multi_precision), **hyper)
         super().__init__(params, defaults)
+
+    def load_state_dict(self, state_dict):
+        """``torch.optim.Optimizer.load_state_dict``, keeping float32 master copies and buffers float32.
+
+        torch casts every floating state tensor to its parameter's dtype; under ``multi_precision`` a half-precision
+        parameter's ``master`` and buffers are float32 and are put back as saved.
+        """
+        super().load_state_dict(state_dict)
+        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+        params = [p for group in self.param_groups for p in group["params"]]
+        for saved_id, param in zip(saved_ids, params):
+            saved = state_dict["state"].get(saved_id, {})
+            if "master" in saved:
+                for key, value in saved.items():
+                    if torch.is_tensor(value) and value.is_floating_point() and key != "step":
+                        self.state[param][key] = value.to(device=param.device, copy=True)
 
     def _new_state(self, param, group):
         """Fresh state of ``param``: its update count and zero buffers named by ``_state_names``."""
@@ -55,7 +78,7 @@ class _MXNetOptimizer(torch.optim.Optimizer):
             if param.grad.is_sparse:
                 raise TypeError(f"{type(self).__name__} does not support sparse gradients; use a dense embedding")
             state = self.state[param]
-            if not state:
+            if "step" not in state:  # a multi_precision state may hold only its master yet
                 state.update(self._new_state(param, group))
             state["step"] += 1
             params.append(param)
@@ -90,8 +113,12 @@ class _MXNetOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         control = getattr(self, "_control", None)  # migrate.torch_control: element masks, held norm statistics
+        masters = self._masters()  # made before the control copies the masked elements of the state
         saved = control.before_step() if control is not None else None
-        self._step_all()
+        if masters:
+            self._step_on_masters(masters)
+        else:
+            self._step_all()
         if control is not None:
             control.after_step(saved)
         return loss
@@ -105,6 +132,60 @@ class _MXNetOptimizer(torch.optim.Optimizer):
 
     def _update(self, group, params, grads, states):
         raise NotImplementedError
+
+    def _masters(self):
+        """(parameter, float32 master) of each half-precision parameter with a gradient in a multi_precision group.
+
+        A master is made from its parameter at the parameter's first update (MXNet's
+        ``create_state_multi_precision``) and lives in ``state["master"]``.
+        """
+        out = []
+        for group in self.param_groups:
+            if not group.get("multi_precision") or group.get("frozen"):
+                continue
+            for param in group["params"]:
+                if param.grad is None or param.dtype not in _HALF:
+                    continue
+                state = self.state[param]
+                if "master" not in state:
+                    state["master"] = param.detach().to(torch.float32, copy=True)
+                out.append((param, state["master"]))
+        return out
+
+    def _step_on_masters(self, masters):
+        """``_step_all`` with each parameter of ``masters`` standing on its float32 master and a float32 gradient.
+
+        The update writes the master in place (the parameter shares its storage during the step), so every
+        optimizer's float32 path runs unchanged; then the master is rounded into the half-precision parameter, as
+        MXNet's ``cast(weight32, out=weight)``.
+        """
+        halves = [(param, param.data, param.grad) for param, _ in masters]
+        self.__dict__["_halves"] = {id(param): (half, grad) for param, half, grad in halves}
+        try:
+            for param, master in masters:
+                grad = param.grad
+                param.data = master
+                param.grad = grad.to(torch.float32)
+            self._step_all()
+        finally:
+            self.__dict__["_halves"] = {}
+            for (param, master), (_, half, grad) in zip(masters, halves):
+                param.data = half
+                param.grad = grad
+                half.copy_(master)
+
+    def _stored(self, params, grads=None):
+        """``params`` (or their ``grads``) as MXNet's norms read them: a parameter standing on its master gives its
+        half-precision weight (gradient); others give themselves. MXNet's multi_mp_lamb_update and LARS take the
+        sums of squares of the float16 weight and gradient, not of the master (``half_sum_sq``)."""
+        halves = self.__dict__.get("_halves") or {}
+        if grads is None:
+            return [halves[id(p)][0] if id(p) in halves else p for p in params]
+        return [halves[id(p)][1] if id(p) in halves else g for p, g in zip(params, grads)]
+
+
+_HALF = (torch.float16, torch.bfloat16)
+"""Parameter dtypes that keep a float32 master copy under ``multi_precision``."""
 
 
 def _clips(group):
@@ -497,7 +578,7 @@ class LAMB(_MXNetOptimizer):
         if negated[0].dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
             for buffer in negated:
                 buffer.copy_(buffer.to(torch.float32))
-        torch._foreach_mul_(negated, [-step for step in _trust_steps(params, negated, group)])
+        torch._foreach_mul_(negated, [-step for step in _trust_steps(self._stored(params), negated, group)])
         torch._foreach_add_(params, negated)
 
     def _negated_directions(self, group, params, grads, states):
@@ -528,10 +609,22 @@ def _f32_norms(tensors, square_in_float=False):
     ``migrate.optim._kernels``); others take torch's norm rounded to float32, ~1e-7 relative from MXNet's, within
     float32's own rounding. ``square_in_float``: the values are float32 numbers (MXNet's float32 direction buffer).
     """
+    if any(t.dtype in _HALF for t in tensors):
+        return [_f32(math.sqrt(half_sum_sq(t))) if t.dtype in _HALF else _f32_norms([t], square_in_float)[0]
+                for t in tensors]
     if tensors[0].dtype == torch.float64 and _kernels.available(*tensors):
         sums = _kernels.sum_sqs([_kernels.flat(t) for t in tensors], square_in_float)
         return [_f32(math.sqrt(total)) for total in sums.tolist()]
     return [_f32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
+
+
+def half_sum_sq(tensor):
+    """MXNet's CPU multi_sum_sq of one float16 (or bfloat16) tensor: each square rounded to the tensor's dtype
+    (mshadow's half arithmetic: float product, rounded), summed in element order into a C float."""
+    if not tensor.numel():
+        return 0.0
+    squares = (tensor.detach() * tensor.detach()).to("cpu", torch.float32).reshape(-1).numpy()
+    return float(np.cumsum(squares, dtype=np.float32)[-1])  # cumsum adds in order, unlike the pairwise sum
 
 
 def _trust_steps(params, direction, group):

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from migrate.optim import _kernels
-from migrate.optim.exact import SGD, _MXNetOptimizer, _buffers, _decayed, _f32
+from migrate.optim.exact import SGD, _MXNetOptimizer, _buffers, _decayed, _f32, half_sum_sq
 
 
 class FTML(_MXNetOptimizer):
@@ -91,8 +91,8 @@ class LARS(_MXNetOptimizer):
         lars = [row for row in rows if not (row[1]["by_name"] and row[5].endswith(("gamma", "beta", "bias")))]
         scaled = {}
         if lars:
-            w_sums = _sums_sq([row[2] for row in lars])
-            g_sums = _sums_sq([row[3] for row in lars])
+            w_sums = _sums_sq(self._stored([row[2] for row in lars]))
+            g_sums = _sums_sq(self._stored([row[2] for row in lars], [row[3] for row in lars]))
             for row, w_sum, g_sum in zip(lars, w_sums, g_sums):
                 scaled[id(row[2])] = _lars_lr(row[1], w_sum, g_sum)
         for _, grp, param, grad, state, _ in rows:
@@ -118,6 +118,8 @@ def _sgd_update(optimizer, group, param, grad, state):
 
 def _sums_sq(tensors):
     """MXNet's multi_sum_sq (float sums of squares) of ``tensors``, as numpy float32 values."""
+    if any(t.dtype in (torch.float16, torch.bfloat16) for t in tensors):
+        return [half_sum_sq(t) if t.dtype in (torch.float16, torch.bfloat16) else _sums_sq([t])[0] for t in tensors]
     if _kernels.available(*tensors):
         return _kernels.sum_sqs([_kernels.flat(t) for t in tensors]).tolist()
     return [_f32(torch.sum(t.double() ** 2)) for t in tensors]

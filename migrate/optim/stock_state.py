@@ -43,7 +43,7 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
     torch's per-parameter schedule; adagrad history -> ``sum = history + eps`` (the stock Adagrad holds MXNet's
     eps in its initial accumulator); rmsprop n -> ``square_avg`` and, centered, g -> ``grad_avg`` and delta ->
     ``momentum_buffer = -delta / lr``; adadelta acc_g/acc_delta -> ``square_avg``/``acc_delta``; ftrl n -> ``sum``.
-    Not crossed, and listed: ftml's d/v/z, ftrl's z, signum's momentum (MXNet's holds (1-momentum)-weighted
+    Not crossed, and listed: the float32 master weights of float16 parameters under multi_precision, ftml's d/v/z, ftrl's z, signum's momentum (MXNet's holds (1-momentum)-weighted
     gradients; torch SGD's does not), momentum buffers of parameters whose next lr is 0.
 
     Args:
@@ -86,6 +86,11 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
         if mx_name not in targets:
             continue
         param = targets[mx_name]
+        master, state = _sc.split_master(name, state, settings, mx_name)
+        if master is not None:
+            differences.append("MXNet's float32 master copies of float16 weights (multi_precision) were not "
+                               "carried: stock torch.optim keeps no master weights, so the torch parameters go on "
+                               "from the float16 weights (use migrate.torch_optimizer to keep them)")
         arrays = [_sc._to_torch(mapping, mx_name, a.asnumpy(), param) for a in state_arrays(state)]
         if not arrays:
             continue

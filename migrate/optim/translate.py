@@ -112,12 +112,11 @@ def _options(settings, rescale_grad):
     if unknown:
         raise UnsupportedOptimizerError(f"optimizer {optimizer['name']!r} hyperparameters {unknown} have no "
                                         f"translation; supported: {sorted(allowed)}")
-    if optimizer.get("multi_precision"):
-        raise UnsupportedOptimizerError(f"optimizer {optimizer['name']!r} with multi_precision=True (float16 "
-                                        f"weights, float32 master copy) has no translation; train in float32")
     scale = optimizer["rescale_grad"] if rescale_grad is None else rescale_grad
     return dict(hyper, lr=base_lr(settings), weight_decay=float(optimizer["wd"]), rescale_grad=float(scale),
-                clip_gradient=optimizer.get("clip_gradient"))
+                clip_gradient=optimizer.get("clip_gradient"),
+                multi_precision=bool(optimizer.get("multi_precision") or optimizer["hyperparameters"].get(
+                    "multi_precision")))
 
 
 class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):
