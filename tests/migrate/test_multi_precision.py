@@ -268,3 +268,66 @@ def test_masks_hold_the_master_too():
     master = optimizer.state[model.w0]["master"]
     assert torch.equal(model.w0.detach()[mask], before[mask]) and torch.equal(master[mask], before[mask].float())
     assert (model.w0.detach()[~mask] != before[~mask]).any()
+
+
+def dense_stack():
+    """The torch twin of ``MxDenseStack`` with a head without bias, as MXNet's (a factory function for ``--torch``)."""
+    from tests.migrate import models as M
+    model = M.TorchDenseStack()
+    model.head = torch.nn.Linear(16, 3, bias=False)
+    return model
+
+
+def test_migrate_all_with_multi_precision_settings(tmp_path):
+    """``migrate all`` on an LrTrainer with multi_precision=True exits 0 (it refused the flag before) and training
+    continued from the folder equals MXNet's.
+
+    float32 weights: MXNet 1.9.1 has no float16 FullyConnected/Convolution on CPU, so the export cannot be verified
+    in float16 there; the float16 path is covered above by the optimizer and state tests.
+    """
+    from migrate.cli import main
+    from tests.migrate import models as M
+    net = M.gluon(M.MxDenseStack)
+    net.hybridize()
+    trainer = gluon_lr.LrTrainer(net, "adam", {"learning_rate": 0.01, "wd": 1e-3, "multi_precision": True},
+                                 rules=[gluon_lr.Rule("out_*", lr_mult=2.0)], kvstore=None)
+    rng = np.random.RandomState(3)
+    data = [(rng.randn(BATCH, 16).astype("float32"), rng.randn(BATCH, 3).astype("float32")) for _ in range(6)]
+
+    def train(batches):
+        for x, y in batches:
+            with autograd.record(train_mode=False):  # Dropout off, as in torch's eval mode below
+                loss = ((net(mx.nd.array(x)) - mx.nd.array(y)) ** 2).sum()
+            loss.backward()
+            trainer.step(BATCH)
+
+    train(data[:3])
+    net.export(str(tmp_path / "net"))
+    trainer.export_settings(str(tmp_path / "settings.json"))
+    trainer.save_states(str(tmp_path / "trainer.states"))
+    middle = {name: p.data().asnumpy().copy() for name, p in net.collect_params().items()}
+    train(data[3:])
+    out = tmp_path / "out"
+    code = main(["all", "--symbol", str(tmp_path / "net-symbol.json"), "--params", str(tmp_path / "net-0000.params"),
+                 "--settings", str(tmp_path / "settings.json"), "--states", str(tmp_path / "trainer.states"),
+                 "--torch", "tests.migrate.test_multi_precision:dense_stack", "--input-shape", "1,16", "--out", str(out),
+                 "--quiet"])
+    assert code == 0
+    model = dense_stack()
+    model.eval()
+    optimizer, scheduler = migrate.load_migration(out, model)
+    assert {g["multi_precision"] for g in optimizer.param_groups} == {True}
+    mapping = migrate.NameMapping.load(out / "mapping.json")
+    named = dict(model.named_parameters())
+    worst, moved = 0.0, 0.0
+    for x, y in data[3:]:
+        optimizer.zero_grad()
+        ((model(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).sum().backward()
+        optimizer.step()
+        scheduler.step()
+    for mx_name, key in mapping.items():
+        if key in named:
+            theirs = named[key].detach().numpy()
+            worst = max(worst, float(np.abs(theirs - net.collect_params()[mx_name].data().asnumpy()).max()))
+            moved = max(moved, float(np.abs(theirs - middle[mx_name]).max()))
+    assert worst <= 1e-5 and moved > 1e-3, (worst, moved)
