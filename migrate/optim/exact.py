@@ -21,10 +21,18 @@ import numpy as np
 import torch
 
 from migrate.optim import _kernels
+from migrate.optim.dmlc_float import mx_float32
 
 
 def _f32(value):
-    """``value`` rounded to float32, as MXNet passes it to a kernel, returned as a python float."""
+    """``value`` as an MXNet kernel's scalar ``float`` parameter holds it (``str(value)`` parsed by dmlc's parser,
+    which is not correctly rounded: ``migrate.optim.dmlc_float``), returned as a python float."""
+    return float(mx_float32(value))
+
+
+def _round32(value):
+    """``value`` rounded to float32 (correctly), returned as a python float: C ``float`` arithmetic, and the
+    ``lrs``/``wds`` MXNet passes as tuples (multi_sgd_update, multi_lamb_update) or float32 arrays (LARS)."""
     return float(np.float32(value))
 
 
@@ -237,7 +245,7 @@ class SGD(_MXNetOptimizer):
         return state
 
     def _update(self, group, params, grads, states):
-        lr, wd = _f32(group["lr"]), _f32(group["weight_decay"])
+        lr, wd = _round32(group["lr"]), _round32(group["weight_decay"])  # multi_sgd(_mom)_update's lrs/wds tuples
         grads = self._scaled(grads, group)
         if group["momentum"] > 0:
             moms = _buffers(states, "momentum_buffer")
@@ -574,7 +582,7 @@ class LAMB(_MXNetOptimizer):
     def _update(self, group, params, grads, states):
         grads = self._scaled(grads, group)
         negated = self._negated_directions(group, params, grads, states)
-        torch._foreach_add_(negated, params, alpha=-_f32(group["weight_decay"]))
+        torch._foreach_add_(negated, params, alpha=-_round32(group["weight_decay"]))  # multi_lamb's wds tuple
         if negated[0].dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
             for buffer in negated:
                 buffer.copy_(buffer.to(torch.float32))
@@ -610,12 +618,12 @@ def _f32_norms(tensors, square_in_float=False):
     float32's own rounding. ``square_in_float``: the values are float32 numbers (MXNet's float32 direction buffer).
     """
     if any(t.dtype in _HALF for t in tensors):
-        return [_f32(math.sqrt(half_sum_sq(t))) if t.dtype in _HALF else _f32_norms([t], square_in_float)[0]
+        return [_round32(math.sqrt(half_sum_sq(t))) if t.dtype in _HALF else _f32_norms([t], square_in_float)[0]
                 for t in tensors]
     if tensors[0].dtype == torch.float64 and _kernels.available(*tensors):
         sums = _kernels.sum_sqs([_kernels.flat(t) for t in tensors], square_in_float)
-        return [_f32(math.sqrt(total)) for total in sums.tolist()]
-    return [_f32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
+        return [_round32(math.sqrt(total)) for total in sums.tolist()]
+    return [_round32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
 
 
 def half_sum_sq(tensor):
@@ -631,14 +639,14 @@ def _trust_steps(params, direction, group):
     """Per-parameter ``-lr * r1/r2`` (or ``-lr`` when a norm is 0), r1 bounded as MXNet's multi_lamb does."""
     r1 = _f32_norms(params)
     r2 = _f32_norms(direction, square_in_float=True)
-    lr, lower, upper = _f32(group["lr"]), group["lower_bound"], group["upper_bound"]
+    lr, lower, upper = _round32(group["lr"]), group["lower_bound"], group["upper_bound"]  # lrs: a tuple
     steps = []
     for w_norm, g_norm in zip(r1, r2):
         if lower is not None and lower >= 0:
             w_norm = max(w_norm, _f32(lower))
         if upper is not None and upper >= 0:
             w_norm = min(w_norm, _f32(upper))
-        steps.append(-lr if w_norm == 0 or g_norm == 0 else -lr * _f32(w_norm / g_norm))
+        steps.append(-lr if w_norm == 0 or g_norm == 0 else -lr * _round32(w_norm / g_norm))
     return steps
 
 
@@ -708,8 +716,8 @@ def _ftrl_compiled(row, group, hyper):
     """MXNet's FtrlUpdateKernel on one (weight, grad, z, n) in one compiled pass; False where it cannot run there."""
     if not _kernels.available(*row):
         return False
-    clip = group["clip_gradient"] if _clips(group) else -1.0
-    _kernels.ftrl_update(*(_kernels.flat(t) for t in row), *hyper, group["rescale_grad"], clip)
+    clip = _f32(group["clip_gradient"]) if _clips(group) else -1.0
+    _kernels.ftrl_update(*(_kernels.flat(t) for t in row), *hyper, _f32(group["rescale_grad"]), clip)
     return True
 
 
