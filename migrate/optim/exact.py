@@ -286,14 +286,17 @@ class NAG(_MXNetOptimizer):
 
 
 def _nag_piece(weight, grad, moment, lr, wd, mom):
-    """MXNet's nag_mom_update on one piece: ``w - m1 + (mu+1)*(m1 - lr*gg) == w + mu*m1 - (mu+1)*lr*gg``."""
+    """MXNet's nag_mom_update (and mp_nag_mom_update on a master) on one piece, in the kernel's order of operations:
+    ``m1 = mu*m; w = (w - m1) + (mu+1)*(m1 - lr*(g + wd*w)); m = m1 - lr*(g + wd*w_new)``, each operation rounded
+    (no fused multiply-add), so float32 runs are bit for bit MXNet's."""
     moment.mul_(mom)
-    decayed = torch.add(grad, weight, alpha=wd) if wd else grad
-    weight.add_(moment, alpha=mom)
-    weight.add_(decayed, alpha=-(mom + 1.0) * lr)
-    moment.add_(grad, alpha=-lr)
-    if wd:
-        moment.add_(weight, alpha=-lr * wd)
+    decayed = torch.mul(weight, wd).add_(grad) if wd else grad.clone()
+    decayed.mul_(lr)
+    decayed.neg_().add_(moment)  # m1 - lr*gg
+    decayed.mul_(_round32(mom + 1.0))
+    weight.sub_(moment).add_(decayed)
+    step = torch.mul(weight, wd).add_(grad) if wd else grad.clone()
+    moment.sub_(step.mul_(lr))
 
 
 def _decayed(grads, params, group, clip=True):
