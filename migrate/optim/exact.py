@@ -276,13 +276,26 @@ class NAG(_MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         lr, wd, mom = _f32(group["lr"]), _f32(group["weight_decay"]), _f32(group["momentum"])
-        clipped = self._scaled(grads, group)
         if mom <= 0:  # sgd_update: w = (1 - lr*wd)*w - lr*clip(rescale_grad*g)
+            clipped = self._scaled(grads, group)
             torch._foreach_mul_(params, 1.0 - lr * wd)
             torch._foreach_add_(params, clipped, alpha=-lr)
             return
-        for weight, grad, moment in _pieces((params, clipped, _buffers(states, "momentum_buffer"))):
-            _nag_piece(weight, grad, moment, lr, wd, mom)
+        clip = _f32(group["clip_gradient"]) if _clips(group) else -1.0
+        rows = [row for row in zip(params, grads, _buffers(states, "momentum_buffer"))
+                if not _nag_compiled(row, lr, wd, mom, _f32(group["rescale_grad"]), clip)]
+        if rows:  # CUDA, non-contiguous or half-precision tensors: the torch path (same order of operations)
+            params, grads, moments = (list(column) for column in zip(*rows))
+            for weight, grad, moment in _pieces((params, self._scaled(grads, group), moments)):
+                _nag_piece(weight, grad, moment, lr, wd, mom)
+
+
+def _nag_compiled(row, lr, wd, mom, rescale_grad, clip):
+    """MXNet's nag_mom_update on one (weight, grad, momentum) in one compiled pass; False where it cannot run."""
+    if not _kernels.available(*row):
+        return False
+    _kernels.nag_update(*(_kernels.flat(t) for t in row), lr, wd, mom, rescale_grad, clip)
+    return True
 
 
 def _nag_piece(weight, grad, moment, lr, wd, mom):
