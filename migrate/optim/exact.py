@@ -246,9 +246,16 @@ class SGD(_MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         lr, wd = _round32(group["lr"]), _round32(group["weight_decay"])  # multi_sgd(_mom)_update's lrs/wds tuples
+        momentum = group["momentum"] > 0
+        hyper = (lr, wd, _f32(group["momentum"]) if momentum else 0.0, _f32(group["rescale_grad"]),
+                 _f32(group["clip_gradient"]) if _clips(group) else -1.0)
+        moms = _buffers(states, "momentum_buffer") if momentum else [None] * len(params)
+        rows = [row for row in zip(params, grads, moms) if not _sgd_compiled(row, hyper)]
+        if not rows:
+            return
+        params, grads, moms = (list(column) for column in zip(*rows))  # CUDA, strided, half: the torch path
         grads = self._scaled(grads, group)
-        if group["momentum"] > 0:
-            moms = _buffers(states, "momentum_buffer")
+        if momentum:
             torch._foreach_mul_(moms, _f32(group["momentum"]))
             torch._foreach_add_(moms, params, alpha=-lr * wd)
             torch._foreach_add_(moms, grads, alpha=-lr)
@@ -257,6 +264,16 @@ class SGD(_MXNetOptimizer):
             step = torch._foreach_mul(params, -lr * wd)
             torch._foreach_add_(step, grads, alpha=-lr)
             torch._foreach_add_(params, step)
+
+
+def _sgd_compiled(row, hyper):
+    """MXNet's MultiSGDKernel on one (weight, grad, momentum or None) in one compiled pass, bit for bit; False where
+    it cannot run (the torch path then runs: fused multiply-adds, 1-2 float32 ulps from MXNet)."""
+    tensors = [t for t in row if t is not None]
+    if not _kernels.available(*tensors):
+        return False
+    _kernels.sgd_update(*(_kernels.flat(t) if t is not None else None for t in row), *hyper)
+    return True
 
 
 class NAG(_MXNetOptimizer):
