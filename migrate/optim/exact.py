@@ -3,8 +3,10 @@
 Each class follows one MXNet optimizer (``mxnet/optimizer/optimizer.py`` and the kernels in
 ``src/operator/optimizer_op-inl.h``): gradients are multiplied by ``rescale_grad`` and clipped elementwise to
 ``+-clip_gradient``, every per-parameter update count ``step`` is kept, and the hyperparameters that MXNet's
-kernels take as C ``float`` are rounded to float32 before use, so float64 runs agree to ~1e-16 per step.
-Where torch has no kernel that keeps MXNet's order of operations (FTRL; LAMB's float64 norms), compiled numba loops
+kernels take as C ``float`` are the float32 values MXNet parses from ``str(value)`` (``migrate.optim.dmlc_float``;
+tuple and array parameters correctly rounded), so float64 runs agree to ~1e-16 per step.
+Where torch has no kernel that keeps MXNet's order of operations (SGD, NAG and FTRL: torch's ``add(alpha=)`` is a
+fused multiply-add, MXNet's kernels round each operation; LAMB's float64 norms), compiled numba loops
 (``migrate.optim._kernels``) replay MXNet's C++ loops on CPU tensors, bit for bit; other tensors take a torch path.
 A group's ``lr`` and ``weight_decay`` are absolute (MXNet's ``schedule(num_update) * lr_mult`` and
 ``wd * wd_mult``); ``migrate.torch_lr_scheduler`` keeps ``lr`` on MXNet's schedule.
