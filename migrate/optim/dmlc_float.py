@@ -22,7 +22,6 @@ _MAX_SIGNIFICAND = _F(3.402823466)  # kMaxSignificandForMaxExponent (float)
 _MIN_SIGNIFICAND = _F(1.175494351)  # kMaxSignificandForNegMaxExponent (float)
 
 
-@functools.lru_cache(maxsize=4096)
 def mx_float32(value) -> np.float32:
     """``value`` (a real number) as dmlc's ``stof(str(value))`` parses it: the float32 an MXNet kernel computes with.
 
@@ -33,7 +32,11 @@ def mx_float32(value) -> np.float32:
         >>> mx_float32(2.0201059743896793e-05) == np.nextafter(np.float32(2.0201059743896793e-05), np.float32(1))
         True
     """
-    value = float(value)
+    return _parsed(float(value))  # a float key: a tensor changed in place must not hit a stale cache entry
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(value: float) -> np.float32:
     if math.isnan(value):
         return _F("nan")
     if math.isinf(value):
