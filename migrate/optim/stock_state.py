@@ -43,8 +43,9 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
     torch's per-parameter schedule; adagrad history -> ``sum = history + eps`` (the stock Adagrad holds MXNet's
     eps in its initial accumulator); rmsprop n -> ``square_avg`` and, centered, g -> ``grad_avg`` and delta ->
     ``momentum_buffer = -delta / lr``; adadelta acc_g/acc_delta -> ``square_avg``/``acc_delta``; ftrl n -> ``sum``.
-    Not crossed, and listed: the float32 master weights of float16 parameters under multi_precision, ftml's d/v/z, ftrl's z, signum's momentum (MXNet's holds (1-momentum)-weighted
-    gradients; torch SGD's does not), momentum buffers of parameters whose next lr is 0.
+    Not crossed, and listed: the float32 master weights of float16 parameters under multi_precision, ftml's d/v/z,
+    ftrl's z, signum's momentum (MXNet's holds (1-momentum)-weighted gradients; torch SGD's does not), momentum
+    buffers of parameters whose next lr is 0.
 
     Args:
         mx_states: The file written by ``LrTrainer.save_states`` or ``gluon.Trainer.save_states`` (a path), or

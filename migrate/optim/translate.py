@@ -24,7 +24,8 @@ def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=Non
 
     One of migrate's optimizers that reproduce MXNet 1.9.1's update operators (sgd, nag, adam, rmsprop plain and
     centered, adagrad, adadelta, adamax, nadam, lamb, signum, ftrl): rescale_grad, clip_gradient, lr_mult/wd_mult
-    groups, frozen parameters and float32 hyperparameters included. Frozen parameters get ``requires_grad=False``
+    groups, frozen parameters and float32 hyperparameters included; with the settings' ``multi_precision`` each
+    float16/bfloat16 parameter keeps a float32 master copy (``state["master"]``), as MXNet keeps for float16. Frozen parameters get ``requires_grad=False``
     (``ParamGroups.apply_frozen``) and sit in groups with ``frozen=True``, which these optimizers skip (their state,
     once converted, waits for an unfreeze: ``migrate.TorchControl``). For the closest stock ``torch.optim`` optimizer use ``stock_torch_optimizer``.
 

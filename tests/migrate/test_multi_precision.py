@@ -315,8 +315,8 @@ def test_migrate_all_with_multi_precision_settings(tmp_path):
     out = tmp_path / "out"
     code = main(["all", "--symbol", str(tmp_path / "net-symbol.json"), "--params", str(tmp_path / "net-0000.params"),
                  "--settings", str(tmp_path / "settings.json"), "--states", str(tmp_path / "trainer.states"),
-                 "--torch", "tests.migrate.test_multi_precision:dense_stack", "--input-shape", "1,16", "--out", str(out),
-                 "--quiet"])
+                 "--torch", "tests.migrate.test_multi_precision:dense_stack", "--input-shape", "1,16",
+                 "--out", str(out), "--quiet"])
     assert code == 0
     model = dense_stack()
     model.eval()
