@@ -1,6 +1,6 @@
 """Compiled CPU loops (numba, imported on first use) that replay MXNet 1.9.1's C++ kernels operation by operation.
 
-Two of MXNet's loops live here:
+Four of MXNet's loops live here:
 
 - ``sum_sq`` / ``sum_sqs``: MXNet's CPU ``multi_sum_sq`` (``src/operator/contrib/multi_sum_sq.cc``, ``CalcSumSq``),
   which LAMB's ``multi_lamb_update`` calls for the trust ratio's norms. Each tensor is summed by ONE thread,
@@ -9,6 +9,8 @@ Two of MXNet's loops live here:
   pairwise/vectorized sums differ from it by ~1e-7 relative, which held LAMB in float64 to 2e-9 of MXNet after 100
   steps. ``sum_sqs`` keeps each tensor's order but sums 4 tensors side by side per thread (independent chains hide
   the latency of the dependent adds: 119 ms -> 35 ms for resnet50's 25.6M float64 weights on 2 threads).
+- ``sgd_update``: MXNet's ``MultiSGDKernel`` (``multi_sgd_update``, ``multi_sgd_mom_update``, their mp forms).
+- ``nag_update``: MXNet's ``NAGMomKernel``/``MP_NAGMomKernel`` (``nag_mom_update``) in one pass, in its order.
 - ``ftrl_update``: MXNet's ``FtrlUpdateKernel`` (``src/operator/optimizer_op-inl.h``) in one pass, the arithmetic in
   its order, in place on the flat arrays (zero-copy ``numpy()`` views of CPU tensors).
 
@@ -45,7 +47,8 @@ def _build():
     if numba.config.THREADING_LAYER == "default":
         numba.config.THREADING_LAYER = "forksafe"
     options = {"nogil": True, "cache": True, "error_model": "numpy"}  # numpy errors: x/0 is inf or nan as in C
-    return dict(_build_sum_sq(numba, options), **_build_ftrl(numba, options))
+    return dict(_build_sum_sq(numba, options), **_build_ftrl(numba, options), **_build_nag(numba, options),
+                **_build_sgd(numba, options))
 
 
 def _build_sum_sq(numba, options):
@@ -202,6 +205,115 @@ def _lanes(sizes, threads, width=4):
         loads[lightest] += sizes[group[0]]
     depth = max(len(share) for share in shares)
     return np.array([share + [[filler] * width] * (depth - len(share)) for share in shares], dtype=np.int64)
+
+
+def _build_nag(numba, options):
+    """MXNet's NAGMomKernel / MP_NAGMomKernel (``nag_mom_update``), serial and parallel."""
+    def nag_element(i, weight, grad, mom, lr, wd, momentum, momentum_1, rescale_grad, clip_gradient, zero):
+        """One element, in the kernel's order (``momentum_1`` is ``mu + 1``):
+        ``m1 = mu*m; w = w - m1 + (mu+1)*(m1 - lr*(g + wd*w));
+        m = m1 - lr*(g + wd*w_new)`` with ``g = clip(rescale_grad*grad)``."""
+        g = rescale_grad * grad[i]
+        if clip_gradient >= zero:
+            if g > clip_gradient:
+                g = clip_gradient
+            elif g < -clip_gradient:
+                g = -clip_gradient
+        m1 = momentum * mom[i]
+        w = weight[i]
+        w = w - m1 + momentum_1 * (m1 - lr * (g + wd * w))
+        weight[i] = w
+        mom[i] = m1 - lr * (g + wd * w)
+
+    element = numba.njit(inline="always", **options)(nag_element)
+
+    def nag(weight, grad, mom, lr, wd, momentum, momentum_1, rescale_grad, clip_gradient, zero):
+        for i in range(weight.size):
+            element(i, weight, grad, mom, lr, wd, momentum, momentum_1, rescale_grad, clip_gradient, zero)
+
+    def nag_parallel(weight, grad, mom, lr, wd, momentum, momentum_1, rescale_grad, clip_gradient, zero):
+        for i in numba.prange(weight.size):
+            element(i, weight, grad, mom, lr, wd, momentum, momentum_1, rescale_grad, clip_gradient, zero)
+
+    return {"nag": numba.njit(**options)(nag), "nag_parallel": numba.njit(parallel=True, **options)(nag_parallel)}
+
+
+def _build_sgd(numba, options):
+    """MXNet's MultiSGDKernel (``multi_sgd_update``, ``multi_sgd_mom_update`` and their ``mp`` forms), serial and
+    parallel."""
+    def sgd_element(i, weight, grad, mom, has_momentum, lr, wd, momentum, rescale_grad, clip_gradient, zero):
+        """One element, in the kernel's order: ``m = mu*m - lr*wd*w - lr*clip(rescale*g)`` (without clipping
+        ``- (lr*rescale)*g``); ``w = w + m``."""
+        w = weight[i]
+        m = mom[i] if has_momentum else zero
+        if clip_gradient >= zero:
+            g = rescale_grad * grad[i]
+            if g > clip_gradient:
+                g = clip_gradient
+            elif g < -clip_gradient:
+                g = -clip_gradient
+            m = momentum * m - lr * wd * w - lr * g
+        else:
+            m = momentum * m - lr * wd * w - lr * rescale_grad * grad[i]
+        if has_momentum:
+            mom[i] = m
+        weight[i] = w + m
+
+    element = numba.njit(inline="always", **options)(sgd_element)
+
+    def sgd(weight, grad, mom, has_momentum, lr, wd, momentum, rescale_grad, clip_gradient, zero):
+        for i in range(weight.size):
+            element(i, weight, grad, mom, has_momentum, lr, wd, momentum, rescale_grad, clip_gradient, zero)
+
+    def sgd_parallel(weight, grad, mom, has_momentum, lr, wd, momentum, rescale_grad, clip_gradient, zero):
+        for i in numba.prange(weight.size):
+            element(i, weight, grad, mom, has_momentum, lr, wd, momentum, rescale_grad, clip_gradient, zero)
+
+    return {"sgd": numba.njit(**options)(sgd), "sgd_parallel": numba.njit(parallel=True, **options)(sgd_parallel)}
+
+
+def sgd_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):
+    """MXNet's multi_sgd(_mom)_update (or its mp form on a float32 master), in place on contiguous 1-D numpy arrays of
+    one dtype (float32 or float64).
+
+    Args:
+        weight, grad: The flat arrays; ``weight`` is updated.
+        mom: The flat momentum (updated), or None (multi_sgd_update: no momentum).
+        lr, wd: The lrs/wds entries (float32 values), momentum, rescale_grad: as MXNet parsed them.
+        clip_gradient: The bound, or a negative number for no clipping (MXNet clips when it is >= 0).
+    """
+    kind = weight.dtype.type
+    scalars = [kind(np.float32(v)) for v in (lr, wd, momentum, rescale_grad, clip_gradient, 0.0)]
+    has_momentum = mom is not None
+    mom = mom if has_momentum else np.zeros(1, dtype=weight.dtype)
+    kernels = _compiled()
+    if weight.size < PARALLEL_MIN:
+        kernels["sgd"](weight, grad, mom, has_momentum, *scalars)
+        return
+    with _LOCK:
+        _threads()
+        kernels["sgd_parallel"](weight, grad, mom, has_momentum, *scalars)
+
+
+def nag_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):
+    """MXNet's nag_mom_update (or mp_nag_mom_update on a float32 master), in place on contiguous 1-D numpy arrays of
+    one dtype (float32 or float64).
+
+    Args:
+        weight, grad, mom: The flat arrays; ``weight`` and ``mom`` are updated.
+        lr, wd, momentum, rescale_grad: Hyperparameters as MXNet parsed them (float32 values).
+        clip_gradient: The bound, or a negative number for no clipping (MXNet clips when it is >= 0).
+    """
+    kind = weight.dtype.type
+    scalars = [kind(np.float32(v)) for v in (lr, wd, momentum, rescale_grad, clip_gradient, 0.0)]
+    scalars.insert(3, scalars[2] + kind(1))  # momentum + 1 in the arrays' dtype (numba would promote a bare 1)
+    kernels = _compiled()
+    if weight.size < PARALLEL_MIN:
+        kernels["nag"](weight, grad, mom, *scalars)
+        return
+    with _LOCK:
+        _threads()
+        kernels["nag_parallel"](weight, grad, mom, *scalars)
 
 
 def ftrl_update(weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gradient):

@@ -3,11 +3,19 @@
 Each class follows one MXNet optimizer (``mxnet/optimizer/optimizer.py`` and the kernels in
 ``src/operator/optimizer_op-inl.h``): gradients are multiplied by ``rescale_grad`` and clipped elementwise to
 ``+-clip_gradient``, every per-parameter update count ``step`` is kept, and the hyperparameters that MXNet's
-kernels take as C ``float`` are rounded to float32 before use, so float64 runs agree to ~1e-16 per step.
-Where torch has no kernel that keeps MXNet's order of operations (FTRL; LAMB's float64 norms), compiled numba loops
+kernels take as C ``float`` are the float32 values MXNet parses from ``str(value)`` (``migrate.optim.dmlc_float``;
+tuple and array parameters correctly rounded), so float64 runs agree to ~1e-16 per step.
+Where torch has no kernel that keeps MXNet's order of operations (SGD, NAG and FTRL: torch's ``add(alpha=)`` is a
+fused multiply-add, MXNet's kernels round each operation; LAMB's float64 norms), compiled numba loops
 (``migrate.optim._kernels``) replay MXNet's C++ loops on CPU tensors, bit for bit; other tensors take a torch path.
 A group's ``lr`` and ``weight_decay`` are absolute (MXNet's ``schedule(num_update) * lr_mult`` and
 ``wd * wd_mult``); ``migrate.torch_lr_scheduler`` keeps ``lr`` on MXNet's schedule.
+
+``multi_precision=True`` (a group option, MXNet's flag): each float16 or bfloat16 parameter keeps a float32 master
+copy in ``state["master"]`` (made from the parameter at its first update, as MXNet's
+``create_state_multi_precision``), its other state buffers are float32, and every step runs the float32 update on the
+master with the gradient cast to float32, then rounds the master into the parameter (MXNet's
+``update_multi_precision`` and its ``mp_*`` kernels). float32 and float64 parameters are updated as without the flag.
 """
 import math
 
@@ -15,10 +23,18 @@ import numpy as np
 import torch
 
 from migrate.optim import _kernels
+from migrate.optim.dmlc_float import mx_float32
 
 
 def _f32(value):
-    """``value`` rounded to float32, as MXNet passes it to a kernel, returned as a python float."""
+    """``value`` as an MXNet kernel's scalar ``float`` parameter holds it (``str(value)`` parsed by dmlc's parser,
+    which is not correctly rounded: ``migrate.optim.dmlc_float``), returned as a python float."""
+    return float(mx_float32(value))
+
+
+def _round32(value):
+    """``value`` rounded to float32 (correctly), returned as a python float: C ``float`` arithmetic, and the
+    ``lrs``/``wds`` MXNet passes as tuples (multi_sgd_update, multi_lamb_update) or float32 arrays (LARS)."""
     return float(np.float32(value))
 
 
@@ -28,14 +44,31 @@ class _MXNetOptimizer(torch.optim.Optimizer):
     _state_names = ()
     _hyper = {}
 
-    def __init__(self, params, lr, weight_decay=0.0, rescale_grad=1.0, clip_gradient=None, **hyper):
+    def __init__(self, params, lr, weight_decay=0.0, rescale_grad=1.0, clip_gradient=None, multi_precision=False,
+                 **hyper):
         unknown = sorted(set(hyper) - set(self._hyper))
         if unknown:
             raise TypeError(f"{type(self).__name__} got unknown hyperparameters {unknown}; "
                             f"expected some of {sorted(self._hyper)}")
         defaults = dict(self._hyper, lr=lr, weight_decay=weight_decay, rescale_grad=rescale_grad,
-                        clip_gradient=clip_gradient, **hyper)
+                        clip_gradient=clip_gradient, multi_precision=bool(multi_precision), **hyper)
         super().__init__(params, defaults)
+
+    def load_state_dict(self, state_dict):
+        """``torch.optim.Optimizer.load_state_dict``, keeping float32 master copies and buffers float32.
+
+        torch casts every floating state tensor to its parameter's dtype; under ``multi_precision`` a half-precision
+        parameter's ``master`` and buffers are float32 and are put back as saved.
+        """
+        super().load_state_dict(state_dict)
+        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+        params = [p for group in self.param_groups for p in group["params"]]
+        for saved_id, param in zip(saved_ids, params):
+            saved = state_dict["state"].get(saved_id, {})
+            if "master" in saved:
+                for key, value in saved.items():
+                    if torch.is_tensor(value) and value.is_floating_point() and key != "step":
+                        self.state[param][key] = value.to(device=param.device, copy=True)
 
     def _new_state(self, param, group):
         """Fresh state of ``param``: its update count and zero buffers named by ``_state_names``."""
@@ -55,7 +88,7 @@ class _MXNetOptimizer(torch.optim.Optimizer):
             if param.grad.is_sparse:
                 raise TypeError(f"{type(self).__name__} does not support sparse gradients; use a dense embedding")
             state = self.state[param]
-            if not state:
+            if "step" not in state:  # a multi_precision state may hold only its master yet
                 state.update(self._new_state(param, group))
             state["step"] += 1
             params.append(param)
@@ -90,8 +123,12 @@ class _MXNetOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         control = getattr(self, "_control", None)  # migrate.torch_control: element masks, held norm statistics
+        masters = self._masters()  # made before the control copies the masked elements of the state
         saved = control.before_step() if control is not None else None
-        self._step_all()
+        if masters:
+            self._step_on_masters(masters)
+        else:
+            self._step_all()
         if control is not None:
             control.after_step(saved)
         return loss
@@ -105,6 +142,60 @@ class _MXNetOptimizer(torch.optim.Optimizer):
 
     def _update(self, group, params, grads, states):
         raise NotImplementedError
+
+    def _masters(self):
+        """(parameter, float32 master) of each half-precision parameter with a gradient in a multi_precision group.
+
+        A master is made from its parameter at the parameter's first update (MXNet's
+        ``create_state_multi_precision``) and lives in ``state["master"]``.
+        """
+        out = []
+        for group in self.param_groups:
+            if not group.get("multi_precision") or group.get("frozen"):
+                continue
+            for param in group["params"]:
+                if param.grad is None or param.dtype not in _HALF:
+                    continue
+                state = self.state[param]
+                if "master" not in state:
+                    state["master"] = param.detach().to(torch.float32, copy=True)
+                out.append((param, state["master"]))
+        return out
+
+    def _step_on_masters(self, masters):
+        """``_step_all`` with each parameter of ``masters`` standing on its float32 master and a float32 gradient.
+
+        The update writes the master in place (the parameter shares its storage during the step), so every
+        optimizer's float32 path runs unchanged; then the master is rounded into the half-precision parameter, as
+        MXNet's ``cast(weight32, out=weight)``.
+        """
+        halves = [(param, param.data, param.grad) for param, _ in masters]
+        self.__dict__["_halves"] = {id(param): (half, grad) for param, half, grad in halves}
+        try:
+            for param, master in masters:
+                grad = param.grad
+                param.data = master
+                param.grad = grad.to(torch.float32)
+            self._step_all()
+        finally:
+            self.__dict__["_halves"] = {}
+            for (param, master), (_, half, grad) in zip(masters, halves):
+                param.data = half
+                param.grad = grad
+                half.copy_(master)
+
+    def _stored(self, params, grads=None):
+        """``params`` (or their ``grads``) as MXNet's norms read them: a parameter standing on its master gives its
+        half-precision weight (gradient); others give themselves. MXNet's multi_mp_lamb_update and LARS take the
+        sums of squares of the float16 weight and gradient, not of the master (``half_sum_sq``)."""
+        halves = self.__dict__.get("_halves") or {}
+        if grads is None:
+            return [halves[id(p)][0] if id(p) in halves else p for p in params]
+        return [halves[id(p)][1] if id(p) in halves else g for p, g in zip(params, grads)]
+
+
+_HALF = (torch.float16, torch.bfloat16)
+"""Parameter dtypes that keep a float32 master copy under ``multi_precision``."""
 
 
 def _clips(group):
@@ -156,10 +247,17 @@ class SGD(_MXNetOptimizer):
         return state
 
     def _update(self, group, params, grads, states):
-        lr, wd = _f32(group["lr"]), _f32(group["weight_decay"])
+        lr, wd = _round32(group["lr"]), _round32(group["weight_decay"])  # multi_sgd(_mom)_update's lrs/wds tuples
+        momentum = group["momentum"] > 0
+        hyper = (lr, wd, _f32(group["momentum"]) if momentum else 0.0, _f32(group["rescale_grad"]),
+                 _f32(group["clip_gradient"]) if _clips(group) else -1.0)
+        moms = _buffers(states, "momentum_buffer") if momentum else [None] * len(params)
+        rows = [row for row in zip(params, grads, moms) if not _sgd_compiled(row, hyper)]
+        if not rows:
+            return
+        params, grads, moms = (list(column) for column in zip(*rows))  # CUDA, strided, half: the torch path
         grads = self._scaled(grads, group)
-        if group["momentum"] > 0:
-            moms = _buffers(states, "momentum_buffer")
+        if momentum:
             torch._foreach_mul_(moms, _f32(group["momentum"]))
             torch._foreach_add_(moms, params, alpha=-lr * wd)
             torch._foreach_add_(moms, grads, alpha=-lr)
@@ -168,6 +266,16 @@ class SGD(_MXNetOptimizer):
             step = torch._foreach_mul(params, -lr * wd)
             torch._foreach_add_(step, grads, alpha=-lr)
             torch._foreach_add_(params, step)
+
+
+def _sgd_compiled(row, hyper):
+    """MXNet's MultiSGDKernel on one (weight, grad, momentum or None) in one compiled pass, bit for bit; False where
+    it cannot run (the torch path then runs: fused multiply-adds, 1-2 float32 ulps from MXNet)."""
+    tensors = [t for t in row if t is not None]
+    if not _kernels.available(*tensors):
+        return False
+    _kernels.sgd_update(*(_kernels.flat(t) if t is not None else None for t in row), *hyper)
+    return True
 
 
 class NAG(_MXNetOptimizer):
@@ -187,24 +295,40 @@ class NAG(_MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         lr, wd, mom = _f32(group["lr"]), _f32(group["weight_decay"]), _f32(group["momentum"])
-        clipped = self._scaled(grads, group)
         if mom <= 0:  # sgd_update: w = (1 - lr*wd)*w - lr*clip(rescale_grad*g)
+            clipped = self._scaled(grads, group)
             torch._foreach_mul_(params, 1.0 - lr * wd)
             torch._foreach_add_(params, clipped, alpha=-lr)
             return
-        for weight, grad, moment in _pieces((params, clipped, _buffers(states, "momentum_buffer"))):
-            _nag_piece(weight, grad, moment, lr, wd, mom)
+        clip = _f32(group["clip_gradient"]) if _clips(group) else -1.0
+        rows = [row for row in zip(params, grads, _buffers(states, "momentum_buffer"))
+                if not _nag_compiled(row, lr, wd, mom, _f32(group["rescale_grad"]), clip)]
+        if rows:  # CUDA, non-contiguous or half-precision tensors: the torch path (same order of operations)
+            params, grads, moments = (list(column) for column in zip(*rows))
+            for weight, grad, moment in _pieces((params, self._scaled(grads, group), moments)):
+                _nag_piece(weight, grad, moment, lr, wd, mom)
+
+
+def _nag_compiled(row, lr, wd, mom, rescale_grad, clip):
+    """MXNet's nag_mom_update on one (weight, grad, momentum) in one compiled pass; False where it cannot run."""
+    if not _kernels.available(*row):
+        return False
+    _kernels.nag_update(*(_kernels.flat(t) for t in row), lr, wd, mom, rescale_grad, clip)
+    return True
 
 
 def _nag_piece(weight, grad, moment, lr, wd, mom):
-    """MXNet's nag_mom_update on one piece: ``w - m1 + (mu+1)*(m1 - lr*gg) == w + mu*m1 - (mu+1)*lr*gg``."""
+    """MXNet's nag_mom_update (and mp_nag_mom_update on a master) on one piece, in the kernel's order of operations:
+    ``m1 = mu*m; w = (w - m1) + (mu+1)*(m1 - lr*(g + wd*w)); m = m1 - lr*(g + wd*w_new)``, each operation rounded
+    (no fused multiply-add), so float32 runs are bit for bit MXNet's."""
     moment.mul_(mom)
-    decayed = torch.add(grad, weight, alpha=wd) if wd else grad
-    weight.add_(moment, alpha=mom)
-    weight.add_(decayed, alpha=-(mom + 1.0) * lr)
-    moment.add_(grad, alpha=-lr)
-    if wd:
-        moment.add_(weight, alpha=-lr * wd)
+    decayed = torch.mul(weight, wd).add_(grad) if wd else grad.clone()
+    decayed.mul_(lr)
+    decayed.neg_().add_(moment)  # m1 - lr*gg
+    decayed.mul_(_round32(mom + 1.0))
+    weight.sub_(moment).add_(decayed)
+    step = torch.mul(weight, wd).add_(grad) if wd else grad.clone()
+    moment.sub_(step.mul_(lr))
 
 
 def _decayed(grads, params, group, clip=True):
@@ -493,11 +617,11 @@ class LAMB(_MXNetOptimizer):
     def _update(self, group, params, grads, states):
         grads = self._scaled(grads, group)
         negated = self._negated_directions(group, params, grads, states)
-        torch._foreach_add_(negated, params, alpha=-_f32(group["weight_decay"]))
+        torch._foreach_add_(negated, params, alpha=-_round32(group["weight_decay"]))  # multi_lamb's wds tuple
         if negated[0].dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
             for buffer in negated:
                 buffer.copy_(buffer.to(torch.float32))
-        torch._foreach_mul_(negated, [-step for step in _trust_steps(params, negated, group)])
+        torch._foreach_mul_(negated, [-step for step in _trust_steps(self._stored(params), negated, group)])
         torch._foreach_add_(params, negated)
 
     def _negated_directions(self, group, params, grads, states):
@@ -528,24 +652,36 @@ def _f32_norms(tensors, square_in_float=False):
     ``migrate.optim._kernels``); others take torch's norm rounded to float32, ~1e-7 relative from MXNet's, within
     float32's own rounding. ``square_in_float``: the values are float32 numbers (MXNet's float32 direction buffer).
     """
+    if any(t.dtype in _HALF for t in tensors):
+        return [_round32(math.sqrt(half_sum_sq(t))) if t.dtype in _HALF else _f32_norms([t], square_in_float)[0]
+                for t in tensors]
     if tensors[0].dtype == torch.float64 and _kernels.available(*tensors):
         sums = _kernels.sum_sqs([_kernels.flat(t) for t in tensors], square_in_float)
-        return [_f32(math.sqrt(total)) for total in sums.tolist()]
-    return [_f32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
+        return [_round32(math.sqrt(total)) for total in sums.tolist()]
+    return [_round32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
+
+
+def half_sum_sq(tensor):
+    """MXNet's CPU multi_sum_sq of one float16 (or bfloat16) tensor: each square rounded to the tensor's dtype
+    (mshadow's half arithmetic: float product, rounded), summed in element order into a C float."""
+    if not tensor.numel():
+        return 0.0
+    squares = (tensor.detach() * tensor.detach()).to("cpu", torch.float32).reshape(-1).numpy()
+    return float(np.cumsum(squares, dtype=np.float32)[-1])  # cumsum adds in order, unlike the pairwise sum
 
 
 def _trust_steps(params, direction, group):
     """Per-parameter ``-lr * r1/r2`` (or ``-lr`` when a norm is 0), r1 bounded as MXNet's multi_lamb does."""
     r1 = _f32_norms(params)
     r2 = _f32_norms(direction, square_in_float=True)
-    lr, lower, upper = _f32(group["lr"]), group["lower_bound"], group["upper_bound"]
+    lr, lower, upper = _round32(group["lr"]), group["lower_bound"], group["upper_bound"]  # lrs: a tuple
     steps = []
     for w_norm, g_norm in zip(r1, r2):
         if lower is not None and lower >= 0:
             w_norm = max(w_norm, _f32(lower))
         if upper is not None and upper >= 0:
             w_norm = min(w_norm, _f32(upper))
-        steps.append(-lr if w_norm == 0 or g_norm == 0 else -lr * _f32(w_norm / g_norm))
+        steps.append(-lr if w_norm == 0 or g_norm == 0 else -lr * _round32(w_norm / g_norm))
     return steps
 
 
@@ -615,8 +751,8 @@ def _ftrl_compiled(row, group, hyper):
     """MXNet's FtrlUpdateKernel on one (weight, grad, z, n) in one compiled pass; False where it cannot run there."""
     if not _kernels.available(*row):
         return False
-    clip = group["clip_gradient"] if _clips(group) else -1.0
-    _kernels.ftrl_update(*(_kernels.flat(t) for t in row), *hyper, group["rescale_grad"], clip)
+    clip = _f32(group["clip_gradient"]) if _clips(group) else -1.0
+    _kernels.ftrl_update(*(_kernels.flat(t) for t in row), *hyper, _f32(group["rescale_grad"]), clip)
     return True
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from migrate.optim import _kernels
-from migrate.optim.exact import SGD, _MXNetOptimizer, _buffers, _decayed, _f32
+from migrate.optim.exact import SGD, _MXNetOptimizer, _buffers, _decayed, _f32, _round32, half_sum_sq
 
 
 class FTML(_MXNetOptimizer):
@@ -91,21 +91,21 @@ class LARS(_MXNetOptimizer):
         lars = [row for row in rows if not (row[1]["by_name"] and row[5].endswith(("gamma", "beta", "bias")))]
         scaled = {}
         if lars:
-            w_sums = _sums_sq([row[2] for row in lars])
-            g_sums = _sums_sq([row[3] for row in lars])
+            w_sums = _sums_sq(self._stored([row[2] for row in lars]))
+            g_sums = _sums_sq(self._stored([row[2] for row in lars], [row[3] for row in lars]))
             for row, w_sum, g_sum in zip(lars, w_sums, g_sums):
                 scaled[id(row[2])] = _lars_lr(row[1], w_sum, g_sum)
         for _, grp, param, grad, state, _ in rows:
             momentum = grp["momentum"]
             if momentum > 0 and grp["momentum_correction"] and last != 0:
                 momentum = momentum * (lr_now / last)
-            lr = scaled.get(id(param), _f32(grp["lr"]))
+            lr = scaled.get(id(param), _round32(grp["lr"]))  # MXNet's lrs: a float32 array
             _sgd_update(self, dict(grp, lr=lr, momentum=momentum), param, grad, state)
 
 
 def _sgd_update(optimizer, group, param, grad, state):
     """MXNet's preloaded_multi_sgd(_mom)_update on one parameter: ``m = mu*m - f32(lr*wd)*w - lr*clip(...)``."""
-    lr, wd = np.float32(group["lr"]), np.float32(_f32(group["weight_decay"]))
+    lr, wd = np.float32(group["lr"]), np.float32(group["weight_decay"])  # float32 arrays in MXNet
     grad = optimizer._scaled([grad], group)[0]
     step = torch.mul(param, -float(lr * wd)).add_(grad, alpha=-float(lr))
     if group["momentum"] > 0:
@@ -118,15 +118,17 @@ def _sgd_update(optimizer, group, param, grad, state):
 
 def _sums_sq(tensors):
     """MXNet's multi_sum_sq (float sums of squares) of ``tensors``, as numpy float32 values."""
+    if any(t.dtype in (torch.float16, torch.bfloat16) for t in tensors):
+        return [half_sum_sq(t) if t.dtype in (torch.float16, torch.bfloat16) else _sums_sq([t])[0] for t in tensors]
     if _kernels.available(*tensors):
         return _kernels.sum_sqs([_kernels.flat(t) for t in tensors]).tolist()
-    return [_f32(torch.sum(t.double() ** 2)) for t in tensors]
+    return [_round32(torch.sum(t.double() ** 2)) for t in tensors]
 
 
 def _lars_lr(group, w_sum, g_sum):
     """MXNet's MultiLARSKernel in float32: ``lr*eta*|w| / (|g|*rescale_grad + wd*|w| + eps)``, or lr."""
     f = np.float32
-    lr, wd = f(_f32(group["lr"])), f(_f32(group["weight_decay"]))
+    lr, wd = f(group["lr"]), f(group["weight_decay"])  # float32 arrays in MXNet
     w_norm = np.sqrt(f(w_sum))
     if not (w_norm > 0 and f(g_sum) > 0):
         return float(lr)

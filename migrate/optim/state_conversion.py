@@ -19,7 +19,9 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
     """Fill ``optimizer``'s state from an MXNet trainer's saved states so training continues exactly.
 
     Copies each parameter's MXNet state arrays (momentum, mean/var, history, z/n, ...) and its update count
-    (the ``step`` that Adam-like bias corrections use); for Nadam also the shared momentum schedule.
+    (the ``step`` that Adam-like bias corrections use); for Nadam also the shared momentum schedule. Under
+    ``multi_precision`` a float16 weight's float32 master copy becomes ``state["master"]`` (its buffers stay
+    float32) of a half-precision torch parameter, or the values of a float32 one.
 
     Args:
         mx_states: The file written by ``LrTrainer.save_states`` or ``gluon.Trainer.save_states`` (a path), or
@@ -60,8 +62,15 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
             continue
         param = targets[mx_name]
         shape = (param.shape[0], 1) if name == "groupadagrad" else None  # one history per row, no layout change
-        arrays = [_to_torch(mapping, mx_name, a.asnumpy(), param, shape) for a in state_arrays(state)]
-        optimizer.state[param] = _torch_state(name, mx_name, arrays, counts.get(index, settings["num_update"]))
+        master, state = split_master(name, state, settings, mx_name)
+        dtype = torch.float32 if master is not None and param.dtype in _HALF else None
+        arrays = [_to_torch(mapping, mx_name, array, param, shape, dtype)
+                  for array in (a.asnumpy() for a in state_arrays(state))]
+        torch_state = _torch_state(name, mx_name, arrays, counts.get(index, settings["num_update"]))
+        if master is not None:
+            _place_master(optimizer, param, torch_state, _to_torch(mapping, mx_name, master.asnumpy(), param,
+                                                                   dtype=torch.float32), mx_name)
+        optimizer.state[param] = torch_state
         filled += 1
     if name == "nadam" and mx_optimizer is not None:
         optimizer.state["m_schedule"] = float(mx_optimizer.m_schedule)
@@ -128,16 +137,64 @@ def _name_of(index, by_index, settings):
     return by_index[index]
 
 
-def _to_torch(mapping, mx_name, array, param, shape=None):
-    """``array`` in torch layout as a tensor like ``param`` (of ``shape``, when given, and then taken as it is);
-    StateConversionError if its shape does not fit."""
+_MASTER_LAST = ("sgd", "nag", "lars", "lbsgd")
+"""MXNet optimizers whose multi_precision state is ``(state, weight32)``; the others' is ``(weight32, state)``."""
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def split_master(name, state, settings, mx_name):
+    """(float32 master copy or None, the rest) of one parameter's MXNet state.
+
+    MXNet keeps a master copy where the optimizer has ``multi_precision`` and the weight is float16
+    (``create_state_multi_precision``): SGD, NAG and LARS hold ``(state, weight32)``, every other optimizer
+    ``(weight32, state)``.
+    """
+    optimizer, entry = settings["optimizer"], settings["params"].get(mx_name, {})
+    mp = optimizer.get("multi_precision") or optimizer["hyperparameters"].get("multi_precision")
+    if not (mp and entry.get("dtype") == "float16"):
+        return None, state
+    if not (isinstance(state, (tuple, list)) and len(state) == 2):
+        raise StateConversionError(f"MXNet {name!r} state of float16 {mx_name!r} under multi_precision should be a "
+                                   f"pair (weight32 and the optimizer's state), got {type(state).__name__}; check "
+                                   f"the settings' multi_precision and dtype")
+    master, rest = (state[1], state[0]) if name in _MASTER_LAST else state
+    if not hasattr(master, "asnumpy") or np.dtype(master.dtype) != np.float32:
+        raise StateConversionError(f"MXNet {name!r} state of float16 {mx_name!r} under multi_precision has no "
+                                   f"float32 master weight where MXNet keeps it; these states are not from it")
+    return master, rest
+
+
+def _place_master(optimizer, param, torch_state, master, mx_name):
+    """Put MXNet's float32 master copy of ``param`` where the torch optimizer keeps it.
+
+    A half-precision parameter in a multi_precision group takes it as ``state["master"]``; a float32 or float64
+    parameter takes its values (the weights file holds them rounded to float16); a half-precision parameter in a
+    group without multi_precision cannot hold it (StateConversionError).
+    """
+    group = next(g for g in optimizer.param_groups if any(p is param for p in g["params"]))
+    if param.dtype in _HALF:
+        if not group.get("multi_precision"):
+            raise StateConversionError(f"MXNet's state of {mx_name!r} holds a float32 master copy "
+                                       f"(multi_precision) but the torch optimizer's group of {param.dtype} "
+                                       f"parameter {mx_name!r} has multi_precision=False; build it with "
+                                       f"migrate.torch_optimizer from the same settings")
+        torch_state["master"] = master
+    else:
+        with torch.no_grad():
+            param.copy_(master)
+
+
+def _to_torch(mapping, mx_name, array, param, shape=None, dtype=None):
+    """``array`` in torch layout as a tensor like ``param`` (of ``shape``, when given, and then taken as it is; in
+    ``dtype`` when given); StateConversionError if its shape does not fit."""
     convert = getattr(mapping, "to_torch", None) if shape is None else None
     array = convert(mx_name, array) if convert is not None else array
     expected = tuple(param.shape) if shape is None else tuple(shape)
     if tuple(array.shape) != expected:
         raise StateConversionError(f"MXNet state of {mx_name!r} has shape {tuple(array.shape)} but its torch "
                                    f"parameter needs {expected}; these states belong to another model")
-    return torch.as_tensor(np.ascontiguousarray(array), dtype=param.dtype, device=param.device).clone()
+    return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype or param.dtype, device=param.device).clone()
 
 
 def _torch_state(name, mx_name, arrays, count):

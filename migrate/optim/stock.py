@@ -9,6 +9,9 @@ _COMMON = {
     "clip": "MXNet clips each gradient element to +-{clip} after rescaling; call "
             "torch.nn.utils.clip_grad_value_(params, {clip}) before optimizer.step()",
     "float32": "MXNet's kernels round lr, wd and the other hyperparameters to float32; torch uses them in double",
+    "multi_precision": "MXNet (multi_precision) updates a float32 master copy of each float16 weight and rounds it "
+                       "into the weight; stock torch.optim updates the float16 weights themselves (use "
+                       "migrate.torch_optimizer, which keeps float32 masters)",
 }
 
 
@@ -27,6 +30,8 @@ def stock_optimizer(name, groups, options):
     if options["clip_gradient"] is not None and options["clip_gradient"] > 0:
         differences.append(_COMMON["clip"].format(clip=options["clip_gradient"]))
     differences.append(_COMMON["float32"])
+    if options.get("multi_precision"):
+        differences.append(_COMMON["multi_precision"])
     return optimizer, differences
 
 

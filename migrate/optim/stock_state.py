@@ -45,10 +45,10 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
     torch's per-parameter schedule; adagrad history -> ``sum = history + eps`` (the stock Adagrad holds MXNet's
     eps in its initial accumulator); rmsprop n -> ``square_avg`` and, centered, g -> ``grad_avg`` and delta ->
     ``momentum_buffer = -delta / lr``; adadelta acc_g/acc_delta -> ``square_avg``/``acc_delta``; ftrl n -> ``sum``.
-    Not crossed, and listed: ftml's d/v/z, ftrl's z, signum's momentum (MXNet's holds (1-momentum)-weighted
-    gradients; torch SGD's does not), momentum buffers of parameters whose next lr is 0, dcasgd's previous
-    weights, groupadagrad's row histories, lbsgd's gradient sums (its momentum crosses as sgd's, off by the
-    warmup multiplier); sgld has no state.
+    Not crossed, and listed: the float32 master weights of float16 parameters under multi_precision, ftml's d/v/z,
+    ftrl's z, signum's momentum (MXNet's holds (1-momentum)-weighted gradients; torch SGD's does not), momentum
+    buffers of parameters whose next lr is 0, dcasgd's previous weights, groupadagrad's row histories, lbsgd's
+    gradient sums (its momentum crosses as sgd's, off by the warmup multiplier); sgld has no state.
 
     Args:
         mx_states: The file written by ``LrTrainer.save_states`` or ``gluon.Trainer.save_states`` (a path), or
@@ -91,6 +91,11 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
             continue
         param = targets[mx_name]
         shape = (param.shape[0], 1) if name == "groupadagrad" else None  # one history per row
+        master, state = _sc.split_master(name, state, settings, mx_name)
+        if master is not None:
+            differences.append("MXNet's float32 master copies of float16 weights (multi_precision) were not "
+                               "carried: stock torch.optim keeps no master weights, so the torch parameters go on "
+                               "from the float16 weights (use migrate.torch_optimizer to keep them)")
         arrays = [_sc._to_torch(mapping, mx_name, a.asnumpy(), param, shape) for a in state_arrays(state)]
         if not arrays:
             continue

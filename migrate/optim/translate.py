@@ -24,7 +24,8 @@ def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=Non
 
     One of migrate's optimizers that reproduce MXNet 1.9.1's update operators (sgd, nag, adam, rmsprop plain and
     centered, adagrad, adadelta, adamax, nadam, lamb, signum, ftrl): rescale_grad, clip_gradient, lr_mult/wd_mult
-    groups, frozen parameters and float32 hyperparameters included. Frozen parameters get ``requires_grad=False``
+    groups, frozen parameters and float32 hyperparameters included; with the settings' ``multi_precision`` each
+    float16/bfloat16 parameter keeps a float32 master copy (``state["master"]``), as MXNet keeps for float16. Frozen parameters get ``requires_grad=False``
     (``ParamGroups.apply_frozen``) and sit in groups with ``frozen=True``, which these optimizers skip (their state,
     once converted, waits for an unfreeze: ``migrate.TorchControl``). For the closest stock ``torch.optim`` optimizer use ``stock_torch_optimizer``.
 
@@ -112,12 +113,11 @@ def _options(settings, rescale_grad):
     if unknown:
         raise UnsupportedOptimizerError(f"optimizer {optimizer['name']!r} hyperparameters {unknown} have no "
                                         f"translation; supported: {sorted(allowed)}")
-    if optimizer.get("multi_precision"):
-        raise UnsupportedOptimizerError(f"optimizer {optimizer['name']!r} with multi_precision=True (float16 "
-                                        f"weights, float32 master copy) has no translation; train in float32")
     scale = optimizer["rescale_grad"] if rescale_grad is None else rescale_grad
     return dict(hyper, lr=base_lr(settings), weight_decay=float(optimizer["wd"]), rescale_grad=float(scale),
-                clip_gradient=optimizer.get("clip_gradient"))
+                clip_gradient=optimizer.get("clip_gradient"),
+                multi_precision=bool(optimizer.get("multi_precision") or optimizer["hyperparameters"].get(
+                    "multi_precision")))
 
 
 class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):

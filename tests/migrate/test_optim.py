@@ -165,8 +165,6 @@ ERRORS = [
      r"'homemadesgd' has no torch translation.*supported"),
     ("unknown hyperparameter", dict(optimizer__hyperparameters={"momentum": 0.9, "gamma9": 1}), R.MAPPING,
      UnsupportedOptimizerError, r"\['gamma9'\]"),
-    ("multi precision", dict(optimizer__multi_precision=True), R.MAPPING, UnsupportedOptimizerError,
-     "multi_precision"),
     ("settings without optimizer", dict(optimizer=_DELETE), R.MAPPING, SettingsError, r"optimizer must be an object"),
     ("param entry without lr_mult", dict(params__mlp_fc0_weight={"index": 0, "shape": [8, 4], "dtype": "float32",
                                                                   "wd_mult": 1.0, "frozen": False,
