@@ -18,6 +18,7 @@ each named tensor its role in torch's words (``weight_ih``, ``weight_hh``, ``bia
 from __future__ import annotations
 
 import math
+import struct
 
 __all__ = ["RECURRENT", "fuse_patterns", "packed_linear_nodes", "recurrent_nodes", "small_constants"]
 
@@ -61,19 +62,35 @@ def recurrent_nodes(nodes, producer, params) -> tuple[dict, set]:
     return roles_by_node, plumbing
 
 
-def small_constants(graph) -> dict:
-    """Scalar and one-element constants of an ONNX graph (initializers and ``Constant`` nodes): name -> float."""
-    import onnx.numpy_helper
+def small_constants(tensors, nodes) -> dict:
+    """Scalar and one-element float constants: name -> float.
+
+    Args:
+        tensors: initializers (``TensorProto``) to read; those that are not one-element floats are skipped.
+        nodes: graph nodes (``op_type``, ``output``, ``attribute``); their ``Constant`` outputs are read.
+    """
     out = {}
-    for t in graph.initializer:
+    for t in tensors:
         if all(d == 1 for d in t.dims) and t.data_type in (1, 10, 11):
-            out[t.name] = float(onnx.numpy_helper.to_array(t).reshape(-1)[0])
-    for n in graph.node:
+            out[t.name] = _scalar(t)
+    for n in nodes:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             t = n.attribute[0].t
             if all(d == 1 for d in t.dims) and t.data_type in (1, 10, 11):
-                out[n.output[0]] = float(onnx.numpy_helper.to_array(t).reshape(-1)[0])
+                out[n.output[0]] = _scalar(t)
     return out
+
+
+def _scalar(t) -> float:
+    """The value of a one-element float32/float64 tensor (float16 through onnx's converter)."""
+    if t.data_type in (1, 11) and t.raw_data:
+        return struct.unpack("<f" if t.data_type == 1 else "<d", t.raw_data)[0]
+    if t.data_type == 1 and t.float_data:
+        return float(t.float_data[0])
+    if t.data_type == 11 and t.double_data:
+        return float(t.double_data[0])
+    import onnx.numpy_helper
+    return float(onnx.numpy_helper.to_array(t).reshape(-1)[0])
 
 
 def fuse_patterns(nodes: list, params, consts: dict, make_node) -> list:
