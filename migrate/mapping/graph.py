@@ -133,10 +133,14 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
             consumers.setdefault(v, []).append(i)
     views = _param_views(nodes, params)
     linked = params.keys() | views.keys()
-    pnodes = {i: _make_param_node(n, params, views) for i, n in enumerate(nodes) if not linked.isdisjoint(n.input)
+    recurrent, plumbing = recurrent_nodes(nodes, producer, params)
+    packed, packing = packed_linear_nodes(nodes, producer, params, views)
+    plumbing |= packing  # the weight plumbing of recurrent and packed nodes, and Shape of a parameter, are not
+    pnodes = {i: _make_param_node(n, params, views) for i, n in enumerate(nodes)  # parameter nodes of their own
+              if not linked.isdisjoint(n.input) and i not in plumbing and n.op_type not in _LEAVES
               and (n.op_type not in _VIEWS or not all(v in linked for v in n.input if v))}
-    _add_recurrent(nodes, producer, params, pnodes)
-    _add_packed(nodes, producer, params, views, pnodes)
+    _add_recurrent(nodes, params, recurrent, pnodes)
+    _add_packed(nodes, params, packed, pnodes)
     fused = _fuse_biases(nodes, pnodes, producer, consumers)
     ctx = _Ctx(nodes, producer, pnodes, views, params, fused, _with_params_behind(nodes, producer, pnodes, views),
                linked)
@@ -268,14 +272,9 @@ def _new_node(op_type, inputs, outputs, name, attrs) -> _Node:
     return _Node(op_type, list(inputs), list(outputs), proto)
 
 
-def _add_packed(nodes, producer, params, views, pnodes) -> None:
-    """A Gemm whose weight packs several parameters (query/key/value) becomes one linear node per parameter; a
-    ``Shape`` of a parameter is not a parameter node."""
-    for i in [i for i, p in pnodes.items() if p.op in _LEAVES]:
-        del pnodes[i]
-    parts, plumbing = packed_linear_nodes(nodes, producer, params, views)
-    for i in plumbing:
-        pnodes.pop(i, None)
+def _add_packed(nodes, params, parts, pnodes) -> None:
+    """A Gemm whose weight packs several parameters (query/key/value) becomes one linear node per parameter
+    (``parts`` from ``packed_linear_nodes``)."""
     for i, (gemm, roles) in parts.items():
         n = nodes[gemm]
         p = ParamNode("Gemm", f"{n.name or n.output[0]}:{roles['weight']}", nodes[i].output[0], dict(roles),
@@ -288,11 +287,9 @@ def _add_packed(nodes, producer, params, views, pnodes) -> None:
         pnodes[i] = p
 
 
-def _add_recurrent(nodes, producer, params, pnodes) -> None:
-    """Recurrent nodes become parameter nodes (tensors by torch's role names); their weight plumbing does not."""
-    roles_by_node, plumbing = recurrent_nodes(nodes, producer, params)
-    for i in plumbing:
-        pnodes.pop(i, None)
+def _add_recurrent(nodes, params, roles_by_node, pnodes) -> None:
+    """Recurrent nodes become parameter nodes, tensors by torch's role names (``roles_by_node`` from
+    ``recurrent_nodes``)."""
     for i, roles in roles_by_node.items():
         n = nodes[i]
         shapes = {r: params[t] for r, t in roles.items()}

@@ -109,6 +109,9 @@ def fuse_patterns(nodes: list, params, consts: dict, make_node) -> list:
         >>> [n.op_type for n in fuse_patterns(nodes, params, consts, make)]  # doctest: +SKIP
         ['Gemm', 'Gelu', 'Gemm', 'LayerNormalization']
     """
+    starts = [i for i, n in enumerate(nodes) if n.op_type in _PATTERNS]
+    if not starts:
+        return nodes
     producer = {out: i for i, n in enumerate(nodes) for out in n.output}
     consumers: dict = {}
     for i, n in enumerate(nodes):
@@ -116,8 +119,8 @@ def fuse_patterns(nodes: list, params, consts: dict, make_node) -> list:
             consumers.setdefault(v, []).append(i)
     ctx = (nodes, producer, consumers, params, consts)
     replace, drop = {}, set()
-    for i, n in enumerate(nodes):
-        found = _PATTERNS[n.op_type](ctx, i) if n.op_type in _PATTERNS else None
+    for i in starts:
+        found = _PATTERNS[nodes[i].op_type](ctx, i)
         if found is None or drop & found[0]:
             continue
         matched, last, op, inputs, attrs = found
