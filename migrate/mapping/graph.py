@@ -5,6 +5,10 @@ A parameter node is an ONNX node that consumes a named parameter (Conv, Gemm, Ma
 a post-order walk from the graph outputs where Concat inputs are visited in slot order (slot order is channel
 order), inputs of commutative ops (Add, Sum, Mul, ...) are sorted by the signature of the branch behind each of them,
 and parameter-free ops pass through, which absorbs Identity/Dropout/Flatten/Reshape and concat nesting.
+
+Only the nodes that feed an output through data are copied out of the protobuf (``_data_nodes``): the shape
+arithmetic behind a Reshape's target or a Slice's bounds carries no parameter and is never read past its op type and
+outputs, and a node of it does not count as a consumer of the value it takes the shape of.
 """
 from __future__ import annotations
 
