@@ -129,7 +129,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     g = model.graph
     nodes = _data_nodes(g)
     params, scalars = _initializers(g, param_names, {v for n in nodes for v in n.input})
-    nodes = fuse_patterns(nodes, params, small_constants(scalars, nodes), _new_node)
+    nodes = fuse_patterns(nodes, params, functools.partial(small_constants, scalars, nodes), _new_node)
     producer = {out: i for i, n in enumerate(nodes) for out in n.output}
     consumers: dict[str, list[int]] = {}
     for i, n in enumerate(nodes):

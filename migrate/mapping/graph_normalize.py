@@ -99,7 +99,8 @@ def fuse_patterns(nodes: list, params, consts: dict, make_node) -> list:
     Args:
         nodes: the graph's nodes (``op_type``, ``input``, ``output``, ``name``, ``attribute``) in file order.
         params: the names that are parameters.
-        consts: ``small_constants`` of the graph.
+        consts: ``small_constants`` of the graph, or a function that returns them (called only when a pattern's
+            first op is in the graph).
         make_node: ``(op_type, inputs, outputs, name, attrs dict) -> node`` of the caller's node type.
 
     Returns:
@@ -112,6 +113,7 @@ def fuse_patterns(nodes: list, params, consts: dict, make_node) -> list:
     starts = [i for i, n in enumerate(nodes) if n.op_type in _PATTERNS]
     if not starts:
         return nodes
+    consts = consts() if callable(consts) else consts
     producer = {out: i for i, n in enumerate(nodes) for out in n.output}
     consumers: dict = {}
     for i, n in enumerate(nodes):
