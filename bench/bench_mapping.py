@@ -4,11 +4,14 @@ Run: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_mapping.py [--quick]
 
 Prints one table for real-size pairs (model-zoo resnet50_v1 vs torchvision resnet50, densenet121 vs densenet121,
 a synthetic chain of 1,000 Dense/Linear layers, GluonNLP BERT-base vs HF BertModel with the matching time per tensor
-against resnet50's) and one for chains of growing depth with the fitted exponent of
-matching time against n (1.0 is linear; n log n over this range fits about 1.16). "matching" is param_graph on
-both ONNX graphs plus match_graphs; exports are timed separately. "reading" only copies every node's fields out of
-the two ONNX protobufs (the first thing param_graph does): its cost per node grows with the graph's size on its
-own (memory, not work), so matching/reading shows the growth that is the matcher's.
+against resnet50's and whether it is within the target of 2x) and one for chains of growing depth with the fitted
+exponent of matching time against n (1.0 is linear; n log n over this range fits about 1.16). "matching" is
+param_graph on both ONNX graphs plus match_graphs, best of 15 runs; exports are timed separately. "scan" only reads
+every node's op type and outputs, which param_graph must do before it can leave shape arithmetic out (BERT's graphs
+spend about 20 nodes per tensor, mostly on Reshape targets; param_graph reads the inputs of the other nodes only).
+"reading" only copies every node's op type, inputs and outputs out of the two ONNX protobufs (all that param_graph
+reads of a chain, where every node carries data): its cost per node grows with the graph's size on its own (memory,
+not work), so matching/reading shows the growth that is the matcher's.
 """
 import argparse
 import math
