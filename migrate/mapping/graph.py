@@ -139,8 +139,9 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     linked = params.keys() | views.keys()
     recurrent, plumbing = recurrent_nodes(nodes, producer, params)
     packed, packing = packed_linear_nodes(nodes, producer, params, views)
-    plumbing |= packing  # the weight plumbing of recurrent and packed nodes, and Shape of a parameter, are not
-    pnodes = {i: _make_param_node(n, params, views) for i, n in enumerate(nodes)  # parameter nodes of their own
+    plumbing |= packing
+    # the weight plumbing of recurrent and packed nodes and a Shape of a parameter are no parameter nodes of their own
+    pnodes = {i: _make_param_node(n, params, views) for i, n in enumerate(nodes)
               if not linked.isdisjoint(n.input) and i not in plumbing and n.op_type not in _LEAVES
               and (n.op_type not in _VIEWS or not all(v in linked for v in n.input if v))}
     _add_recurrent(nodes, params, recurrent, pnodes)
@@ -185,8 +186,10 @@ def _data_nodes(graph) -> list:
     parameter behind it: not the inputs of a leaf (``Shape``, ``Constant``, ...) nor the shape/index inputs of
     ``_SHAPE_ARGS`` ops. The shape arithmetic this leaves out (MXNet's exporter spends about 15 nodes on each
     Reshape's target shape; torch's builds shape lists from Unsqueeze/Concat) carries no parameter, and its
-    fields are never copied out of the protobuf: only op types and outputs are read for every node, which is
-    what keeps a transformer's graph as cheap per parameter as a CNN's (``bench/bench_mapping.py``).
+    fields are never copied out of the protobuf: only outputs are read for every node, inputs, op type, name and
+    attributes for the nodes kept (name and attributes when asked for). Transformer graphs hold about 20 nodes per
+    parameter tensor, most of them such arithmetic (``bench/bench_mapping.py`` prints nodes and scan time per
+    tensor).
     """
     protos = list(graph.node)
     producer: dict = {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Callable
 
 __all__ = ["RECURRENT", "fuse_patterns", "packed_linear_nodes", "recurrent_nodes", "small_constants"]
 
@@ -63,11 +64,18 @@ def recurrent_nodes(nodes, producer, params) -> tuple[dict, set]:
 
 
 def small_constants(tensors, nodes) -> dict:
-    """Scalar and one-element float constants: name -> float.
+    """Scalar and one-element float constants among initializers and ``Constant`` nodes.
 
     Args:
         tensors: initializers (``TensorProto``) to read; those that are not one-element floats are skipped.
         nodes: graph nodes (``op_type``, ``output``, ``attribute``); their ``Constant`` outputs are read.
+
+    Returns:
+        Value name -> float.
+
+    Example:
+        >>> small_constants([onnx.numpy_helper.from_array(np.array([1e-5], np.float32), "eps")], [])  # doctest: +SKIP
+        {'eps': 9.999999747378752e-06}
     """
     out = {}
     for t in tensors:
@@ -93,7 +101,7 @@ def _scalar(t) -> float:
     return float(onnx.numpy_helper.to_array(t).reshape(-1)[0])
 
 
-def fuse_patterns(nodes: list, params, consts: dict, make_node) -> list:
+def fuse_patterns(nodes: list, params, consts: dict | Callable[[], dict], make_node) -> list:
     """Return ``nodes`` with decomposed LayerNorm and erf-GELU each replaced by one node (topological order kept).
 
     Args:
