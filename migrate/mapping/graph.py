@@ -5,6 +5,10 @@ A parameter node is an ONNX node that consumes a named parameter (Conv, Gemm, Ma
 a post-order walk from the graph outputs where Concat inputs are visited in slot order (slot order is channel
 order), inputs of commutative ops (Add, Sum, Mul, ...) are sorted by the signature of the branch behind each of them,
 and parameter-free ops pass through, which absorbs Identity/Dropout/Flatten/Reshape and concat nesting.
+
+Only the nodes that feed an output through data are copied out of the protobuf (``_data_nodes``): the shape
+arithmetic behind a Reshape's target or a Slice's bounds carries no parameter and is never read past its op type and
+outputs, and a node of it does not count as a consumer of the value it takes the shape of.
 """
 from __future__ import annotations
 
@@ -123,24 +127,28 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
         ('linear', 2, 4)
     """
     g = model.graph
-    inits = {t.name: (tuple(t.dims), t.data_type) for t in g.initializer}
-    wanted = set(param_names) if param_names is not None else {n for n, (_, dt) in inits.items() if dt in (1, 10, 11)}
-    params = {n: s for n, (s, _) in inits.items() if n in wanted}
-    nodes = [_Node(n.op_type, list(n.input), list(n.output), n.name, n.attribute) for n in g.node]
-    nodes = fuse_patterns(nodes, params, small_constants(g), _new_node)
+    nodes = _data_nodes(g)
+    params, scalars = _initializers(g, param_names, {v for n in nodes for v in n.input})
+    nodes = fuse_patterns(nodes, params, functools.partial(small_constants, scalars, nodes), _new_node)
     producer = {out: i for i, n in enumerate(nodes) for out in n.output}
     consumers: dict[str, list[int]] = {}
     for i, n in enumerate(nodes):
         for v in n.input:
             consumers.setdefault(v, []).append(i)
     views = _param_views(nodes, params)
+    linked = params.keys() | views.keys()
+    recurrent, plumbing = recurrent_nodes(nodes, producer, params)
+    packed, packing = packed_linear_nodes(nodes, producer, params, views)
+    plumbing |= packing
+    # the weight plumbing of recurrent and packed nodes and a Shape of a parameter are no parameter nodes of their own
     pnodes = {i: _make_param_node(n, params, views) for i, n in enumerate(nodes)
-              if n.op_type not in _VIEWS or not all(v in params or v in views for v in n.input if v)}
-    pnodes = {i: p for i, p in pnodes.items() if p is not None}
-    _add_recurrent(nodes, producer, params, pnodes)
-    _add_packed(nodes, producer, params, views, pnodes)
+              if not linked.isdisjoint(n.input) and i not in plumbing and n.op_type not in _LEAVES
+              and (n.op_type not in _VIEWS or not all(v in linked for v in n.input if v))}
+    _add_recurrent(nodes, params, recurrent, pnodes)
+    _add_packed(nodes, params, packed, pnodes)
     fused = _fuse_biases(nodes, pnodes, producer, consumers)
-    ctx = _Ctx(nodes, producer, pnodes, views, params, fused, _with_params_behind(nodes, producer, pnodes, views))
+    ctx = _Ctx(nodes, producer, pnodes, views, params, fused, _with_params_behind(nodes, producer, pnodes, views),
+               linked)
     order = _post_order(ctx, [o.name for o in g.output])
     ranked = [pnodes[i] for i in order if i in pnodes]
     for k, p in enumerate(ranked):
@@ -154,13 +162,75 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
 
 
 class _Node(NamedTuple):
-    """A plain copy of an ONNX NodeProto's fields (protobuf field access is slow in pure python)."""
+    """A plain copy of an ONNX NodeProto's op type, inputs and outputs (protobuf field access is slow in pure
+    python); the name and attributes, needed for parameter nodes only, are read from ``proto`` when asked for."""
 
     op_type: str
     input: list
     output: list
-    name: str
-    attribute: object
+    proto: onnx.NodeProto
+
+    @property
+    def name(self) -> str:
+        return self.proto.name
+
+    @property
+    def attribute(self):
+        return self.proto.attribute
+
+
+def _data_nodes(graph) -> list:
+    """Copies of the nodes that feed a graph output through data, in file (topological) order.
+
+    The walk back from the outputs follows what ``_post_order`` and ``_branch_signatures`` can reach with a
+    parameter behind it: not the inputs of a leaf (``Shape``, ``Constant``, ...) nor the shape/index inputs of
+    ``_SHAPE_ARGS`` ops. The shape arithmetic this leaves out (MXNet's exporter spends about 15 nodes on each
+    Reshape's target shape; torch's builds shape lists from Unsqueeze/Concat) carries no parameter, and its
+    fields are never copied out of the protobuf: only outputs are read for every node, inputs, op type, name and
+    attributes for the nodes kept (name and attributes when asked for). Transformer graphs hold about 20 nodes per
+    parameter tensor, most of them such arithmetic (``bench/bench_mapping.py`` prints nodes and scan time per
+    tensor).
+    """
+    protos = list(graph.node)
+    producer: dict = {}
+    outputs: list = []
+    for i, n in enumerate(protos):
+        out = n.output[:]
+        outputs.append(out)
+        for v in out:
+            producer[v] = i
+    stack = [producer[o.name] for o in graph.output if o.name in producer]
+    read = dict.fromkeys(stack)
+    while stack:
+        i = stack.pop()
+        node = protos[i]
+        op, ins = node.op_type, node.input[:]
+        read[i] = _Node(op, ins, outputs[i], node)
+        for v in () if op in _LEAVES else ins[:1] if op in _SHAPE_ARGS else ins:
+            j = producer.get(v)
+            if j is not None and j not in read:
+                read[j] = None
+                stack.append(j)
+    return [read[i] for i in sorted(read)]
+
+
+def _initializers(graph, param_names, used) -> tuple[dict, list]:
+    """Parameter name -> stored shape (initializer order), and the one-element float initializers in ``used``.
+
+    Only names are read for every initializer; shapes and types for the parameters and the used ones.
+    """
+    wanted = set(param_names) if param_names is not None else None
+    params, scalars = {}, []
+    for t in graph.initializer:
+        name = t.name
+        if wanted is not None and name not in wanted and name not in used:
+            continue
+        floating = t.data_type in (1, 10, 11)
+        if name in wanted if wanted is not None else floating:
+            params[name] = tuple(t.dims)
+        if floating and name in used and all(d == 1 for d in t.dims):
+            scalars.append(t)
+    return params, scalars
 
 
 @dataclass
@@ -172,15 +242,21 @@ class _Ctx:
     params: dict
     fused: set
     behind: set = field(default_factory=set)
+    linked: set = field(default_factory=set)  # params and views: values that are not data
 
 
 def _with_params_behind(nodes, producer, pnodes, views) -> set:
     """Indices of the nodes with a parameter node at or behind them, along the edges ``_branch_signatures`` walks."""
     out: set = set()
+    get = producer.get
     for i, n in enumerate(nodes):  # ONNX lists nodes in topological order
-        if i in pnodes or (n.op_type not in _LEAVES and any(
-                producer.get(v) in out for v in n.input if v not in views)):
+        if i in pnodes:
             out.add(i)
+        elif n.op_type not in _LEAVES:
+            for v in n.input:
+                if get(v) in out and v not in views:
+                    out.add(i)
+                    break
     return out
 
 
@@ -198,18 +274,14 @@ def _param_views(nodes, params) -> dict:
 
 
 def _new_node(op_type, inputs, outputs, name, attrs) -> _Node:
-    attributes = [onnx.helper.make_attribute(k, v) for k, v in attrs.items()]
-    return _Node(op_type, list(inputs), list(outputs), name, attributes)
+    proto = onnx.NodeProto(op_type=op_type, name=name)
+    proto.attribute.extend(onnx.helper.make_attribute(k, v) for k, v in attrs.items())
+    return _Node(op_type, list(inputs), list(outputs), proto)
 
 
-def _add_packed(nodes, producer, params, views, pnodes) -> None:
-    """A Gemm whose weight packs several parameters (query/key/value) becomes one linear node per parameter; a
-    ``Shape`` of a parameter is not a parameter node."""
-    for i in [i for i, p in pnodes.items() if p.op in _LEAVES]:
-        del pnodes[i]
-    parts, plumbing = packed_linear_nodes(nodes, producer, params, views)
-    for i in plumbing:
-        pnodes.pop(i, None)
+def _add_packed(nodes, params, parts, pnodes) -> None:
+    """A Gemm whose weight packs several parameters (query/key/value) becomes one linear node per parameter
+    (``parts`` from ``packed_linear_nodes``)."""
     for i, (gemm, roles) in parts.items():
         n = nodes[gemm]
         p = ParamNode("Gemm", f"{n.name or n.output[0]}:{roles['weight']}", nodes[i].output[0], dict(roles),
@@ -222,11 +294,9 @@ def _add_packed(nodes, producer, params, views, pnodes) -> None:
         pnodes[i] = p
 
 
-def _add_recurrent(nodes, producer, params, pnodes) -> None:
-    """Recurrent nodes become parameter nodes (tensors by torch's role names); their weight plumbing does not."""
-    roles_by_node, plumbing = recurrent_nodes(nodes, producer, params)
-    for i in plumbing:
-        pnodes.pop(i, None)
+def _add_recurrent(nodes, params, roles_by_node, pnodes) -> None:
+    """Recurrent nodes become parameter nodes, tensors by torch's role names (``roles_by_node`` from
+    ``recurrent_nodes``)."""
     for i, roles in roles_by_node.items():
         n = nodes[i]
         shapes = {r: params[t] for r, t in roles.items()}
@@ -334,11 +404,16 @@ def _numel(shape) -> int:
 def _data_inputs(ctx: _Ctx, i: int) -> list:
     """The producers of node i's data inputs, in the order the canonical walk visits them."""
     node = ctx.nodes[i]
-    if node.op_type in _LEAVES:
+    op = node.op_type
+    if op in _LEAVES:
         return []
-    inputs = node.input[:1] if node.op_type in _SHAPE_ARGS else node.input
-    values = [v for v in inputs if v and v not in ctx.params and v not in ctx.views]
-    if node.op_type in COMMUTATIVE and len(values) > 1:
+    inputs = node.input
+    if op in _SHAPE_ARGS or len(inputs) == 1:
+        j = ctx.producer.get(inputs[0]) if inputs and inputs[0] and inputs[0] not in ctx.linked else None
+        return [] if j is None else [j]
+    linked = ctx.linked
+    values = [v for v in inputs if v and v not in linked]
+    if op in COMMUTATIVE and len(values) > 1:
         with_params = [ctx.producer.get(v) in ctx.behind for v in values]
         # one branch with parameters: it sorts last, the others keep slot order (what the signatures would give,
         # without walking a constant branch back to the graph's start)
@@ -364,19 +439,23 @@ def _branch_signatures(ctx: _Ctx, values) -> list:
             mask[src] = mask.get(src, 0) | (1 << b)
     labels: list[list[str]] = [[] for _ in values]
     open_count = sum(1 for m in mask.values() if m != full)
+    get, views, nodes, pnodes = ctx.producer.get, ctx.views, ctx.nodes, ctx.pnodes
     while heap and open_count > 0:
         i = -heapq.heappop(heap)
         m = mask[i]
         if m == full:
             continue
         open_count -= 1
-        if i in ctx.pnodes:
+        if i in pnodes:
             for b in range(len(values)):
                 if m == (1 << b):
-                    labels[b].append(repr(ctx.pnodes[i].label))
-        for v in ctx.nodes[i].input:
-            src = ctx.producer.get(v)
-            if src is None or v in ctx.views or ctx.nodes[i].op_type in _LEAVES:
+                    labels[b].append(repr(pnodes[i].label))
+        node = nodes[i]
+        if node.op_type in _LEAVES:
+            continue
+        for v in node.input:
+            src = get(v)
+            if src is None or v in views:
                 continue
             old = mask.get(src)
             new = (old or 0) | m
@@ -400,13 +479,14 @@ def _post_order(ctx: _Ctx, outputs) -> list:
         done.add(start)
         while stack:
             i, it = stack[-1]
-            nxt = next((j for j in it if j not in done), None)
-            if nxt is None:
+            for j in it:
+                if j not in done:
+                    done.add(j)
+                    stack.append((j, iter(_data_inputs(ctx, j))))
+                    break
+            else:
                 stack.pop()
                 order.append(i)
-            else:
-                done.add(nxt)
-                stack.append((nxt, iter(_data_inputs(ctx, nxt))))
     return order
 
 

@@ -18,6 +18,8 @@ each named tensor its role in torch's words (``weight_ih``, ``weight_hh``, ``bia
 from __future__ import annotations
 
 import math
+import struct
+from typing import Callable
 
 __all__ = ["RECURRENT", "fuse_patterns", "packed_linear_nodes", "recurrent_nodes", "small_constants"]
 
@@ -61,28 +63,52 @@ def recurrent_nodes(nodes, producer, params) -> tuple[dict, set]:
     return roles_by_node, plumbing
 
 
-def small_constants(graph) -> dict:
-    """Scalar and one-element constants of an ONNX graph (initializers and ``Constant`` nodes): name -> float."""
-    import onnx.numpy_helper
+def small_constants(tensors, nodes) -> dict:
+    """Scalar and one-element float constants among initializers and ``Constant`` nodes.
+
+    Args:
+        tensors: initializers (``TensorProto``) to read; those that are not one-element floats are skipped.
+        nodes: graph nodes (``op_type``, ``output``, ``attribute``); their ``Constant`` outputs are read.
+
+    Returns:
+        Value name -> float.
+
+    Example:
+        >>> small_constants([onnx.numpy_helper.from_array(np.array([1e-5], np.float32), "eps")], [])  # doctest: +SKIP
+        {'eps': 9.999999747378752e-06}
+    """
     out = {}
-    for t in graph.initializer:
+    for t in tensors:
         if all(d == 1 for d in t.dims) and t.data_type in (1, 10, 11):
-            out[t.name] = float(onnx.numpy_helper.to_array(t).reshape(-1)[0])
-    for n in graph.node:
+            out[t.name] = _scalar(t)
+    for n in nodes:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             t = n.attribute[0].t
             if all(d == 1 for d in t.dims) and t.data_type in (1, 10, 11):
-                out[n.output[0]] = float(onnx.numpy_helper.to_array(t).reshape(-1)[0])
+                out[n.output[0]] = _scalar(t)
     return out
 
 
-def fuse_patterns(nodes: list, params, consts: dict, make_node) -> list:
+def _scalar(t) -> float:
+    """The value of a one-element float32/float64 tensor (float16 through onnx's converter)."""
+    if t.data_type in (1, 11) and t.raw_data:
+        return struct.unpack("<f" if t.data_type == 1 else "<d", t.raw_data)[0]
+    if t.data_type == 1 and t.float_data:
+        return float(t.float_data[0])
+    if t.data_type == 11 and t.double_data:
+        return float(t.double_data[0])
+    import onnx.numpy_helper
+    return float(onnx.numpy_helper.to_array(t).reshape(-1)[0])
+
+
+def fuse_patterns(nodes: list, params, consts: dict | Callable[[], dict], make_node) -> list:
     """Return ``nodes`` with decomposed LayerNorm and erf-GELU each replaced by one node (topological order kept).
 
     Args:
         nodes: the graph's nodes (``op_type``, ``input``, ``output``, ``name``, ``attribute``) in file order.
         params: the names that are parameters.
-        consts: ``small_constants`` of the graph.
+        consts: ``small_constants`` of the graph, or a function that returns them (called only when a pattern's
+            first op is in the graph).
         make_node: ``(op_type, inputs, outputs, name, attrs dict) -> node`` of the caller's node type.
 
     Returns:
@@ -92,6 +118,10 @@ def fuse_patterns(nodes: list, params, consts: dict, make_node) -> list:
         >>> [n.op_type for n in fuse_patterns(nodes, params, consts, make)]  # doctest: +SKIP
         ['Gemm', 'Gelu', 'Gemm', 'LayerNormalization']
     """
+    starts = [i for i, n in enumerate(nodes) if n.op_type in _PATTERNS]
+    if not starts:
+        return nodes
+    consts = consts() if callable(consts) else consts
     producer = {out: i for i, n in enumerate(nodes) for out in n.output}
     consumers: dict = {}
     for i, n in enumerate(nodes):
@@ -99,8 +129,8 @@ def fuse_patterns(nodes: list, params, consts: dict, make_node) -> list:
             consumers.setdefault(v, []).append(i)
     ctx = (nodes, producer, consumers, params, consts)
     replace, drop = {}, set()
-    for i, n in enumerate(nodes):
-        found = _PATTERNS[n.op_type](ctx, i) if n.op_type in _PATTERNS else None
+    for i in starts:
+        found = _PATTERNS[nodes[i].op_type](ctx, i)
         if found is None or drop & found[0]:
             continue
         matched, last, op, inputs, attrs = found

@@ -51,6 +51,39 @@ class TestParamGraph:
         assert [n.tensors["weight"] for n in g.nodes] == [f"w{i}" for i in range(1100)]
         assert all(n.label == ("linear", 3, 3) for n in g.nodes)
 
+    def test_shape_arithmetic_is_not_a_consumer(self):
+        """Conv -> BN -> Reshape(to Shape(conv output) arithmetic): the conv still feeds the BN directly (its bias
+        folds there), and the graph reads as the one with a constant Reshape target."""
+        computed, constant = param_graph(_shape_model(computed=True)), param_graph(_shape_model(computed=False))
+        for g in (computed, constant):
+            assert [(n.label, n.feeds, n.post) for n in g.nodes] == [
+                (("conv", 4, 3, 3, 3, 1), 1, ()), (("bn", 4), None, ("Relu",))]
+            assert g.unused == []
+
+
+def _shape_model(computed):
+    """x -> Conv(w, b) -> BatchNormalization -> Reshape -> Relu; the Reshape target is [batch, -1], computed from
+    Shape(conv output) through Gather/Unsqueeze/Concat (as exporters write it) or a constant initializer."""
+    rng = np.random.default_rng(0)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name) for name, shape in
+             (("w", (4, 3, 3, 3)), ("b", (4,)), ("g", (4,)), ("be", (4,)), ("m", (4,)), ("v", (4,)))]
+    nodes = [onnx.helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1]),
+             onnx.helper.make_node("BatchNormalization", ["y", "g", "be", "m", "v"], ["z"])]
+    if computed:
+        inits += [onnx.numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+                  (("zero", 0), ("axes", [0]), ("minus1", [-1]))]
+        nodes += [onnx.helper.make_node("Shape", ["y"], ["s"]),
+                  onnx.helper.make_node("Gather", ["s", "zero"], ["n"]),
+                  onnx.helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+                  onnx.helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0)]
+    else:
+        inits.append(onnx.numpy_helper.from_array(np.array([1, -1], np.int64), "target"))
+    nodes += [onnx.helper.make_node("Reshape", ["z", "target"], ["flat"]),
+              onnx.helper.make_node("Relu", ["flat"], ["out"])]
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 5, 5])
+    out = onnx.helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, [1, 100])
+    return onnx.helper.make_model(onnx.helper.make_graph(nodes, "shape", [x], [out], inits))
+
 
 def _chain_model(n):
     """An ONNX graph x -> Gemm(w0, b0) -> Relu -> ... -> Gemm(w{n-1}) built directly (no exporter)."""
