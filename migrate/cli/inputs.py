@@ -169,7 +169,9 @@ def _check_factory(spec: str, factory) -> None:
     if isinstance(factory, functools.partial):
         return _check_factory(spec, factory.func)
     if inspect.isclass(factory):
-        why = None if issubclass(factory, torch.nn.Module) else "a class that is not a torch.nn.Module"
+        if issubclass(factory, torch.nn.Module):
+            return
+        why = "a class that is not a torch.nn.Module"
     elif not callable(factory):
         why = f"a {type(factory).__name__}, not a callable"
     elif inspect.isbuiltin(factory) or not (inspect.isfunction(factory) or inspect.ismethod(factory)):

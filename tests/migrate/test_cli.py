@@ -55,6 +55,15 @@ class TestMapCommand:
         assert "first divergence: MXNet 'body1_fwd' vs torch 'conv1'" in done.stdout
         assert NameMapping.load(exported / "m3.json").ok is False
 
+    def test_module_class_as_factory(self, exported):
+        """--torch may name a torch.nn.Module class (it was refused as 'None, not a model factory'): the class is
+        built with --kwargs and maps as the factory does."""
+        done = _run(exported, "--json", torch_spec="tests.migrate.models:TorchResidual", out="m-class.json")
+        assert done.returncode == 0, done.stderr[-2000:]
+        mapping = NameMapping.load(exported / "m-class.json")
+        assert mapping.ok and mapping["body1_weight"] == "conv1.weight"
+        assert json.loads(done.stdout)["verify"]["max_abs_diff"] <= 1e-5
+
 
 USAGE_ERRORS = [
     ("bad torch spec", ("--torch", "tests.migrate.models"), "expected package.module:callable"),
