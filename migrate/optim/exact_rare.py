@@ -57,7 +57,8 @@ class LBSGD(_MXNetOptimizer):
     as MXNet does, gradient before rescale_grad); any other strategy 1.
 
     MXNet's quirks are kept: the first call of each parameter stores the live gradient array itself, so at the
-    next call the sum is twice the new gradient (``state["cum_live"]``); and LBSGD reads the lr before it counts
+    next call the sum is twice the new gradient (``state["cum_live"]``; not for a float16 parameter under
+    ``multi_precision``, whose gradient MXNet copies to float32 first); and LBSGD reads the lr before it counts
     its update, so the very first update of a training (no parameter has a count yet) uses the schedule's lr at
     the previous count (``group["lr_before_count"]``, set by ``migrate.torch_lr_scheduler``; the group's lr where
     absent). Parameters are updated in MXNet's index order. ``num_epochs`` is unused (as in MXNet).
@@ -88,6 +89,8 @@ class LBSGD(_MXNetOptimizer):
     def _call(self, group, param, grad, state, lr):
         """One MXNet ``LBSGD.update`` of ``param``: accumulate, and on every batch_scale-th call step."""
         num_cums = state.get("num_cums", 0)
+        # under multi_precision MXNet hands update() a float32 copy of a float16 gradient: nothing overwrites it
+        live = id(param) not in (self.__dict__.get("_halves") or {})
         if num_cums > 0:
             cum = state.get("cum_grad")
             if state.get("cum_live"):
@@ -97,7 +100,7 @@ class LBSGD(_MXNetOptimizer):
             state.update(cum_grad=cum, cum_live=False, num_cums=num_cums + 1)
         else:  # MXNet stores the gradient array itself: it is read again, overwritten, at the next call
             init = group["begin_epoch"] * group["updates_per_epoch"]
-            state.update(cum_grad=None, cum_live=True, num_cums=init + 1)
+            state.update(cum_grad=None if live else grad.clone(), cum_live=live, num_cums=init + 1)
         if state["num_cums"] % group["batch_scale"] != 0:
             return  # MXNet's sgd_update with lr 0: the weight is unchanged
         cum = grad if state["cum_live"] else state["cum_grad"]

@@ -137,7 +137,7 @@ def _name_of(index, by_index, settings):
     return by_index[index]
 
 
-_MASTER_LAST = ("sgd", "nag", "lars", "lbsgd")
+_MASTER_LAST = ("sgd", "nag", "lars")
 """MXNet optimizers whose multi_precision state is ``(state, weight32)``; the others' is ``(weight32, state)``."""
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -219,6 +219,9 @@ def _lbsgd_accumulation(mx_optimizer, by_index, targets, mapping, optimizer):
             continue
         param, cum, num_cums = targets[mx_name], entry["cum_grad"], int(entry["num_cums"])
         held = hasattr(cum, "asnumpy")
+        master = "master" in optimizer.state[param]  # a float32 sum, as the gradients it adds
+        live = held and num_cums == mx_optimizer.init_updates + 1 and not master
+        dtype = torch.float32 if master else None
         optimizer.state[param].update(
-            num_cums=num_cums, cum_live=held and num_cums == mx_optimizer.init_updates + 1,
-            cum_grad=_to_torch(mapping, mx_name, cum.asnumpy(), param) if held else None)
+            num_cums=num_cums, cum_live=live,
+            cum_grad=_to_torch(mapping, mx_name, cum.asnumpy(), param, dtype=dtype) if held else None)

@@ -24,6 +24,7 @@ MULTS = {"w0": (0.5, 1.0), "w1": (2.0, 0.0), "w2": (1.0, 2.0)}  # lr_mult, wd_mu
 MAPPING = {name: name for name in SHAPES}
 BATCH, STEPS = 4, 6
 MASTER_RTOL = 1e-6
+NOISE_SEED = 12  # MXNet is re-seeded with it where the torch steps start; torch's SGLD then draws MXNet's noise
 
 CASES = [  # (id, MXNet name, hyperparameters)
     ("sgd-momentum", "sgd", {"learning_rate": 0.1, "momentum": 0.9}),
@@ -42,6 +43,12 @@ CASES = [  # (id, MXNet name, hyperparameters)
     ("ftrl", "ftrl", {"learning_rate": 0.1}),
     ("ftml", "ftml", {"learning_rate": 0.01}),
     ("lars", "lars", {"learning_rate": 20.0, "momentum": 0.9}),
+    ("lbsgd", "lbsgd", {"learning_rate": 0.1, "momentum": 0.9, "batch_scale": 2, "warmup_epochs": 1,
+                        "updates_per_epoch": 4}),
+    ("lbsgd-sum-of-4", "lbsgd", {"learning_rate": 0.5, "batch_scale": 4, "warmup_strategy": "sqrt",
+                                 "warmup_epochs": 1, "updates_per_epoch": 8}),
+    ("sgld", "sgld", {"learning_rate": 0.01}),  # with MXNet's noise (NOISE_SEED), drawn on the float32 master
+    ("dcasgd", "dcasgd", {"learning_rate": 0.1, "lamda": 0.5}),
 ]
 # float16 ulps allowed per case where migrate's float32 update is not bit-exact against MXNet's kernel: none today
 # (every case is bit-equal in float16; the float32 masters of most cases are 1-2 float32 ulps off, within MASTER_RTOL).
@@ -86,6 +93,14 @@ def _mx_steps(params, trainer, grads):
         trainer.step(BATCH)
 
 
+def _with_mxnet_noise(optimizer):
+    """SGLD draws MXNet's samples (``tests/migrate/test_exact_rare.mx_noise``) from NOISE_SEED on."""
+    from tests.migrate.test_exact_rare import mx_noise
+    if hasattr(optimizer, "noise"):
+        optimizer.noise = mx_noise(NOISE_SEED)
+    return optimizer
+
+
 def _torch_steps(model, optimizer, grads):
     for step in grads:
         for name, param in model.named_parameters():
@@ -108,6 +123,7 @@ def _mx_run(name, hyper, split):
     with open(path, "rb") as handle:
         states = handle.read()
     middle = {p.name: p.data().asnumpy() for p in params}
+    mx.random.seed(NOISE_SEED)
     _mx_steps(params, trainer, grads[split:])
     updater = trainer._updaters[0]
     masters = {}
@@ -149,7 +165,7 @@ def test_float16_matches_mxnet(case, name, hyper):
     """STEPS steps from the start: float16 weights bit-equal to MXNet's, float32 masters within 1e-6 relative."""
     ref = _mx_run(name, hyper, split=0)
     model = Twin(ref["initial"], torch.float16)
-    optimizer = migrate.torch_optimizer(model, ref["settings"], MAPPING, rescale_grad=1 / BATCH)
+    optimizer = _with_mxnet_noise(migrate.torch_optimizer(model, ref["settings"], MAPPING, rescale_grad=1 / BATCH))
     assert {g["multi_precision"] for g in optimizer.param_groups} == {True}
     assert len({g["lr"] for g in optimizer.param_groups}) == 3, "unequal lr_mult groups"
     _torch_steps(model, optimizer, ref["grads"])
@@ -166,6 +182,7 @@ def test_state_conversion_mid_training(case, name, hyper):
     model = Twin(ref["middle"], torch.float16)
     optimizer = migrate.torch_optimizer(model, ref["settings"], MAPPING, rescale_grad=1 / BATCH)
     assert migrate.convert_optimizer_state(ref["states"], ref["settings"], MAPPING, optimizer) == len(SHAPES)
+    _with_mxnet_noise(optimizer)
     for param in model.parameters():
         assert optimizer.state[param]["master"].dtype == torch.float32
     _torch_steps(model, optimizer, ref["grads"][STEPS // 2:])
