@@ -22,7 +22,7 @@ import numpy as np
 
 from migrate.errors import ExportError, InputFileError, InputShapeError, ModelTypeError
 from migrate.mapping import module_checkpoint
-from migrate.mapping.onnx_converters import mxnet_converters
+from migrate.mapping.onnx_converters import mxnet_converters, static_shapes
 
 __all__ = ["MxSource", "STRUCTURE_ONLY", "export_mxnet", "export_torch", "load_mxnet", "normalize_shapes"]
 
@@ -298,8 +298,10 @@ def export_mxnet(source: MxSource, shapes, dtypes, *, with_weights=False, progre
     import onnx
     _check_mx_shapes(source, shapes)
     params = {k: v if with_weights or _size(v.shape) <= 1 else _ShapeOnly(v) for k, v in source.params.items()}
-    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(with_weights, source.symbol), mxnet_converters() as opset, \
-            _counted_converters(progress), warnings.catch_warnings():
+    static = static_shapes(source.symbol, dict(zip(source.input_names, shapes)),
+                           {k: v.shape for k, v in source.params.items()})
+    with tempfile.TemporaryDirectory() as tmp, _raw_initializers(with_weights, source.symbol), \
+            mxnet_converters(static) as opset, _counted_converters(progress), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         path = os.path.join(tmp, "mx.onnx")
         try:

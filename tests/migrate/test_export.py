@@ -105,3 +105,46 @@ def test_models_are_left_unchanged():
               if not np.array_equal(p.data().asnumpy(), mx_before[p.name])]
     assert not moved, f"changed by name_mapping: {moved}"
     assert model.training
+
+
+class _MxReshapes(mx.gluon.HybridBlock):
+    """Reshape codes MXNet's own ONNX converter refuses (``0, -3``) or spends 6 and 18 nodes on (``-4``,
+    ``reverse=True``), before two Dense layers."""
+
+    def __init__(self, **kw):
+        super().__init__(prefix="", **kw)
+        self.d0 = mx.gluon.nn.Dense(24, in_units=12, prefix="d0_")
+        self.d1 = mx.gluon.nn.Dense(5, in_units=24, prefix="d1_")
+
+    def hybrid_forward(self, F, x):  # x: (2, 3, 4)
+        x = F.reshape(x, shape=(0, -3))  # (2, 12)
+        x = F.reshape(x, shape=(0, -4, 3, -1))  # (2, 3, 4)
+        x = F.reshape(x, shape=(-1, 0), reverse=True)  # (6, 4)
+        x = F.reshape(x, shape=(2, -1))  # (2, 12)
+        return self.d1(F.relu(self.d0(x)))
+
+
+class _TorchReshapes(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.d0, self.d1 = torch.nn.Linear(12, 24), torch.nn.Linear(24, 5)
+
+    def forward(self, x):
+        return self.d1(torch.relu(self.d0(x.reshape(2, 12))))
+
+
+def test_reshape_codes_export_with_static_shapes():
+    """MXNet's converter raises 'Shape value not supported in ONNX' for these Reshape codes; the export writes each
+    as one Reshape to its constant target (the input shapes are fixed), so the pair maps and verifies."""
+    from migrate.mapping.export import export_mxnet, load_mxnet
+    net = M.gluon(_MxReshapes)
+    shapes, dtypes = [(2, 3, 4)], [np.dtype("float32")]
+    graph = export_mxnet(load_mxnet(net, shapes, dtypes), shapes, dtypes).graph
+    reshapes = [n for n in graph.node if n.op_type == "Reshape"]
+    assert len(reshapes) == 4 and not any(n.op_type == "Shape" for n in graph.node)
+    targets = {t.name: list(t.int64_data) or list(np.frombuffer(t.raw_data, np.int64)) for t in graph.initializer}
+    assert [targets[n.input[1]] for n in reshapes] == [[2, 12], [2, 3, 4], [6, 4], [2, 12]]
+    model = _TorchReshapes()
+    mapping = migrate.name_mapping(net, model, (2, 3, 4))
+    assert mapping.ok and mapping["d0_weight"] == "d0.weight" and mapping["d1_bias"] == "d1.bias"
+    assert migrate.verify(net, model, mapping, (2, 3, 4)).max_abs_diff <= 1e-6
