@@ -51,6 +51,8 @@ def _hyperparameters(optimizer: _opt.Optimizer) -> dict:
                 found[arg.name] = _plain(getattr(optimizer, attr))
             elif arg.name == "begin_epoch" and hasattr(optimizer, "init_updates"):  # LBSGD keeps epoch * per_epoch
                 found[arg.name] = _begin_epoch(optimizer)
+    if isinstance(optimizer, _opt.LARS):  # MXNet's LARS skips names ending in gamma/beta/bias when it has names:
+        found["by_name"] = bool(optimizer.idx2name)  # a Module gives them, a gluon.Trainer does not
     return found
 
 

@@ -137,8 +137,9 @@ def _ftml(groups, o):
 
 def _lars(groups, o):
     optimizer, diffs = _sgd(groups, o)
+    which = "of each weight (not of biases and norm parameters)" if o.get("by_name") else "of every parameter"
     return optimizer, diffs + ["LARS has no torch counterpart: SGD lacks the layer-wise trust ratio "
-                               "eta*||w||/(||g|| + wd*||w|| + eps) that scales each weight's lr (not biases')"]
+                               f"eta*||w||/(||g|| + wd*||w|| + eps) that scales the lr {which}"]
 
 
 def _lbsgd(groups, o):

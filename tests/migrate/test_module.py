@@ -21,7 +21,8 @@ STEPS, ATOL = 5, 1e-5
 RS = np.random.RandomState(0)
 DATA = RS.randn(2 * STEPS, BATCH, 5).astype("float32")
 LABELS = RS.randint(0, 3, (2 * STEPS, BATCH)).astype("float32")
-OPTIMIZER_CASES = {"sgd-momentum": ("sgd", {"momentum": 0.9}), "adam": ("adam", {})}
+OPTIMIZER_CASES = {"sgd-momentum": ("sgd", {"momentum": 0.9}), "adam": ("adam", {}),
+                   "lars": ("lars", {"momentum": 0.9, "eta": 0.01})}  # a Module names LARS its parameters
 
 
 def torch_mlp():
