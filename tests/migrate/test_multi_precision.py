@@ -111,7 +111,7 @@ def _torch_steps(model, optimizer, grads):
 def _mx_run(name, hyper, split):
     """MXNet: ``split`` steps, its settings and states, then the rest; weights and masters at both points."""
     params = _mx_params()
-    trainer = gluon_lr.LrTrainer(params, name, dict(hyper, wd=0.01, multi_precision=True), kvstore=None,
+    trainer = gluon_lr.LrTrainer(params, name, dict({"wd": 0.01}, **hyper, multi_precision=True), kvstore=None,
                                  fused=False)
     grads = _gradients(STEPS)
     initial = {p.name: p.data().asnumpy() for p in params}
@@ -187,6 +187,21 @@ def test_state_conversion_mid_training(case, name, hyper):
         assert optimizer.state[param]["master"].dtype == torch.float32
     _torch_steps(model, optimizer, ref["grads"][STEPS // 2:])
     _check(ref, model, optimizer, case)
+
+
+@pytest.mark.parametrize("split", [0, STEPS // 2])
+def test_groupadagrad(monkeypatch, split):
+    """GroupAdaGrad (MXNet's needs 2-D weights and no weight decay): float16 weights bit-equal to MXNet's, from the
+    start and after converting its row histories and masters mid-training."""
+    monkeypatch.setitem(globals(), "SHAPES", {"w0": (6, 5), "w2": (4, 6)})  # restored after the test
+    ref = _mx_run("groupadagrad", {"learning_rate": 0.1, "wd": 0.0}, split=split)
+    model = Twin(ref["middle"], torch.float16)
+    mapping = {n: n for n in SHAPES}
+    optimizer = migrate.torch_optimizer(model, ref["settings"], mapping, rescale_grad=1 / BATCH)
+    if split:
+        assert migrate.convert_optimizer_state(ref["states"], ref["settings"], mapping, optimizer) == len(SHAPES)
+    _torch_steps(model, optimizer, ref["grads"][split:])
+    _check(ref, model, optimizer, "groupadagrad")
 
 
 def test_state_conversion_into_float32_model_takes_the_masters():
