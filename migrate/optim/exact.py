@@ -143,6 +143,18 @@ class _MXNetOptimizer(torch.optim.Optimizer):
     def _update(self, group, params, grads, states):
         raise NotImplementedError
 
+    def _in_mx_order(self):
+        """(mx index, group, param, grad, state) of every parameter with a gradient (count advanced), in MXNet's
+        update order: the groups' ``mx_indices`` where present, else the order of the groups and their parameters."""
+        entries, position = [], 0
+        for group in self.param_groups:
+            indices = group.get("mx_indices") or list(range(position, position + len(group["params"])))
+            position += len(group["params"])
+            order = {id(p): i for p, i in zip(group["params"], indices)}
+            params, grads, states = self._gather(group)
+            entries += [(order[id(p)], group, p, g, s) for p, g, s in zip(params, grads, states)]
+        return sorted(entries, key=lambda entry: entry[0])
+
     def _masters(self):
         """(parameter, float32 master) of each half-precision parameter with a gradient in a multi_precision group.
 
@@ -540,17 +552,6 @@ class Nadam(_MXNetOptimizer):
         super().__init__(params, lr, **kwargs)
         self.state["m_schedule"] = 1.0
 
-    def _ordered(self):
-        """(mx index, group, param, grad, state) of every parameter with a gradient, in MXNet's update order."""
-        entries, position = [], 0
-        for group in self.param_groups:
-            indices = group.get("mx_indices") or list(range(position, position + len(group["params"])))
-            position += len(group["params"])
-            order = {id(p): i for p, i in zip(group["params"], indices)}
-            params, grads, states = self._gather(group)
-            entries += [(order[id(p)], group, p, g, s) for p, g, s in zip(params, grads, states)]
-        return sorted(entries, key=lambda entry: entry[0])
-
     def _schedule(self, entries):
         """Per-parameter (momentum_t, momentum_t_1, m_schedule, m_schedule_next), advancing the shared product."""
         out, m_schedule = [], self.state["m_schedule"]
@@ -565,7 +566,7 @@ class Nadam(_MXNetOptimizer):
 
     def _step_all(self):
         """One update of every parameter that has a gradient, in MXNet's order (the schedule is shared)."""
-        entries = self._ordered()
+        entries = self._in_mx_order()
         if entries:
             self._update_all(entries, self._schedule(entries))
 

@@ -14,21 +14,6 @@ from migrate.errors import UnsupportedOptimizerError
 from migrate.optim.exact import SGD, _MXNetOptimizer, _f32
 
 
-def _mx_order(optimizer):
-    """(group, param, grad, state) of every parameter with a gradient, in MXNet's update (index) order.
-
-    Index order is the groups' ``mx_indices`` where present, else the order of the groups and their parameters.
-    """
-    rows, position = [], 0
-    for group in optimizer.param_groups:
-        indices = group.get("mx_indices") or list(range(position, position + len(group["params"])))
-        position += len(group["params"])
-        where = {id(p): i for p, i in zip(group["params"], indices)}
-        params, grads, states = optimizer._gather(group)
-        rows += [(where[id(p)], group, p, g, s) for p, g, s in zip(params, grads, states)]
-    return [row[1:] for row in sorted(rows, key=lambda row: row[0])]
-
-
 def _python_scaled(grad, group):
     """``clip(grad * rescale_grad)`` as MXNet's python optimizers write it (clipped whenever clip_gradient is set).
 
@@ -82,7 +67,7 @@ class LBSGD(_MXNetOptimizer):
 
     def _step_all(self):
         first_ever = not any(isinstance(state, dict) and state.get("step") for state in self.state.values())
-        for position, (group, param, grad, state) in enumerate(_mx_order(self)):
+        for position, (_, group, param, grad, state) in enumerate(self._in_mx_order()):
             lr = group.get("lr_before_count", group["lr"]) if first_ever and position == 0 else group["lr"]
             self._call(group, param, grad, state, lr)
 
@@ -181,7 +166,7 @@ class SGLD(_MXNetOptimizer):
         self.noise = default_noise if noise is None else noise
 
     def _step_all(self):
-        for group, param, grad, _ in _mx_order(self):
+        for _, group, param, grad, _ in self._in_mx_order():
             lr, wd = group["lr"], group["weight_decay"]
             decayed = _python_scaled(grad, group).add_(param * wd)
             param.add_(decayed.mul_(-lr / 2))
