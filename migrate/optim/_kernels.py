@@ -1,6 +1,6 @@
 """Compiled CPU loops (numba, imported on first use) that replay MXNet 1.9.1's C++ kernels operation by operation.
 
-Four of MXNet's loops live here:
+Five of MXNet's loops live here:
 
 - ``sum_sq`` / ``sum_sqs``: MXNet's CPU ``multi_sum_sq`` (``src/operator/contrib/multi_sum_sq.cc``, ``CalcSumSq``),
   which LAMB's ``multi_lamb_update`` calls for the trust ratio's norms. Each tensor is summed by ONE thread,
@@ -11,6 +11,7 @@ Four of MXNet's loops live here:
   the latency of the dependent adds: 119 ms -> 35 ms for resnet50's 25.6M float64 weights on 2 threads).
 - ``sgd_update``: MXNet's ``MultiSGDKernel`` (``multi_sgd_update``, ``multi_sgd_mom_update``, their mp forms).
 - ``nag_update``: MXNet's ``NAGMomKernel``/``MP_NAGMomKernel`` (``nag_mom_update``) in one pass, in its order.
+- ``adam_update``: MXNet's ``AdamUpdateKernel`` (``adam_update``) in one pass, in its order.
 - ``ftrl_update``: MXNet's ``FtrlUpdateKernel`` (``src/operator/optimizer_op-inl.h``) in one pass, the arithmetic in
   its order, in place on the flat arrays (zero-copy ``numpy()`` views of CPU tensors).
 
@@ -48,7 +49,7 @@ def _build():
         numba.config.THREADING_LAYER = "forksafe"
     options = {"nogil": True, "cache": True, "error_model": "numpy"}  # numpy errors: x/0 is inf or nan as in C
     return dict(_build_sum_sq(numba, options), **_build_ftrl(numba, options), **_build_nag(numba, options),
-                **_build_sgd(numba, options))
+                **_build_sgd(numba, options), **_build_adam(numba, options))
 
 
 def _build_sum_sq(numba, options):
@@ -270,6 +271,65 @@ def _build_sgd(numba, options):
             element(i, weight, grad, mom, has_momentum, lr, wd, momentum, rescale_grad, clip_gradient, zero)
 
     return {"sgd": numba.njit(**options)(sgd), "sgd_parallel": numba.njit(parallel=True, **options)(sgd_parallel)}
+
+
+def _build_adam(numba, options):
+    """MXNet's AdamUpdateKernel (``adam_update``), serial and parallel."""
+    def adam_element(i, weight, grad, mean, var, lr, wd, beta1, beta2, one_minus_beta1, one_minus_beta2, epsilon,
+                     rescale_grad, clip_gradient, zero):
+        """One element, in the kernel's order: ``g = clip(grad*rescale + w*wd)``; ``m = b1*m + (1-b1)*g``;
+        ``v = b2*v + (1-b2)*g*g``; ``w = w - lr*m / (sqrt(v) + eps)``."""
+        w = weight[i]
+        g = grad[i] * rescale_grad + w * wd
+        if clip_gradient >= zero:
+            if g > clip_gradient:
+                g = clip_gradient
+            elif g < -clip_gradient:
+                g = -clip_gradient
+        m = beta1 * mean[i] + one_minus_beta1 * g
+        v = beta2 * var[i] + one_minus_beta2 * g * g
+        mean[i] = m
+        var[i] = v
+        weight[i] = w - lr * m / (np.sqrt(v) + epsilon)
+
+    element = numba.njit(inline="always", **options)(adam_element)
+
+    def adam(weight, grad, mean, var, lr, wd, beta1, beta2, one_minus_beta1, one_minus_beta2, epsilon,
+             rescale_grad, clip_gradient, zero):  # numba calls no closure with *args: every argument is spelled out
+        for i in range(weight.size):
+            element(i, weight, grad, mean, var, lr, wd, beta1, beta2, one_minus_beta1, one_minus_beta2, epsilon,
+                    rescale_grad, clip_gradient, zero)
+
+    def adam_parallel(weight, grad, mean, var, lr, wd, beta1, beta2, one_minus_beta1, one_minus_beta2, epsilon,
+                      rescale_grad, clip_gradient, zero):
+        for i in numba.prange(weight.size):
+            element(i, weight, grad, mean, var, lr, wd, beta1, beta2, one_minus_beta1, one_minus_beta2, epsilon,
+                    rescale_grad, clip_gradient, zero)
+
+    return {"adam": numba.njit(**options)(adam), "adam_parallel": numba.njit(parallel=True, **options)(adam_parallel)}
+
+
+def adam_update(weight, grad, mean, var, lr, wd, beta1, beta2, epsilon, rescale_grad, clip_gradient):
+    """MXNet's adam_update (also on a float32 master under multi_precision), in place on contiguous 1-D numpy arrays
+    of one dtype (float32 or float64).
+
+    Args:
+        weight, grad, mean, var: The flat arrays; ``weight``, ``mean`` and ``var`` are updated.
+        lr: The step's lr with the bias correction folded in, and wd, beta1, beta2, epsilon, rescale_grad: as MXNet
+            parsed them (float32 values).
+        clip_gradient: The bound, or a negative number for no clipping (MXNet clips when it is >= 0).
+    """
+    kind = weight.dtype.type
+    lr, wd, beta1, beta2, epsilon, rescale_grad, clip_gradient, zero = (
+        kind(np.float32(v)) for v in (lr, wd, beta1, beta2, epsilon, rescale_grad, clip_gradient, 0.0))
+    scalars = (lr, wd, beta1, beta2, kind(1) - beta1, kind(1) - beta2, epsilon, rescale_grad, clip_gradient, zero)
+    kernels = _compiled()
+    if weight.size < PARALLEL_MIN:
+        kernels["adam"](weight, grad, mean, var, *scalars)
+        return
+    with _LOCK:
+        _threads()
+        kernels["adam_parallel"](weight, grad, mean, var, *scalars)
 
 
 def sgd_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):

@@ -375,18 +375,41 @@ class Adam(_MXNetOptimizer):
     def _update(self, group, params, grads, states):
         beta1, beta2 = _f32(group["beta1"]), _f32(group["beta2"])
         wd = _f32(group["weight_decay"])
+        hyper = (wd, beta1, beta2, _f32(group["epsilon"]), _f32(group["rescale_grad"]),
+                 _f32(group["clip_gradient"]) if _clips(group) else -1.0)
+        rows = [row for row in zip(params, grads, states) if not _adam_compiled(row, _adam_lr(group, row[2]), hyper)]
+        if not rows:
+            return
+        params, grads, states = (list(column) for column in zip(*rows))  # CUDA, strided, half: the torch path
         if group["rescale_grad"] != 1.0 or _clips(group):  # wd goes inside the clip: a pre-pass
             grads, wd = _decayed(grads, params, group), 0.0
         for step, index in _by_step(states).items():
             # torch's kernel: w -= lr_k/(1-b1^t) * m/(sqrt(v)/sqrt(1-b2^t) + eps_k); MXNet's update is
             # w -= f32(lr*sqrt(1-b2^t)/(1-b1^t)) * m/(sqrt(v) + eps): choose lr_k and eps_k to make them equal
-            mx_step = _f32(group["lr"] * math.sqrt(1.0 - group["beta2"] ** step) / (1.0 - group["beta1"] ** step))
+            mx_step = _adam_lr(group, states[index[0]])
             root2 = math.sqrt(1.0 - beta2 ** step)
             torch._fused_adam_(
                 _pick(params, index), _pick(grads, index), _pick(_buffers(states, "mean"), index),
                 _pick(_buffers(states, "var"), index), [], [_step_tensor(step)] * len(index),
                 lr=mx_step * (1.0 - beta1 ** step) / root2, beta1=beta1, beta2=beta2, weight_decay=wd,
                 eps=_f32(group["epsilon"]) / root2, amsgrad=False, maximize=False)
+
+
+def _adam_lr(group, state):
+    """MXNet's Adam lr for this update count, as its kernel parses it: ``lr *= sqrt(1-b2^t)/(1-b1^t)`` in doubles."""
+    step = state["step"]
+    return _f32(group["lr"] * (math.sqrt(1.0 - group["beta2"] ** step) / (1.0 - group["beta1"] ** step)))
+
+
+def _adam_compiled(row, lr, hyper):
+    """MXNet's AdamUpdateKernel on one (weight, grad, state) in one compiled pass, bit for bit; False where it cannot
+    run (the torch path then runs: torch's fused Adam, 1-2 float32 ulps from MXNet)."""
+    param, grad, state = row
+    tensors = (param, grad, state["mean"], state["var"])
+    if not _kernels.available(*tensors):
+        return False
+    _kernels.adam_update(*(_kernels.flat(t) for t in tensors), lr, *hyper)
+    return True
 
 
 def _by_step(states):

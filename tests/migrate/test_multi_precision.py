@@ -33,6 +33,7 @@ CASES = [  # (id, MXNet name, hyperparameters)
     ("nag-clip", "nag", {"learning_rate": 0.1, "momentum": 0.9, "clip_gradient": 0.3}),
     ("nag", "nag", {"learning_rate": 0.1, "momentum": 0.9}),
     ("adam", "adam", {"learning_rate": 0.01}),
+    ("adam-clip", "adam", {"learning_rate": 0.01, "clip_gradient": 0.3}),
     ("rmsprop-centered", "rmsprop", {"learning_rate": 0.01, "centered": True}),
     ("adagrad", "adagrad", {"learning_rate": 0.1}),
     ("adadelta", "adadelta", {"learning_rate": 1.0}),
@@ -54,8 +55,8 @@ CASES = [  # (id, MXNet name, hyperparameters)
 # (every case is bit-equal in float16; the float32 masters of most cases are 1-2 float32 ulps off, within MASTER_RTOL).
 ULPS = {}
 # Cases whose float32 masters are bit for bit MXNet's (compiled MXNet kernels: MultiSGDKernel, NAGMomKernel,
-# FtrlUpdateKernel; Signum's torch ops round as MXNet's kernel does).
-EXACT_MASTERS = {"sgd-momentum", "sgd", "sgd-momentum-clip", "nag", "nag-clip", "signum", "ftrl"}
+# FtrlUpdateKernel, AdamUpdateKernel; Signum's torch ops round as MXNet's kernel does).
+EXACT_MASTERS = {"sgd-momentum", "sgd", "sgd-momentum-clip", "nag", "nag-clip", "signum", "ftrl", "adam", "adam-clip"}
 
 
 class Twin(torch.nn.Module):
