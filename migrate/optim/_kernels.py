@@ -1,6 +1,6 @@
 """Compiled CPU loops (numba, imported on first use) that replay MXNet 1.9.1's C++ kernels operation by operation.
 
-Five of MXNet's loops live here:
+Six of MXNet's loops live here:
 
 - ``sum_sq`` / ``sum_sqs``: MXNet's CPU ``multi_sum_sq`` (``src/operator/contrib/multi_sum_sq.cc``, ``CalcSumSq``),
   which LAMB's ``multi_lamb_update`` calls for the trust ratio's norms. Each tensor is summed by ONE thread,
@@ -12,6 +12,7 @@ Five of MXNet's loops live here:
 - ``sgd_update``: MXNet's ``MultiSGDKernel`` (``multi_sgd_update``, ``multi_sgd_mom_update``, their mp forms).
 - ``nag_update``: MXNet's ``NAGMomKernel``/``MP_NAGMomKernel`` (``nag_mom_update``) in one pass, in its order.
 - ``adam_update``: MXNet's ``AdamUpdateKernel`` (``adam_update``) in one pass, in its order.
+- ``rmsprop_update``: MXNet's ``RMSPropUpdateKernel`` and, centered, ``RMSPropAlexUpdateKernel`` in one pass each.
 - ``ftrl_update``: MXNet's ``FtrlUpdateKernel`` (``src/operator/optimizer_op-inl.h``) in one pass, the arithmetic in
   its order, in place on the flat arrays (zero-copy ``numpy()`` views of CPU tensors).
 
@@ -49,7 +50,7 @@ def _build():
         numba.config.THREADING_LAYER = "forksafe"
     options = {"nogil": True, "cache": True, "error_model": "numpy"}  # numpy errors: x/0 is inf or nan as in C
     return dict(_build_sum_sq(numba, options), **_build_ftrl(numba, options), **_build_nag(numba, options),
-                **_build_sgd(numba, options), **_build_adam(numba, options))
+                **_build_sgd(numba, options), **_build_adam(numba, options), **_build_rmsprop(numba, options))
 
 
 def _build_sum_sq(numba, options):
@@ -307,6 +308,85 @@ def _build_adam(numba, options):
                     rescale_grad, clip_gradient, zero)
 
     return {"adam": numba.njit(**options)(adam), "adam_parallel": numba.njit(parallel=True, **options)(adam_parallel)}
+
+
+def _build_rmsprop(numba, options):
+    """MXNet's RMSPropUpdateKernel (``rmsprop_update``) and RMSPropAlexUpdateKernel (``rmspropalex_update``, the
+    centered form), serial and parallel; ``n``, ``g`` and ``delta`` are the three state arrays (``g``/``delta``
+    unused by the plain form)."""
+    def element(i, weight, grad, n, g, delta, centered, lr, wd, gamma1, gamma2, one_minus_gamma1, epsilon,
+                rescale_grad, clip_gradient, clip_weights, zero):
+        """One element in the kernels' order: ``gr = clip(rescale*grad + wd*w)``; plain: ``n = (1-g1)*(gr*gr) +
+        g1*n; w = w - lr*(gr / sqrt(n + eps))``; centered: ``n = (1-g1)*gr*gr + g1*n; g = (1-g1)*gr + g1*g;
+        delta = g2*delta - lr*gr / sqrt(n - g*g + eps); w = w + delta``; then ``clip(w, clip_weights)``."""
+        w = weight[i]
+        gr = rescale_grad * grad[i] + wd * w
+        if clip_gradient >= zero:
+            if gr > clip_gradient:
+                gr = clip_gradient
+            elif gr < -clip_gradient:
+                gr = -clip_gradient
+        if centered:
+            nn = one_minus_gamma1 * gr * gr + gamma1 * n[i]
+            gg = one_minus_gamma1 * gr + gamma1 * g[i]
+            d = gamma2 * delta[i] - (lr * gr / np.sqrt(nn - gg * gg + epsilon))
+            n[i] = nn
+            g[i] = gg
+            delta[i] = d
+            w = w + d
+        else:
+            nn = one_minus_gamma1 * (gr * gr) + gamma1 * n[i]
+            n[i] = nn
+            w = w - lr * (gr / np.sqrt(nn + epsilon))
+        if clip_weights >= zero:
+            if w > clip_weights:
+                w = clip_weights
+            elif w < -clip_weights:
+                w = -clip_weights
+        weight[i] = w
+
+    one = numba.njit(inline="always", **options)(element)
+
+    def rmsprop(weight, grad, n, g, delta, centered, lr, wd, gamma1, gamma2, one_minus_gamma1, epsilon,
+                rescale_grad, clip_gradient, clip_weights, zero):  # every argument spelled out (no *args closure)
+        for i in range(weight.size):
+            one(i, weight, grad, n, g, delta, centered, lr, wd, gamma1, gamma2, one_minus_gamma1, epsilon,
+                rescale_grad, clip_gradient, clip_weights, zero)
+
+    def rmsprop_parallel(weight, grad, n, g, delta, centered, lr, wd, gamma1, gamma2, one_minus_gamma1, epsilon,
+                         rescale_grad, clip_gradient, clip_weights, zero):
+        for i in numba.prange(weight.size):
+            one(i, weight, grad, n, g, delta, centered, lr, wd, gamma1, gamma2, one_minus_gamma1, epsilon,
+                rescale_grad, clip_gradient, clip_weights, zero)
+
+    return {"rmsprop": numba.njit(**options)(rmsprop),
+            "rmsprop_parallel": numba.njit(parallel=True, **options)(rmsprop_parallel)}
+
+
+def rmsprop_update(weight, grad, n, g, delta, lr, wd, gamma1, gamma2, epsilon, rescale_grad, clip_gradient,
+                   clip_weights):
+    """MXNet's rmsprop_update (``g`` and ``delta`` None) or rmspropalex_update (centered), in place on contiguous 1-D
+    numpy arrays of one dtype (float32 or float64).
+
+    Args:
+        weight, grad, n, g, delta: The flat arrays; the weight and the states are updated.
+        lr, wd, gamma1, gamma2, epsilon, rescale_grad: As MXNet parsed them (float32 values).
+        clip_gradient, clip_weights: Bounds, or negative numbers for none (MXNet clips when a bound is >= 0).
+    """
+    kind = weight.dtype.type
+    lr, wd, gamma1, gamma2, epsilon, rescale_grad, clip_gradient, clip_weights, zero = (
+        kind(np.float32(v)) for v in (lr, wd, gamma1, gamma2, epsilon, rescale_grad, clip_gradient, clip_weights, 0))
+    centered = g is not None
+    g, delta = (g, delta) if centered else (n, n)  # unused by the plain form
+    scalars = (centered, lr, wd, gamma1, gamma2, kind(1) - gamma1, epsilon, rescale_grad, clip_gradient,
+               clip_weights, zero)
+    kernels = _compiled()
+    if weight.size < PARALLEL_MIN:
+        kernels["rmsprop"](weight, grad, n, g, delta, *scalars)
+        return
+    with _LOCK:
+        _threads()
+        kernels["rmsprop_parallel"](weight, grad, n, g, delta, *scalars)
 
 
 def adam_update(weight, grad, mean, var, lr, wd, beta1, beta2, epsilon, rescale_grad, clip_gradient):

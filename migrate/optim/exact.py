@@ -447,6 +447,14 @@ class RMSProp(_MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         lr, gamma1 = _f32(group["lr"]), _f32(group["gamma1"])
+        hyper = (lr, _f32(group["weight_decay"]), gamma1, _f32(group["gamma2"]), _f32(group["epsilon"]),
+                 _f32(group["rescale_grad"]), _f32(group["clip_gradient"]) if _clips(group) else -1.0,
+                 _f32(group["clip_weights"]) if group["clip_weights"] else -1.0)
+        names = ("n", "g", "delta") if group["centered"] else ("n",)
+        rows = [row for row in zip(params, grads, states) if not _rmsprop_compiled(row, names, hyper)]
+        if not rows:
+            return
+        params, grads, states = (list(column) for column in zip(*rows))  # CUDA, strided, half: the torch path
         grads = _decayed(grads, params, group)
         n = _buffers(states, "n")
         torch._foreach_mul_(n, gamma1)
@@ -470,6 +478,18 @@ class RMSProp(_MXNetOptimizer):
             clip = _f32(group["clip_weights"])
             torch._foreach_clamp_min_(params, -clip)
             torch._foreach_clamp_max_(params, clip)
+
+
+def _rmsprop_compiled(row, names, hyper):
+    """MXNet's RMSProp kernel (plain or centered: ``names`` of the state buffers) on one (weight, grad, state) in one
+    compiled pass, bit for bit; False where it cannot run (the torch path: 1-2 float32 ulps from MXNet)."""
+    param, grad, state = row
+    buffers = [state[name] for name in names]
+    if not _kernels.available(param, grad, *buffers):
+        return False
+    flat = [_kernels.flat(t) for t in (param, grad, *buffers)]
+    _kernels.rmsprop_update(*flat, *([None, None] if len(buffers) == 1 else []), *hyper)
+    return True
 
 
 class AdaGrad(_MXNetOptimizer):

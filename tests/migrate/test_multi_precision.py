@@ -35,6 +35,9 @@ CASES = [  # (id, MXNet name, hyperparameters)
     ("adam", "adam", {"learning_rate": 0.01}),
     ("adam-clip", "adam", {"learning_rate": 0.01, "clip_gradient": 0.3}),
     ("rmsprop-centered", "rmsprop", {"learning_rate": 0.01, "centered": True}),
+    ("rmsprop", "rmsprop", {"learning_rate": 0.01, "clip_gradient": 0.3}),
+    ("rmsprop-centered-clip", "rmsprop", {"learning_rate": 0.01, "centered": True, "clip_gradient": 0.3,
+                                          "clip_weights": 0.5}),
     ("adagrad", "adagrad", {"learning_rate": 0.1}),
     ("adadelta", "adadelta", {"learning_rate": 1.0}),
     ("adamax", "adamax", {"learning_rate": 0.01}),
@@ -55,8 +58,9 @@ CASES = [  # (id, MXNet name, hyperparameters)
 # (every case is bit-equal in float16; the float32 masters of most cases are 1-2 float32 ulps off, within MASTER_RTOL).
 ULPS = {}
 # Cases whose float32 masters are bit for bit MXNet's (compiled MXNet kernels: MultiSGDKernel, NAGMomKernel,
-# FtrlUpdateKernel, AdamUpdateKernel; Signum's torch ops round as MXNet's kernel does).
-EXACT_MASTERS = {"sgd-momentum", "sgd", "sgd-momentum-clip", "nag", "nag-clip", "signum", "ftrl", "adam", "adam-clip"}
+# FtrlUpdateKernel, AdamUpdateKernel, RMSProp(Alex)UpdateKernel; Signum's torch ops round as MXNet's kernel does).
+EXACT_MASTERS = {"sgd-momentum", "sgd", "sgd-momentum-clip", "nag", "nag-clip", "signum", "ftrl", "adam", "adam-clip",
+                 "rmsprop", "rmsprop-centered", "rmsprop-centered-clip"}
 
 
 class Twin(torch.nn.Module):
