@@ -147,6 +147,20 @@ def flat(tensor):
     return tensor.detach().view(-1).numpy()
 
 
+def run_in_place(update, tensors, *scalars) -> bool:
+    """``update(*flat views of tensors, *scalars)`` (a None tensor passes as None) where the compiled loops can run
+    on the tensors (``available``); False, nothing done, where they cannot (the caller's torch path runs then).
+
+    Example:
+        >>> run_in_place(adam_update, (weight, grad, mean, var), lr, wd, 0.9, 0.999, 1e-8, 1.0, -1.0)  # doctest: +SKIP
+        True
+    """
+    if not available(*(t for t in tensors if t is not None)):
+        return False
+    update(*(flat(t) if t is not None else None for t in tensors), *scalars)
+    return True
+
+
 def _threads():
     """Set numba's threads for a parallel launch to torch's intra-op thread count (within numba's pool); return it."""
     import numba
@@ -310,6 +324,18 @@ def _build_adam(numba, options):
     return {"adam": numba.njit(**options)(adam), "adam_parallel": numba.njit(parallel=True, **options)(adam_parallel)}
 
 
+def _launch(name, size, *args):
+    """Run kernel ``name`` on ``args``: its serial loop below PARALLEL_MIN elements, else its parallel loop (on torch's
+    thread count, under the launch lock)."""
+    kernels = _compiled()
+    if size < PARALLEL_MIN:
+        kernels[name](*args)
+        return
+    with _LOCK:
+        _threads()
+        kernels[name + "_parallel"](*args)
+
+
 def _build_rmsprop(numba, options):
     """MXNet's RMSPropUpdateKernel (``rmsprop_update``) and RMSPropAlexUpdateKernel (``rmspropalex_update``, the
     centered form), serial and parallel; ``n``, ``g`` and ``delta`` are the three state arrays (``g``/``delta``
@@ -380,13 +406,7 @@ def rmsprop_update(weight, grad, n, g, delta, lr, wd, gamma1, gamma2, epsilon, r
     g, delta = (g, delta) if centered else (n, n)  # unused by the plain form
     scalars = (centered, lr, wd, gamma1, gamma2, kind(1) - gamma1, epsilon, rescale_grad, clip_gradient,
                clip_weights, zero)
-    kernels = _compiled()
-    if weight.size < PARALLEL_MIN:
-        kernels["rmsprop"](weight, grad, n, g, delta, *scalars)
-        return
-    with _LOCK:
-        _threads()
-        kernels["rmsprop_parallel"](weight, grad, n, g, delta, *scalars)
+    _launch("rmsprop", weight.size, weight, grad, n, g, delta, *scalars)
 
 
 def adam_update(weight, grad, mean, var, lr, wd, beta1, beta2, epsilon, rescale_grad, clip_gradient):
@@ -403,13 +423,7 @@ def adam_update(weight, grad, mean, var, lr, wd, beta1, beta2, epsilon, rescale_
     lr, wd, beta1, beta2, epsilon, rescale_grad, clip_gradient, zero = (
         kind(np.float32(v)) for v in (lr, wd, beta1, beta2, epsilon, rescale_grad, clip_gradient, 0.0))
     scalars = (lr, wd, beta1, beta2, kind(1) - beta1, kind(1) - beta2, epsilon, rescale_grad, clip_gradient, zero)
-    kernels = _compiled()
-    if weight.size < PARALLEL_MIN:
-        kernels["adam"](weight, grad, mean, var, *scalars)
-        return
-    with _LOCK:
-        _threads()
-        kernels["adam_parallel"](weight, grad, mean, var, *scalars)
+    _launch("adam", weight.size, weight, grad, mean, var, *scalars)
 
 
 def sgd_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):
@@ -426,13 +440,7 @@ def sgd_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient)
     scalars = [kind(np.float32(v)) for v in (lr, wd, momentum, rescale_grad, clip_gradient, 0.0)]
     has_momentum = mom is not None
     mom = mom if has_momentum else np.zeros(1, dtype=weight.dtype)
-    kernels = _compiled()
-    if weight.size < PARALLEL_MIN:
-        kernels["sgd"](weight, grad, mom, has_momentum, *scalars)
-        return
-    with _LOCK:
-        _threads()
-        kernels["sgd_parallel"](weight, grad, mom, has_momentum, *scalars)
+    _launch("sgd", weight.size, weight, grad, mom, has_momentum, *scalars)
 
 
 def nag_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient):
@@ -447,13 +455,7 @@ def nag_update(weight, grad, mom, lr, wd, momentum, rescale_grad, clip_gradient)
     kind = weight.dtype.type
     scalars = [kind(np.float32(v)) for v in (lr, wd, momentum, rescale_grad, clip_gradient, 0.0)]
     scalars.insert(3, scalars[2] + kind(1))  # momentum + 1 in the arrays' dtype (numba would promote a bare 1)
-    kernels = _compiled()
-    if weight.size < PARALLEL_MIN:
-        kernels["nag"](weight, grad, mom, *scalars)
-        return
-    with _LOCK:
-        _threads()
-        kernels["nag_parallel"](weight, grad, mom, *scalars)
+    _launch("nag", weight.size, weight, grad, mom, *scalars)
 
 
 def ftrl_update(weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gradient):
@@ -466,10 +468,4 @@ def ftrl_update(weight, grad, z, n, lr, wd, lamda1, beta, rescale_grad, clip_gra
     """
     kind = weight.dtype.type
     scalars = [kind(np.float32(v)) for v in (lr, wd, lamda1, beta, rescale_grad, clip_gradient, 0.0)]
-    kernels = _compiled()
-    if weight.size < PARALLEL_MIN:
-        kernels["ftrl"](weight, grad, z, n, *scalars)
-        return
-    with _LOCK:
-        _threads()
-        kernels["ftrl_parallel"](weight, grad, z, n, *scalars)
+    _launch("ftrl", weight.size, weight, grad, z, n, *scalars)

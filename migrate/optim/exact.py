@@ -264,7 +264,7 @@ class SGD(_MXNetOptimizer):
         hyper = (lr, wd, _f32(group["momentum"]) if momentum else 0.0, _f32(group["rescale_grad"]),
                  _f32(group["clip_gradient"]) if _clips(group) else -1.0)
         moms = _buffers(states, "momentum_buffer") if momentum else [None] * len(params)
-        rows = [row for row in zip(params, grads, moms) if not _sgd_compiled(row, hyper)]
+        rows = [row for row in zip(params, grads, moms) if not _kernels.run_in_place(_kernels.sgd_update, row, *hyper)]
         if not rows:
             return
         params, grads, moms = (list(column) for column in zip(*rows))  # CUDA, strided, half: the torch path
@@ -278,16 +278,6 @@ class SGD(_MXNetOptimizer):
             step = torch._foreach_mul(params, -lr * wd)
             torch._foreach_add_(step, grads, alpha=-lr)
             torch._foreach_add_(params, step)
-
-
-def _sgd_compiled(row, hyper):
-    """MXNet's MultiSGDKernel on one (weight, grad, momentum or None) in one compiled pass, bit for bit; False where
-    it cannot run (the torch path then runs: fused multiply-adds, 1-2 float32 ulps from MXNet)."""
-    tensors = [t for t in row if t is not None]
-    if not _kernels.available(*tensors):
-        return False
-    _kernels.sgd_update(*(_kernels.flat(t) if t is not None else None for t in row), *hyper)
-    return True
 
 
 class NAG(_MXNetOptimizer):
@@ -314,19 +304,11 @@ class NAG(_MXNetOptimizer):
             return
         clip = _f32(group["clip_gradient"]) if _clips(group) else -1.0
         rows = [row for row in zip(params, grads, _buffers(states, "momentum_buffer"))
-                if not _nag_compiled(row, lr, wd, mom, _f32(group["rescale_grad"]), clip)]
+                if not _kernels.run_in_place(_kernels.nag_update, row, lr, wd, mom, _f32(group["rescale_grad"]), clip)]
         if rows:  # CUDA, non-contiguous or half-precision tensors: the torch path (same order of operations)
             params, grads, moments = (list(column) for column in zip(*rows))
             for weight, grad, moment in _pieces((params, self._scaled(grads, group), moments)):
                 _nag_piece(weight, grad, moment, lr, wd, mom)
-
-
-def _nag_compiled(row, lr, wd, mom, rescale_grad, clip):
-    """MXNet's nag_mom_update on one (weight, grad, momentum) in one compiled pass; False where it cannot run."""
-    if not _kernels.available(*row):
-        return False
-    _kernels.nag_update(*(_kernels.flat(t) for t in row), lr, wd, mom, rescale_grad, clip)
-    return True
 
 
 def _nag_piece(weight, grad, moment, lr, wd, mom):
@@ -377,7 +359,9 @@ class Adam(_MXNetOptimizer):
         wd = _f32(group["weight_decay"])
         hyper = (wd, beta1, beta2, _f32(group["epsilon"]), _f32(group["rescale_grad"]),
                  _f32(group["clip_gradient"]) if _clips(group) else -1.0)
-        rows = [row for row in zip(params, grads, states) if not _adam_compiled(row, _adam_lr(group, row[2]), hyper)]
+        rows = [(p, g, s) for p, g, s in zip(params, grads, states)
+                if not _kernels.run_in_place(_kernels.adam_update, (p, g, s["mean"], s["var"]), _adam_lr(group, s),
+                                             *hyper)]
         if not rows:
             return
         params, grads, states = (list(column) for column in zip(*rows))  # CUDA, strided, half: the torch path
@@ -399,17 +383,6 @@ def _adam_lr(group, state):
     """MXNet's Adam lr for this update count, as its kernel parses it: ``lr *= sqrt(1-b2^t)/(1-b1^t)`` in doubles."""
     step = state["step"]
     return _f32(group["lr"] * (math.sqrt(1.0 - group["beta2"] ** step) / (1.0 - group["beta1"] ** step)))
-
-
-def _adam_compiled(row, lr, hyper):
-    """MXNet's AdamUpdateKernel on one (weight, grad, state) in one compiled pass, bit for bit; False where it cannot
-    run (the torch path then runs: torch's fused Adam, 1-2 float32 ulps from MXNet)."""
-    param, grad, state = row
-    tensors = (param, grad, state["mean"], state["var"])
-    if not _kernels.available(*tensors):
-        return False
-    _kernels.adam_update(*(_kernels.flat(t) for t in tensors), lr, *hyper)
-    return True
 
 
 def _by_step(states):
@@ -450,8 +423,9 @@ class RMSProp(_MXNetOptimizer):
         hyper = (lr, _f32(group["weight_decay"]), gamma1, _f32(group["gamma2"]), _f32(group["epsilon"]),
                  _f32(group["rescale_grad"]), _f32(group["clip_gradient"]) if _clips(group) else -1.0,
                  _f32(group["clip_weights"]) if group["clip_weights"] else -1.0)
-        names = ("n", "g", "delta") if group["centered"] else ("n",)
-        rows = [row for row in zip(params, grads, states) if not _rmsprop_compiled(row, names, hyper)]
+        centered = group["centered"]
+        rows = [(p, g, s) for p, g, s in zip(params, grads, states)
+                if not _kernels.run_in_place(_kernels.rmsprop_update, (p, g, *_rmsprop_buffers(s, centered)), *hyper)]
         if not rows:
             return
         params, grads, states = (list(column) for column in zip(*rows))  # CUDA, strided, half: the torch path
@@ -480,16 +454,9 @@ class RMSProp(_MXNetOptimizer):
             torch._foreach_clamp_max_(params, clip)
 
 
-def _rmsprop_compiled(row, names, hyper):
-    """MXNet's RMSProp kernel (plain or centered: ``names`` of the state buffers) on one (weight, grad, state) in one
-    compiled pass, bit for bit; False where it cannot run (the torch path: 1-2 float32 ulps from MXNet)."""
-    param, grad, state = row
-    buffers = [state[name] for name in names]
-    if not _kernels.available(param, grad, *buffers):
-        return False
-    flat = [_kernels.flat(t) for t in (param, grad, *buffers)]
-    _kernels.rmsprop_update(*flat, *([None, None] if len(buffers) == 1 else []), *hyper)
-    return True
+def _rmsprop_buffers(state, centered):
+    """(n, g, delta) of an RMSProp state; g and delta None when not centered (the plain kernel has n only)."""
+    return (state["n"], state["g"], state["delta"]) if centered else (state["n"], None, None)
 
 
 class AdaGrad(_MXNetOptimizer):
@@ -783,21 +750,13 @@ class Ftrl(_MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         hyper = tuple(_f32(group[key]) for key in ("lr", "weight_decay", "lamda1", "beta"))
+        clip = _f32(group["clip_gradient"]) if _clips(group) else -1.0
         rows = [row for row in zip(params, grads, _buffers(states, "z"), _buffers(states, "n"))
-                if not _ftrl_compiled(row, group, hyper)]
+                if not _kernels.run_in_place(_kernels.ftrl_update, row, *hyper, _f32(group["rescale_grad"]), clip)]
         if rows:  # CUDA, non-contiguous or half-precision tensors: the torch path
             params, grads, zs, ns = (list(column) for column in zip(*rows))
             for piece in _pieces((params, self._scaled(grads, group), zs, ns)):
                 _ftrl_piece(*piece, *hyper)
-
-
-def _ftrl_compiled(row, group, hyper):
-    """MXNet's FtrlUpdateKernel on one (weight, grad, z, n) in one compiled pass; False where it cannot run there."""
-    if not _kernels.available(*row):
-        return False
-    clip = _f32(group["clip_gradient"]) if _clips(group) else -1.0
-    _kernels.ftrl_update(*(_kernels.flat(t) for t in row), *hyper, _f32(group["rescale_grad"]), clip)
-    return True
 
 
 def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):

@@ -378,12 +378,12 @@ def test_migrate_all_with_multi_precision_settings(tmp_path):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_nag_torch_path_equals_the_compiled_kernel(dtype):
     """NAG's torch path (CUDA, strided tensors) keeps MXNet's order of operations: bit-equal to the compiled kernel."""
-    from migrate.optim import exact
+    from migrate.optim import _kernels, exact
     rng = np.random.RandomState(0)
     weight, grad, moment = (torch.from_numpy(rng.randn(300, 7)).to(dtype) for _ in range(3))
     rows = [(weight.clone(), grad.clone(), moment.clone()) for _ in range(2)]
     lr, wd, mom, rescale = (exact._f32(v) for v in (0.0123, 1e-3, 0.9, 0.25))
-    assert exact._nag_compiled(rows[0], lr, wd, mom, rescale, exact._f32(0.5))
+    assert _kernels.run_in_place(_kernels.nag_update, rows[0], lr, wd, mom, rescale, exact._f32(0.5))
     strided = [t.t().contiguous().t() for t in rows[1]]  # same values, not contiguous: the torch path
     scaled = (strided[1] * rescale).clamp_(-exact._f32(0.5), exact._f32(0.5))
     exact._nag_piece(strided[0], scaled, strided[2], lr, wd, mom)
