@@ -11,8 +11,10 @@ matching reads. The export then costs the same for a model of 1 MB or 10 GB, and
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
+import json
 import os
 import tempfile
 import warnings
@@ -22,9 +24,10 @@ import numpy as np
 
 from migrate.errors import ExportError, InputFileError, InputShapeError, ModelTypeError
 from migrate.mapping import module_checkpoint
-from migrate.mapping.onnx_converters import mxnet_converters, static_shapes
+from migrate.mapping.onnx_converters import mxnet_converters
 
-__all__ = ["MxSource", "STRUCTURE_ONLY", "export_mxnet", "export_torch", "load_mxnet", "normalize_shapes"]
+__all__ = ["MxSource", "STRUCTURE_ONLY", "export_mxnet", "export_torch", "load_mxnet", "node_output_shapes",
+           "normalize_shapes"]
 
 STRUCTURE_ONLY = "structure-only: weights not exported"
 """The external-data location of an initializer exported without its bytes (``with_weights=False``)."""
@@ -296,10 +299,8 @@ def export_mxnet(source: MxSource, shapes, dtypes, *, with_weights=False, progre
     """
     import mxnet as mx
     import onnx
-    _check_mx_shapes(source, shapes)
+    static = _check_mx_shapes(source, shapes)
     params = {k: v if with_weights or _size(v.shape) <= 1 else _ShapeOnly(v) for k, v in source.params.items()}
-    static = static_shapes(source.symbol, dict(zip(source.input_names, shapes)),
-                           {k: v.shape for k, v in source.params.items()})
     with tempfile.TemporaryDirectory() as tmp, _raw_initializers(with_weights, source.symbol), \
             mxnet_converters(static) as opset, _counted_converters(progress), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -320,17 +321,39 @@ def export_mxnet(source: MxSource, shapes, dtypes, *, with_weights=False, progre
     return model
 
 
-def _check_mx_shapes(source: MxSource, shapes) -> None:
+def node_output_shapes(source: MxSource, shapes, *, partial=False) -> dict:
+    """``{MXNet node name: output shape}`` of every single-output node of ``source``, from MXNet's shape inference
+    on the data input ``shapes``; MXNet's error when they do not fit (``partial``: shapes left open read 0).
+
+    Example:
+        >>> node_output_shapes(load_mxnet(net, [(1, 4)], [np.float32]), [(1, 4)])["dense0_fwd"]  # doctest: +SKIP
+        (1, 10)
+    """
+    internals = source.symbol.get_internals()
+    known = {k: v.shape for k, v in source.params.items()}
+    infer = internals.infer_shape_partial if partial else internals.infer_shape
+    _, out_shapes, _ = infer(**known, **dict(zip(source.input_names, shapes)))
+    return {output[:-len("_output")]: tuple(int(d) for d in shape)
+            for output, shape in zip(internals.list_outputs(), out_shapes or [])
+            if output.endswith("_output") and shape is not None}
+
+
+def _check_mx_shapes(source: MxSource, shapes) -> dict:
+    """InputShapeError unless the model takes ``shapes``; else the static output shapes of its nodes whose name is
+    unique (the exporter renames a repeated name, so its shape could be another node's), from the one shape
+    inference that checks them."""
     if len(shapes) != len(source.input_names):
         raise InputShapeError(f"MXNet model: expected {len(source.input_names)} input shape(s) for inputs "
                               f"{source.input_names}, received {len(shapes)}: {shapes}; give one shape per input")
     try:
-        known = {k: v.shape for k, v in source.params.items()}
         with contextlib.redirect_stdout(io.StringIO()):  # mxnet prints every argument shape on failure
-            source.symbol.infer_shape(**known, **dict(zip(source.input_names, shapes)))
+            found = node_output_shapes(source, shapes)
     except Exception as exc:
         raise InputShapeError(f"MXNet model rejected input shapes {shapes} for inputs {source.input_names}: "
                               f"{_first_line(exc)}; give the shapes the model accepts") from None
+    names = [node["name"] for node in json.loads(source.symbol.tojson())["nodes"]]
+    repeated = {name for name, count in collections.Counter(names).items() if count > 1}
+    return {name: shape for name, shape in found.items() if name not in repeated and all(d > 0 for d in shape)}
 
 
 def export_torch(module, shapes, dtypes, *, with_weights=False, progress=None):

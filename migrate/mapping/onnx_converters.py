@@ -5,7 +5,8 @@
   This one emits one ONNX ``LSTM``/``GRU``/``RNN`` node per layer whose ``W``/``R``/``B`` inputs are built from the
   named parameters themselves (``l0_i2h_weight``, ``r0_h2h_bias``, ...), not from slices of the blob, so the
   parameter names survive and ``migrate.mapping.graph_normalize`` can read which tensor feeds which role.
-- ``Reshape`` with the output shape known at export (``static_shapes``): one ``Reshape`` to a constant target.
+- ``Reshape`` with the output shape known at export (``mxnet_converters(static_shapes)``): one ``Reshape`` to a
+  constant target.
   MXNet's converter computes the target in the graph from ``Shape`` of the input for every ``0`` code and for
   ``reverse=True`` (18 nodes per Reshape: a GluonNLP BERT-base graph spends 1,525 of its 2,933 nodes on it), and
   refuses the ``-2``/``-3``/``-4`` codes outside a few listed cases. The input shapes are fixed at export, so the
@@ -18,10 +19,12 @@ from __future__ import annotations
 import contextlib
 import re
 
-__all__ = ["EXPORT_OPSET", "mxnet_converters", "static_shapes"]
+__all__ = ["EXPORT_OPSET", "mxnet_converters"]
 
 EXPORT_OPSET = 17
 _PARAM = re.compile(r"([lr])(\d+)_(i2h|h2h)_(weight|bias)$")
+
+
 def _without_shape_only(graph):
     """``graph``, or a copy without its shape-only initializers (no bytes: the checker would look for the file);
     MXNet's exporter lists every parameter among the graph inputs too, so the copy is still a valid graph."""
@@ -45,8 +48,8 @@ def mxnet_converters(static_shapes=None):
     """Install this module's converters in MXNet's ONNX registry (opset 13), have ``mx.onnx.export_model`` target
     ``EXPORT_OPSET`` (it takes ``onnx.defs.onnx_opset_version()`` and has no argument for it), restore both after.
 
-    ``static_shapes``: ``{MXNet node name: output shape}`` of the symbol being exported (``static_shapes``); with
-    it, a Reshape whose node is listed gets a constant target."""
+    ``static_shapes``: ``{MXNet node name: output shape}`` of the symbol being exported (from
+    ``migrate.mapping.export``); with it, a Reshape whose node is listed gets a constant target."""
     import onnx.checker
     import onnx.defs
     from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
@@ -81,38 +84,6 @@ def _registered(op: str, opset: int):
         if func is not None:
             return func
     return None
-
-
-def static_shapes(symbol, input_shapes: dict, known: dict) -> dict:
-    """``{node name: output shape}`` of every single-output node of ``symbol`` whose name is unique, from MXNet's
-    shape inference with ``input_shapes`` (data inputs) and ``known`` (parameter shapes); ``{}`` when inference
-    fails (the exporter then computes shapes in the graph, as MXNet's does).
-
-    Example:
-        >>> static_shapes(net(mx.sym.var("data")), {"data": (1, 3, 8, 8)}, {})["dense0_fwd"]  # doctest: +SKIP
-        (1, 10)
-    """
-    import json
-    names = [node["name"] for node in json.loads(symbol.tojson())["nodes"]]
-    unique = _unique(names)  # the exporter renames a repeated name: its shape could be another node's
-    internals = symbol.get_internals()
-    try:
-        _, shapes, _ = internals.infer_shape(**known, **input_shapes)
-    except Exception:  # left to the exporter's own path (and its own error)
-        return {}
-    out = {}
-    for output, shape in zip(internals.list_outputs(), shapes or []):
-        name = output[:-len("_output")] if output.endswith("_output") else None
-        if name in unique and shape is not None and all(int(d) > 0 for d in shape):
-            out[name] = tuple(int(d) for d in shape)
-    return out
-
-
-def _unique(names) -> set:
-    seen, repeated = set(), set()
-    for name in names:
-        (repeated if name in seen else seen).add(name)
-    return seen - repeated
 
 
 def _static_reshape(shapes: dict, original):

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from migrate.mapping.export import load_mxnet, normalize_shapes
+from migrate.mapping.export import load_mxnet, node_output_shapes, normalize_shapes
 from migrate.mapping.table import NameMapping
 from migrate.mapping.weights import load_mxnet_weights
 
@@ -188,15 +188,11 @@ def _compare_all(source, model, mapping, shapes, dtypes, atol, seed, budget, pro
 def _output_bytes(source, ops, shapes, dtypes) -> dict:
     """MXNet op name -> bytes its output takes in both frameworks during a pass (MXNet's array, its numpy copy,
     torch's copy: three times the output), from MXNet's shape inference."""
-    internals = source.symbol.get_internals()
-    known = {k: v.shape for k, v in source.params.items()}
     try:
-        _, out_shapes, _ = internals.infer_shape_partial(**known, **dict(zip(source.input_names, shapes)))
+        size = node_output_shapes(source, shapes, partial=True)
     except Exception:  # shapes unknown: one pass, as before
         return {}
-    size = dict(zip(internals.list_outputs(), out_shapes))
-    return {op: 3 * 4 * int(np.prod(size[f"{op}_output"], dtype=np.int64)) for op in dict.fromkeys(ops)
-            if size.get(f"{op}_output")}
+    return {op: 3 * 4 * int(np.prod(size[op], dtype=np.int64)) for op in dict.fromkeys(ops) if size.get(op)}
 
 
 def _passes(nodes, sizes, budget) -> list:
