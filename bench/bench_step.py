@@ -1,4 +1,5 @@
-"""Optimizer step time on resnet50_v1 (or an MLP of the same size, ``--model mlp``) shapes (CPU): stock Trainer, LrTrainer, torch.optim, and the bandwidth floor.
+"""Optimizer step time on resnet50_v1 (or an MLP of the same size, ``--model mlp``) shapes (CPU): stock Trainer,
+LrTrainer, torch.optim, and the bandwidth floor.
 
 Run: ``OMP_NUM_THREADS=2 PYTHONPATH=$PWD python bench/bench_step.py [--reps 7]``. Everything is measured in one
 process, interleaved rep by rep (a shared machine's load then hits every row alike); the table shows the minimum and
@@ -147,7 +148,8 @@ def run(reps: int, model: str) -> None:
               f"convolution weights keep their own arrays and take the stock update)")
 
 
-def print_table(kind: str, n: int, tensors: int, times: dict, streams: dict, step_bytes: int, model: str = "resnet50") -> None:
+def print_table(kind: str, n: int, tensors: int, times: dict, streams: dict, step_bytes: int,
+                model: str = "resnet50") -> None:
     """One table per optimizer: min and median ms, ratios of minima, and paired ratios (median over reps of the
     ratio within one rep: rows of one rep ran back to back, so these resist a shared machine's changing load)."""
     stock_times = times["stock gluon.Trainer"]

@@ -30,7 +30,8 @@ def _wide_pair(depth=6, width=1024):
 
 
 def _exported(key, prefix):
-    """A fresh copy of the pair's Gluon net (same seed), hybridized and exported to ``prefix``-symbol.json/-0000.params."""
+    """A fresh copy of the pair's Gluon net (same seed), hybridized and exported to
+    ``prefix``-symbol.json/-0000.params."""
     mx_cls, mx_args, _, _, shape, _ = PAIRS[key]
     net = M.gluon(mx_cls, *mx_args)
     net.hybridize()
