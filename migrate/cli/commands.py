@@ -131,10 +131,10 @@ _WHAT = {"--symbol": "the NAME-symbol.json HybridBlock.export wrote",
 
 
 def _check_flags(args) -> None:
+    """The cheap checks of every flag, before any model is loaded: shapes, --kwargs, input files."""
     if getattr(args, "format", "absent") is None:  # weights --out NAME.pt: the suffix asks for a pickle
         out = getattr(args, "out", "") or ""
         args.format = "pt" if args.command == "weights" and out.endswith((".pt", ".pth")) else "safetensors"
-    """The cheap checks of every flag, before any model is loaded: shapes, --kwargs, input files."""
     if getattr(args, "input_shape", None):
         inputs.input_shapes(args.input_shape)
     inputs.kwargs_object(getattr(args, "kwargs", "{}"))

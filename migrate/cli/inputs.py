@@ -141,18 +141,13 @@ def torch_model(spec: str, kwargs_text: str):
     _check_factory(spec, factory)
     try:
         model = factory(**kwargs)
-    except MemoryError:
-        raise InsufficientMemoryError(f"--torch {spec!r}: building the torch model ran out of memory ("
-                                      f"{_gib(available_memory() or 0)} available now); free memory or run on a "
-                                      f"machine with more") from None
-    except RuntimeError as exc:
-        if "can't allocate memory" in str(exc) or "not enough memory" in str(exc):  # torch's CPU allocator
-            raise InsufficientMemoryError(f"--torch {spec!r}: building the torch model ran out of memory ("
-                                          f"{str(exc).splitlines()[0][:200]}); free memory or run on a machine with "
-                                          f"more") from None
-        raise CliUsageError(f"--torch {spec!r} with --kwargs {str(kwargs)[:200]}: the factory raised "
-                            f"{type(exc).__name__}: {str(exc)[:300]}; check the arguments") from None
     except (Exception, SystemExit) as exc:  # the user's factory may raise anything on bad arguments
+        torch_oom = isinstance(exc, RuntimeError) and ("can't allocate memory" in str(exc)
+                                                       or "not enough memory" in str(exc))  # torch's CPU allocator
+        if isinstance(exc, MemoryError) or torch_oom:
+            detail = str(exc).splitlines()[0][:200] if torch_oom else f"{_gib(available_memory() or 0)} available now"
+            raise InsufficientMemoryError(f"--torch {spec!r}: building the torch model ran out of memory ({detail}); "
+                                          f"free memory or run on a machine with more") from None
         raise CliUsageError(f"--torch {spec!r} with --kwargs {str(kwargs)[:200]}: the factory raised "
                             f"{type(exc).__name__}: {str(exc)[:300]}; check the arguments") from None
     if not isinstance(model, torch.nn.Module):
