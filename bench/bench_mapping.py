@@ -6,9 +6,10 @@ Prints one table for real-size pairs (model-zoo resnet50_v1 vs torchvision resne
 a synthetic chain of 1,000 Dense/Linear layers, GluonNLP BERT-base vs HF BertModel with the matching time per tensor
 against resnet50's and whether it is within the target of 2x) and one for chains of growing depth with the fitted
 exponent of matching time against n (1.0 is linear; n log n over this range fits about 1.16). "matching" is
-param_graph on both ONNX graphs plus match_graphs, best of 15 runs; exports are timed separately. "scan" only reads
-every node's op type and outputs, which param_graph must do before it can leave shape arithmetic out (BERT's graphs
-spend about 20 nodes per tensor, mostly on Reshape targets; param_graph reads the inputs of the other nodes only).
+param_graph on both ONNX graphs plus match_graphs, best of 30 runs; exports are timed separately and include
+``simplify_graph`` (shape arithmetic folded, no-op, repeated and reshape-chain nodes removed). "nodes/tensor" counts
+the nodes of both graphs per parameter tensor as matching reads them, and "raw" as the exporters write them (the
+export run again with simplification switched off).
 "reading" only copies every node's op type, inputs and outputs out of the two ONNX protobufs (all that param_graph
 reads of a chain, where every node carries data): its cost per node grows with the graph's size on its own (memory,
 not work), so matching/reading shows the growth that is the matcher's.
@@ -23,7 +24,7 @@ import numpy as np
 warnings.filterwarnings("ignore")
 
 # best of REPEAT runs: on a shared 2-core machine a neighbour's load doubled single timings of resnet50's matching
-REPEAT = 15
+REPEAT = 30
 
 
 def _timed(fn, *args, repeat=1):
@@ -87,15 +88,17 @@ def _bert_pair(layers=12, units=768, heads=12, hidden=3072, vocab=2000, seq=32):
 
 
 def measure(net, model, shape, dtypes=None):
-    """Return (mx export s, torch export s, matching s, mapping, reading s, ONNX nodes of both graphs, scan s)."""
-    from migrate.mapping.export import export_mxnet, export_torch, load_mxnet
+    """Return (mx export s, torch export s, matching s, mapping, reading s, ONNX nodes of both graphs, raw nodes)."""
+    from unittest import mock
+
+    from migrate.mapping import export
     from migrate.mapping.graph import param_graph
     from migrate.mapping.match import match_graphs
     shapes = shape if isinstance(shape, list) else [shape]
     dtypes = dtypes or [np.dtype("float32")] * len(shapes)
-    source = load_mxnet(net, shapes, dtypes)
-    t_mx, mx_onnx = _timed(export_mxnet, source, shapes, dtypes)
-    t_torch, torch_onnx = _timed(export_torch, model, shapes, dtypes)
+    source = export.load_mxnet(net, shapes, dtypes)
+    t_mx, mx_onnx = _timed(export.export_mxnet, source, shapes, dtypes)
+    t_torch, torch_onnx = _timed(export.export_torch, model, shapes, dtypes)
     keys = list(model.state_dict())
 
     def match():
@@ -104,19 +107,16 @@ def measure(net, model, shape, dtypes=None):
     t_match, mapping = _timed(match, repeat=REPEAT)
     nodes = len(mx_onnx.graph.node) + len(torch_onnx.graph.node)
     t_read = _timed(_read_nodes, mx_onnx, torch_onnx, repeat=REPEAT)[0]
-    return t_mx, t_torch, t_match, mapping, t_read, nodes, _timed(_scan_nodes, mx_onnx, torch_onnx, repeat=REPEAT)[0]
+    with mock.patch.object(export, "simplify_graph", lambda model, params: None):
+        raw = len(export.export_mxnet(source, shapes, dtypes).graph.node) + len(
+            export.export_torch(model, shapes, dtypes).graph.node)
+    return t_mx, t_torch, t_match, mapping, t_read, nodes, raw
 
 
 def _read_nodes(*models):
     """Only copy every node's op type, inputs and outputs out of the ONNX protobufs: what param_graph reads of a
     graph with no shape arithmetic (a chain), the floor of reading."""
     return [[(n.op_type, n.input[:], n.output[:]) for n in m.graph.node] for m in models]
-
-
-def _scan_nodes(*models):
-    """Only read every node's op type and outputs: what param_graph reads of every node, shape arithmetic included,
-    before it can tell which nodes carry data (it reads the inputs of those only)."""
-    return [[(n.op_type, n.output[:]) for n in m.graph.node] for m in models]
 
 
 def main():
@@ -128,23 +128,20 @@ def main():
              ("chain of 1000 Dense / Linear", lambda: _chain_pair(1000)),
              ("GluonNLP BERT-base / HF BERT", _bert_pair)]
     print(f"{'pair':<30} {'tensors':>7} {'MXNet export s':>14} {'torch export s':>14} {'matching s':>10} "
-          f"{'ms/tensor':>9} {'nodes/tensor':>12} {'scan ms/tensor':>14} {'match/export':>12}  ok")
-    per_tensor, scan = {}, {}
+          f"{'ms/tensor':>9} {'nodes/tensor':>12} {'raw':>6} {'match/export':>12}  ok")
+    per_tensor = {}
     for name, build in pairs[2:] if args.quick else pairs:
-        t_mx, t_torch, t_match, mapping, _, nodes, t_scan = measure(*build())
-        per_tensor[name], scan[name] = 1e3 * t_match / len(mapping), 1e3 * t_scan / len(mapping)
-        print(f"{name:<30} {len(mapping):>7} {t_mx:>14.2f} {t_torch:>14.2f} {t_match:>10.3f} "
-              f"{per_tensor[name]:>9.3f} {nodes / len(mapping):>12.1f} {scan[name]:>14.4f} "
+        t_mx, t_torch, t_match, mapping, _, nodes, raw = measure(*build())
+        per_tensor[name] = 1e3 * t_match / len(mapping)
+        print(f"{name:<30} {len(mapping):>7} {t_mx:>14.2f} {t_torch:>14.2f} {t_match:>10.4f} "
+              f"{per_tensor[name]:>9.4f} {nodes / len(mapping):>12.1f} {raw / len(mapping):>6.1f} "
               f"{t_match / (t_mx + t_torch):>12.3f}  {mapping.ok}")
     print("(resnet50_v1 is not equivalent to torchvision's resnet50: the mapping is complete but the stride sits on "
           "another conv, so ok is False by design)")
     if "resnet50_v1 / resnet50" in per_tensor:
-        bert, resnet = "GluonNLP BERT-base / HF BERT", "resnet50_v1 / resnet50"
-        ratio = per_tensor[bert] / per_tensor[resnet]
+        ratio = per_tensor["GluonNLP BERT-base / HF BERT"] / per_tensor["resnet50_v1 / resnet50"]
         print(f"BERT-base matching time per tensor / resnet50's: {ratio:.2f} (target: at most 2: "
-              f"{'met' if ratio <= 2 else 'NOT met'}). Scanning alone (op type and outputs of every node, which "
-              f"param_graph must read before it can leave shape arithmetic out) costs BERT "
-              f"{scan[bert] / per_tensor[resnet]:.2f}x resnet50's whole matching time per tensor.")
+              f"{'met' if ratio <= 2 else 'NOT met'})")
     sizes = [125, 250, 500, 1000] if args.quick else [125, 250, 500, 1000, 2000, 4000]
     times, reads = [], []
     print(f"\n{'chain layers n':>14} {'matching s':>10} {'us per layer':>12} {'reading s':>9} {'us per layer':>12} "

@@ -8,6 +8,9 @@ By default both exports are structure-only: every parameter of more than one ele
 name, shape and dtype but no bytes (``data_location`` EXTERNAL, location ``STRUCTURE_ONLY``), which is all that
 matching reads. The export then costs the same for a model of 1 MB or 10 GB, and never meets protobuf's 2 GB limit.
 ``with_weights=True`` exports the values as well.
+
+Both exports are then made static (``migrate.mapping.simplify``): the input shapes are fixed, so the shape
+arithmetic each exporter writes is folded into constants, and no-op ``Identity``/``Dropout`` nodes go.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import numpy as np
 from migrate.errors import ExportError, InputFileError, InputShapeError, ModelTypeError
 from migrate.mapping import module_checkpoint
 from migrate.mapping.onnx_converters import mxnet_converters
+from migrate.mapping.simplify import simplify_graph
 
 __all__ = ["MxSource", "STRUCTURE_ONLY", "export_mxnet", "export_torch", "load_mxnet", "node_output_shapes",
            "normalize_shapes"]
@@ -318,6 +322,7 @@ def export_mxnet(source: MxSource, shapes, dtypes, *, with_weights=False, progre
     for entry in model.opset_import:  # mx.onnx's make_model stamps onnx's newest opset on the model
         if entry.domain in ("", "ai.onnx"):
             entry.version = opset
+    simplify_graph(model, source.params)
     return model
 
 
@@ -412,7 +417,11 @@ def export_torch(module, shapes, dtypes, *, with_weights=False, progress=None):
                           f"op is unsupported, replace it or register a symbolic (torch.onnx."
                           f"register_custom_op_symbolic)") from None
     model = onnx.load_from_string(buf.getvalue())
-    return model if with_weights else _state_as_initializers(model, module.state_dict(keep_vars=True))
+    state = module.state_dict(keep_vars=True)
+    if not with_weights:
+        _state_as_initializers(model, state)
+    simplify_graph(model, state)
+    return model
 
 
 @contextlib.contextmanager

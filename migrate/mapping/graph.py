@@ -6,22 +6,23 @@ a post-order walk from the graph outputs where Concat inputs are visited in slot
 order), inputs of commutative ops (Add, Sum, Mul, ...) are sorted by the signature of the branch behind each of them,
 and parameter-free ops pass through, which absorbs Identity/Dropout/Flatten/Reshape and concat nesting.
 
-Only the nodes that feed an output through data are copied out of the protobuf (``_data_nodes``): the shape
-arithmetic behind a Reshape's target or a Slice's bounds carries no parameter and is never read past its op type and
-outputs, and a node of it does not count as a consumer of the value it takes the shape of.
+Every node's op type, inputs and outputs are copied out of the protobuf once (``_data_nodes``); only the nodes that
+feed an output through data are kept, so shape arithmetic left in a graph (``migrate.mapping.simplify`` folds it at
+export where the input shapes fix it) carries no parameter and does not count as a consumer of the value it takes
+the shape of. Passes that look for one op type read an index of the nodes by op type.
 """
 from __future__ import annotations
 
 import functools
 import gc
-import heapq
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import onnx
 import onnx.helper
 
-from migrate.mapping.graph_normalize import fuse_patterns, packed_linear_nodes, recurrent_nodes, small_constants
+from migrate.mapping.graph_normalize import (PATTERN_STARTS, RECURRENT, fuse_patterns, packed_linear_nodes,
+                                             recurrent_nodes, small_constants)
 
 __all__ = ["ParamNode", "ParamGraph", "param_graph"]
 
@@ -127,26 +128,30 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
         ('linear', 2, 4)
     """
     g = model.graph
-    nodes = _data_nodes(g)
-    params, scalars = _initializers(g, param_names, {v for n in nodes for v in n.input})
-    nodes = fuse_patterns(nodes, params, functools.partial(small_constants, scalars, nodes), _new_node)
-    producer = {out: i for i, n in enumerate(nodes) for out in n.output}
-    consumers: dict[str, list[int]] = {}
-    for i, n in enumerate(nodes):
-        for v in n.input:
-            consumers.setdefault(v, []).append(i)
-    views = _param_views(nodes, params)
+    nodes, producer = _data_nodes(g)
+    consumers, by_op = _consumers(nodes), _op_index(nodes)
+    params, scalars = _initializers(g, param_names, consumers)
+    constants = [nodes[i] for i in by_op.get("Constant", [])]
+    fused, dropped = fuse_patterns(nodes, producer, consumers, params,
+                                   functools.partial(small_constants, scalars, constants), _new_node,
+                                   indices=_of(by_op, PATTERN_STARTS))
+    if fused:
+        _apply_fusions(nodes, producer, consumers, fused, dropped)
+        by_op = _op_index(nodes)
+    views = _param_views(nodes, params, _of(by_op, _VIEWS))
     linked = params.keys() | views.keys()
-    recurrent, plumbing = recurrent_nodes(nodes, producer, params)
-    packed, packing = packed_linear_nodes(nodes, producer, params, views)
+    recurrent, plumbing = recurrent_nodes(nodes, producer, params, indices=_of(by_op, RECURRENT))
+    packed, packing = packed_linear_nodes(nodes, producer, params, views, indices=by_op.get("Gemm", []))
     plumbing |= packing
     # the weight plumbing of recurrent and packed nodes and a Shape of a parameter are no parameter nodes of their own
+    biases = _bias_adds(nodes, params, linked, plumbing, by_op.get("Add", []))
+    skip = plumbing.union(biases)
     pnodes = {i: _make_param_node(n, params, views) for i, n in enumerate(nodes)
-              if not linked.isdisjoint(n.input) and i not in plumbing and n.op_type not in _LEAVES
+              if not linked.isdisjoint(n.input) and i not in skip and n.op_type not in _LEAVES
               and (n.op_type not in _VIEWS or not all(v in linked for v in n.input if v))}
     _add_recurrent(nodes, params, recurrent, pnodes)
     _add_packed(nodes, params, packed, pnodes)
-    fused = _fuse_biases(nodes, pnodes, producer, consumers)
+    fused = _fuse_biases(nodes, pnodes, biases, producer, consumers, params, views)
     ctx = _Ctx(nodes, producer, pnodes, views, params, fused, _with_params_behind(nodes, producer, pnodes, views),
                linked)
     order = _post_order(ctx, [o.name for o in g.output])
@@ -179,39 +184,76 @@ class _Node(NamedTuple):
         return self.proto.attribute
 
 
-def _data_nodes(graph) -> list:
-    """Copies of the nodes that feed a graph output through data, in file (topological) order.
+_DROPPED = _Node("", [], [], onnx.NodeProto())  # what a node fused into another leaves at its index
+
+
+def _data_nodes(graph) -> tuple[list, dict]:
+    """Copies of the nodes that feed a graph output through data, in file (topological) order, and value name ->
+    index of the node (in that list) that writes it.
 
     The walk back from the outputs follows what ``_post_order`` and ``_branch_signatures`` can reach with a
     parameter behind it: not the inputs of a leaf (``Shape``, ``Constant``, ...) nor the shape/index inputs of
-    ``_SHAPE_ARGS`` ops. The shape arithmetic this leaves out (MXNet's exporter spends about 15 nodes on each
-    Reshape's target shape; torch's builds shape lists from Unsqueeze/Concat) carries no parameter, and its
-    fields are never copied out of the protobuf: only outputs are read for every node, inputs, op type, name and
-    attributes for the nodes kept (name and attributes when asked for). Transformer graphs hold about 20 nodes per
-    parameter tensor, most of them such arithmetic (``bench/bench_mapping.py`` prints nodes and scan time per
-    tensor).
+    ``_SHAPE_ARGS`` ops. What this leaves out carries no parameter: shape arithmetic that ``fold_constants`` could
+    not fold (the export folds it where input shapes fix it), a node whose only reader is a ``Shape``.
+    Every node's op type, inputs and outputs are copied in one sweep (protobuf field access is slow in pure
+    python; it is most of what reading a graph costs); the name and attributes only when asked for.
     """
     protos = list(graph.node)
-    producer: dict = {}
-    outputs: list = []
-    for i, n in enumerate(protos):
-        out = n.output[:]
-        outputs.append(out)
-        for v in out:
-            producer[v] = i
+    nodes = list(map(_Node, [n.op_type for n in protos], [n.input[:] for n in protos],
+                     [n.output[:] for n in protos], protos))
+    producer = {v: i for i, n in enumerate(nodes) for v in n.output}
     stack = [producer[o.name] for o in graph.output if o.name in producer]
-    read = dict.fromkeys(stack)
+    read = set(stack)
     while stack:
-        i = stack.pop()
-        node = protos[i]
-        op, ins = node.op_type, node.input[:]
-        read[i] = _Node(op, ins, outputs[i], node)
-        for v in () if op in _LEAVES else ins[:1] if op in _SHAPE_ARGS else ins:
+        node = nodes[stack.pop()]
+        op = node.op_type
+        for v in () if op in _LEAVES else node.input[:1] if op in _SHAPE_ARGS else node.input:
             j = producer.get(v)
             if j is not None and j not in read:
-                read[j] = None
+                read.add(j)
                 stack.append(j)
-    return [read[i] for i in sorted(read)]
+    if len(read) == len(nodes):
+        return nodes, producer
+    nodes = [nodes[i] for i in sorted(read)]
+    return nodes, {v: i for i, n in enumerate(nodes) for v in n.output}
+
+
+def _apply_fusions(nodes, producer, consumers, fused: dict, dropped: set) -> None:
+    """Put each fused node at its index and leave an empty node at each dropped index (indices stay valid), with
+    ``producer`` and ``consumers`` kept in step."""
+    for i, node in [*fused.items(), *((i, _DROPPED) for i in dropped)]:
+        old = nodes[i]
+        for v in old.input:
+            consumers[v].remove(i)
+        for v in node.input:
+            consumers.setdefault(v, []).append(i)
+        for v in old.output:
+            if v not in node.output:
+                del producer[v]
+        nodes[i] = node
+
+
+def _op_index(nodes) -> dict:
+    """Op type -> indices of the nodes of that type, in order (the passes that look for one op read only those)."""
+    by_op: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        by_op.setdefault(n.op_type, []).append(i)
+    return by_op
+
+
+def _of(by_op: dict, ops) -> list:
+    """The indices of the nodes of any of ``ops``, in order."""
+    found = [by_op[op] for op in ops if op in by_op]
+    return found[0] if len(found) == 1 else sorted(i for group in found for i in group)
+
+
+def _consumers(nodes) -> dict:
+    """Value name -> indices of the nodes that read it."""
+    consumers: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for v in n.input:
+            consumers.setdefault(v, []).append(i)
+    return consumers
 
 
 def _initializers(graph, param_names, used) -> tuple[dict, list]:
@@ -260,14 +302,16 @@ def _with_params_behind(nodes, producer, pnodes, views) -> set:
     return out
 
 
-def _param_views(nodes, params) -> dict:
-    """Values that are a parameter seen through Transpose/Identity/Cast: value -> (param, perm or None)."""
+def _param_views(nodes, params, indices) -> dict:
+    """Values that are a parameter seen through Transpose/Identity/Cast (``indices``: those nodes, in order):
+    value -> (param, perm or None)."""
     views: dict = {}
-    for n in nodes:
-        if n.op_type in _VIEWS and len(n.input) == 1 and (n.input[0] in params or n.input[0] in views):
+    for i in indices:
+        n = nodes[i]
+        if len(n.input) == 1 and (n.input[0] in params or n.input[0] in views):
             base, perm = views.get(n.input[0], (n.input[0], None))
             if n.op_type == "Transpose":
-                new = list(_attrs(n).get("perm", [])) or None
+                new = next((list(a.ints) for a in n.attribute if a.name == "perm"), None) or None
                 perm = tuple(new) if perm is None or new is None else tuple(perm[k] for k in new)
             views[n.output[0]] = (base, perm)
     return views
@@ -282,10 +326,13 @@ def _new_node(op_type, inputs, outputs, name, attrs) -> _Node:
 def _add_packed(nodes, params, parts, pnodes) -> None:
     """A Gemm whose weight packs several parameters (query/key/value) becomes one linear node per parameter
     (``parts`` from ``packed_linear_nodes``)."""
+    attrs: dict = {}
     for i, (gemm, roles) in parts.items():
         n = nodes[gemm]
+        if gemm not in attrs:
+            attrs[gemm] = _attrs(n)
         p = ParamNode("Gemm", f"{n.name or n.output[0]}:{roles['weight']}", nodes[i].output[0], dict(roles),
-                      {r: params[t] for r, t in roles.items()}, {r: [] for r in roles}, _attrs(n))
+                      {r: params[t] for r, t in roles.items()}, {r: [] for r in roles}, dict(attrs[gemm]))
         if not p.attrs.get("transB", 0):
             p.layout["weight"] = [("transpose", (1, 0))]
         w = p.shapes["weight"] if p.attrs.get("transB", 0) else p.shapes["weight"][::-1]
@@ -346,7 +393,7 @@ def _label(p: ParamNode) -> None:
     elif p.op in ("Gemm", "MatMul") and w is not None and len(w) == 2:
         flip = (p.op == "MatMul") or not p.attrs.get("transB", 0)
         if flip:
-            p.layout["weight"] = p.layout["weight"] + [("transpose", (1, 0))]
+            p.layout["weight"] = _then_transpose(p.layout["weight"], (1, 0))
             w = (w[1], w[0])
         p.kind, p.label = "linear", ("linear", *w)
     elif p.op == "BatchNormalization":
@@ -359,6 +406,16 @@ def _label(p: ParamNode) -> None:
         p.label = (p.kind, *[f"{r}{list(_used_shape(p, r))}" for r in sorted(p.tensors)])
 
 
+def _then_transpose(layout: list, perm: tuple) -> list:
+    """``layout`` followed by a transpose by ``perm``, composed with a transpose that ends it (torch's ``Linear``
+    reads its weight through a Transpose that the MatMul's own flip undoes: no step at all)."""
+    if layout and layout[-1][0] == "transpose":
+        composed = tuple(layout[-1][1][k] for k in perm)
+        rest = layout[:-1]
+        return rest if composed == tuple(range(len(composed))) else rest + [("transpose", composed)]
+    return layout + [("transpose", perm)]
+
+
 def _used_shape(p: ParamNode, role: str):
     """The shape of a tensor as the node sees it (after any Transpose view)."""
     if role not in p.shapes:
@@ -369,29 +426,36 @@ def _used_shape(p: ParamNode, role: str):
     return shape
 
 
-def _fuse_biases(nodes, pnodes, producer, consumers) -> set:
-    """Fold ``Add(MatMul/Gemm/Conv output, bias)`` into the producing node as its bias; return the Add indices."""
+def _bias_adds(nodes, params, linked, plumbing, adds) -> list:
+    """Indices of the ``Add`` nodes (among ``adds``) of one parameter and one data input: candidates for
+    ``_fuse_biases``."""
+    out = []
+    for i in adds:
+        n = nodes[i]
+        if len(n.input) == 2 and i not in plumbing:
+            a, b = n.input
+            if (a in params) != (b in params) and (a if b in params else b) not in linked:
+                out.append(i)
+    return out
+
+
+def _fuse_biases(nodes, pnodes, candidates, producer, consumers, params, views) -> set:
+    """Fold each ``Add(MatMul/Gemm/Conv output, bias)`` among ``candidates`` (``_bias_adds``) into the producing
+    node as its bias; the others become parameter nodes of their own. Return the folded Add indices."""
     fused = set()
-    for i, p in list(pnodes.items()):
-        if p.op != "Add" or len(p.tensors) != 1:
-            continue
-        data = [v for v in nodes[i].input if v not in _param_values(p)]
-        src = producer.get(data[0]) if len(data) == 1 else None
-        q = pnodes.get(src)
-        if q is None or "bias" in q.tensors or q.kind not in ("linear", "conv") or len(consumers[data[0]]) != 1:
-            continue
-        (name,), (shape,) = p.tensors.values(), p.shapes.values()
-        if int(_numel(shape)) != int(q.label[1]):
+    for i in candidates:
+        node = nodes[i]
+        name, data = node.input if node.input[0] in params else node.input[::-1]
+        q = pnodes.get(producer.get(data))
+        shape = params[name]
+        if (q is None or "bias" in q.tensors or q.kind not in ("linear", "conv") or len(consumers[data]) != 1
+                or _numel(shape) != int(q.label[1])):
+            pnodes[i] = _make_param_node(node, params, views)
             continue
         q.tensors["bias"], q.shapes["bias"], q.layout["bias"] = name, shape, [("reshape", (q.label[1],))]
-        q.output = nodes[i].output[0]
-        del pnodes[i]
+        q.output = node.output[0]
         fused.add(i)
     return fused
-
-
-def _param_values(p: ParamNode) -> set:
-    return set(p.tensors.values())
 
 
 def _numel(shape) -> int:
@@ -401,19 +465,10 @@ def _numel(shape) -> int:
     return n
 
 
-def _data_inputs(ctx: _Ctx, i: int) -> list:
-    """The producers of node i's data inputs, in the order the canonical walk visits them."""
-    node = ctx.nodes[i]
-    op = node.op_type
-    if op in _LEAVES:
-        return []
-    inputs = node.input
-    if op in _SHAPE_ARGS or len(inputs) == 1:
-        j = ctx.producer.get(inputs[0]) if inputs and inputs[0] and inputs[0] not in ctx.linked else None
-        return [] if j is None else [j]
-    linked = ctx.linked
-    values = [v for v in inputs if v and v not in linked]
-    if op in COMMUTATIVE and len(values) > 1:
+def _ordered_inputs(ctx: _Ctx, values: list, op: str) -> list:
+    """The producers of the data inputs ``values`` (two or more) of an ``op`` node, in the order the canonical walk
+    visits them (the walk reads the one data input of other nodes itself)."""
+    if op in COMMUTATIVE:
         with_params = [ctx.producer.get(v) in ctx.behind for v in values]
         # one branch with parameters: it sorts last, the others keep slot order (what the signatures would give,
         # without walking a constant branch back to the graph's start)
@@ -425,31 +480,32 @@ def _data_inputs(ctx: _Ctx, i: int) -> list:
 def _branch_signatures(ctx: _Ctx, values) -> list:
     """For each input value, (count, sorted labels) of the parameter nodes behind it and behind no sibling.
 
-    Walks backwards in decreasing topological index with a heap and stops where all branches have met, so
-    the cost is the size of the region between the fork and this node, not of the whole graph.
+    Walks backwards in decreasing topological index and stops where all branches have met, so the cost is the
+    size of the region between the fork and this node, not of the whole graph. Nodes are in topological order, so
+    every node's producers come later in the walk: a scan down the indices (a dict lookup each) visits them in
+    order without a heap.
     """
     full = (1 << len(values)) - 1
     mask: dict[int, int] = {}
-    heap: list[int] = []
     for b, v in enumerate(values):
         src = ctx.producer.get(v)
         if src is not None:
-            if src not in mask:
-                heapq.heappush(heap, -src)
             mask[src] = mask.get(src, 0) | (1 << b)
+    if not mask:
+        return [(0, ())] * len(values)
     labels: list[list[str]] = [[] for _ in values]
+    single = {1 << b: b for b in range(len(values))}
     open_count = sum(1 for m in mask.values() if m != full)
-    get, views, nodes, pnodes = ctx.producer.get, ctx.views, ctx.nodes, ctx.pnodes
-    while heap and open_count > 0:
-        i = -heapq.heappop(heap)
-        m = mask[i]
-        if m == full:
+    get, views, nodes, pnodes, seen = ctx.producer.get, ctx.views, ctx.nodes, ctx.pnodes, mask.get
+    i = max(mask) + 1
+    while open_count > 0:
+        i -= 1
+        m = seen(i)
+        if m is None or m == full:
             continue
         open_count -= 1
-        if i in pnodes:
-            for b in range(len(values)):
-                if m == (1 << b):
-                    labels[b].append(repr(pnodes[i].label))
+        if i in pnodes and m in single:
+            labels[single[m]].append(repr(pnodes[i].label))
         node = nodes[i]
         if node.op_type in _LEAVES:
             continue
@@ -457,10 +513,9 @@ def _branch_signatures(ctx: _Ctx, values) -> list:
             src = get(v)
             if src is None or v in views:
                 continue
-            old = mask.get(src)
+            old = seen(src)
             new = (old or 0) | m
             if old is None:
-                heapq.heappush(heap, -src)
                 open_count += new != full
             elif old != full and new == full:
                 open_count -= 1
@@ -469,24 +524,43 @@ def _branch_signatures(ctx: _Ctx, values) -> list:
 
 
 def _post_order(ctx: _Ctx, outputs) -> list:
-    """Node indices in post-order from the graph outputs (iterative: 1,000-layer chains need no recursion)."""
+    """Node indices in post-order from the graph outputs (iterative: 1,000-layer chains need no recursion).
+
+    A node's data inputs are visited in ``_ordered_inputs`` order; a leaf has none, and a one-input or
+    ``_SHAPE_ARGS`` node has its first input only. Nodes with one data input (most, parameters aside) are read here:
+    a call per node was most of the walk's cost.
+    """
+    nodes, get, linked = ctx.nodes, ctx.producer.get, ctx.linked
     order, done = [], set()
     for out in outputs:
-        start = ctx.producer.get(out)
+        start = get(out)
         if start is None or start in done:
             continue
-        stack = [(start, iter(_data_inputs(ctx, start)))]
-        done.add(start)
-        while stack:
-            i, it = stack[-1]
-            for j in it:
-                if j not in done:
-                    done.add(j)
-                    stack.append((j, iter(_data_inputs(ctx, j))))
-                    break
+        stack, pending = [None], [iter((start,))]  # a root above the output's node
+        while pending:
+            for j in pending[-1]:
+                if j in done:
+                    continue
+                done.add(j)
+                node = nodes[j]
+                op, inputs = node.op_type, node.input
+                if op in _LEAVES:
+                    nxt = ()
+                elif len(inputs) == 1 or op in _SHAPE_ARGS:
+                    k = get(inputs[0]) if inputs and inputs[0] not in linked else None
+                    nxt = () if k is None else (k,)
+                else:
+                    data = [v for v in inputs if v and v not in linked]
+                    k = get(data[0]) if len(data) == 1 else None
+                    nxt = _ordered_inputs(ctx, data, op) if len(data) > 1 else () if k is None else (k,)
+                stack.append(j)
+                pending.append(iter(nxt))
+                break
             else:
-                stack.pop()
-                order.append(i)
+                pending.pop()
+                i = stack.pop()
+                if i is not None:
+                    order.append(i)
     return order
 
 

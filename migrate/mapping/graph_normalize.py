@@ -21,7 +21,7 @@ import math
 import struct
 from typing import Callable
 
-__all__ = ["RECURRENT", "fuse_patterns", "packed_linear_nodes", "recurrent_nodes", "small_constants"]
+__all__ = ["PATTERN_STARTS", "RECURRENT", "fuse_patterns", "packed_linear_nodes", "recurrent_nodes", "small_constants"]
 
 RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
 _PLUMBING = frozenset({"Slice", "Split", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Identity",
@@ -29,13 +29,14 @@ _PLUMBING = frozenset({"Slice", "Split", "Concat", "Unsqueeze", "Squeeze", "Resh
 _SLOT_ROLES = {1: ("weight_ih",), 2: ("weight_hh",), 3: ("bias_ih", "bias_hh")}
 
 
-def recurrent_nodes(nodes, producer, params) -> tuple[dict, set]:
+def recurrent_nodes(nodes, producer, params, indices=None) -> tuple[dict, set]:
     """Return the recurrent nodes' tensors by role and the indices of the plumbing nodes that feed their weights.
 
     Args:
         nodes: the graph's nodes (``op_type``, ``input``, ``output``), in file order.
         producer: value name -> index of the node that writes it.
         params: the names that are parameters.
+        indices: the indices of the nodes that may be recurrent, in order (default: all).
 
     Returns:
         ``({node index: {role: parameter name}}, plumbing node indices)``. The plumbing is not a parameter node
@@ -47,7 +48,8 @@ def recurrent_nodes(nodes, producer, params) -> tuple[dict, set]:
         {'weight_ih': 'weight_ih_l0', 'weight_hh': 'weight_hh_l0', 'bias_ih': 'bias_ih_l0', 'bias_hh': 'bias_hh_l0'}
     """
     roles_by_node, plumbing = {}, set()
-    for i, node in enumerate(nodes):
+    for i in range(len(nodes)) if indices is None else indices:
+        node = nodes[i]
         if node.op_type not in RECURRENT:
             continue
         roles = {}
@@ -101,32 +103,33 @@ def _scalar(t) -> float:
     return float(onnx.numpy_helper.to_array(t).reshape(-1)[0])
 
 
-def fuse_patterns(nodes: list, params, consts: dict | Callable[[], dict], make_node) -> list:
-    """Return ``nodes`` with decomposed LayerNorm and erf-GELU each replaced by one node (topological order kept).
+def fuse_patterns(nodes: list, producer: dict, consumers: dict, params, consts: dict | Callable[[], dict],
+                  make_node, indices=None) -> tuple[dict, set]:
+    """Find decomposed LayerNorms and erf-GELUs, each to be replaced by one node.
 
     Args:
         nodes: the graph's nodes (``op_type``, ``input``, ``output``, ``name``, ``attribute``) in file order.
+        producer: value name -> index of the node that writes it.
+        consumers: value name -> indices of the nodes that read it.
         params: the names that are parameters.
         consts: ``small_constants`` of the graph, or a function that returns them (called only when a pattern's
             first op is in the graph).
         make_node: ``(op_type, inputs, outputs, name, attrs dict) -> node`` of the caller's node type.
+        indices: the indices of the nodes that may start a pattern, in order (default: all).
 
     Returns:
-        The new node list (the same list when nothing matched).
+        ``({index: fused node}, indices of the nodes it replaces)``: the fused node takes the index of the
+        pattern's last node (so topological order holds), and the other nodes of the pattern go.
 
     Example:
-        >>> [n.op_type for n in fuse_patterns(nodes, params, consts, make)]  # doctest: +SKIP
-        ['Gemm', 'Gelu', 'Gemm', 'LayerNormalization']
+        >>> fused, dropped = fuse_patterns(nodes, producer, consumers, params, consts, make)  # doctest: +SKIP
+        >>> [n.op_type for n in fused.values()]
+        ['Gelu', 'LayerNormalization']
     """
-    starts = [i for i, n in enumerate(nodes) if n.op_type in _PATTERNS]
+    starts = [i for i in (range(len(nodes)) if indices is None else indices) if nodes[i].op_type in _PATTERNS]
     if not starts:
-        return nodes
+        return {}, set()
     consts = consts() if callable(consts) else consts
-    producer = {out: i for i, n in enumerate(nodes) for out in n.output}
-    consumers: dict = {}
-    for i, n in enumerate(nodes):
-        for v in n.input:
-            consumers.setdefault(v, []).append(i)
     ctx = (nodes, producer, consumers, params, consts)
     replace, drop = {}, set()
     for i in starts:
@@ -136,9 +139,7 @@ def fuse_patterns(nodes: list, params, consts: dict | Callable[[], dict], make_n
         matched, last, op, inputs, attrs = found
         drop |= matched
         replace[last] = make_node(op, inputs, [nodes[last].output[0]], nodes[last].name, attrs)
-    if not replace:
-        return nodes
-    return [replace.get(i, n) for i, n in enumerate(nodes) if i in replace or i not in drop]
+    return replace, drop - replace.keys()
 
 
 def _single(ctx, value, op=None):
@@ -247,9 +248,10 @@ def _hard(ctx, i):
 
 
 _PATTERNS = {"Div": _layer_norm, "Erf": _gelu, "Clip": _hard}
+PATTERN_STARTS = frozenset(_PATTERNS)  # the op types a pattern of ``fuse_patterns`` starts at
 
 
-def packed_linear_nodes(nodes, producer, params, views) -> tuple[dict, set]:
+def packed_linear_nodes(nodes, producer, params, views, indices=None) -> tuple[dict, set]:
     """Linear nodes whose weight is several parameters packed together, split into one entry per parameter.
 
     Args:
@@ -257,6 +259,7 @@ def packed_linear_nodes(nodes, producer, params, views) -> tuple[dict, set]:
         producer: value name -> index of the node that writes it.
         params: parameter name -> stored shape.
         views: values that are a parameter seen through Transpose/Identity/Cast.
+        indices: the indices of the nodes that may be such a Gemm, in order (default: all).
 
     Returns:
         ``({plumbing node index: (gemm index, {'weight': name, 'bias': name})}, plumbing node indices)``; each
@@ -268,7 +271,8 @@ def packed_linear_nodes(nodes, producer, params, views) -> tuple[dict, set]:
         ['cell0_query_weight', 'cell0_key_weight', 'cell0_value_weight']
     """
     parts, plumbing = {}, set()
-    for i, node in enumerate(nodes):
+    for i in range(len(nodes)) if indices is None else indices:
+        node = nodes[i]
         if node.op_type != "Gemm" or len(node.input) < 2 or node.input[1] in params or node.input[1] in views:
             continue
         seen: set = set()

@@ -176,6 +176,8 @@ def _entry(a: ParamNode, b: ParamNode, role: str, fold: bool) -> dict:
 
 def _steps(a: ParamNode, b: ParamNode, role: str) -> list:
     """Layout steps MXNet stored -> canonical -> torch stored, with identities dropped and reshapes merged."""
+    if not a.layout.get(role) and not b.layout.get(role) and tuple(a.shapes[role]) == tuple(b.shapes[role]):
+        return []  # both stored in the canonical layout (most tensors)
     steps, shape = [], tuple(a.shapes[role])
     for step, arg in a.layout.get(role, []):
         steps.append((step, tuple(arg)))

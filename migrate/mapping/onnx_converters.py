@@ -11,6 +11,12 @@
   ``reverse=True`` (18 nodes per Reshape: a GluonNLP BERT-base graph spends 1,525 of its 2,933 nodes on it), and
   refuses the ``-2``/``-3``/``-4`` codes outside a few listed cases. The input shapes are fixed at export, so the
   target is a constant: the graph computes the same and matching reads 1,400 nodes less.
+- GluonNLP's interleaved attention (``_contrib_interleaved_matmul_selfatt_qk``/``_valatt``) with the projection's
+  shape known at export: 7 nodes each, where MXNet's converters compute every shape in the graph (29 and 19 nodes,
+  of which 12 and 9 carry data).
+- ``LayerNorm`` over the last axis: one ONNX ``LayerNormalization`` (opset 17), as torch exports it, where MXNet's
+  converter writes 10 nodes of arithmetic (``migrate.mapping.graph_normalize`` still fuses that form when a torch
+  model writes it by hand).
 - The opset: MXNet's converters are written for opsets 12 and 13 (``LayerNorm`` emits ``ReduceMean`` with an
   ``axes`` attribute, an input from opset 18 on); ``EXPORT_OPSET`` (17) keeps every one of them valid.
 """
@@ -55,8 +61,10 @@ def mxnet_converters(static_shapes=None):
     from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph
     table = MXNetGraph.registry_.setdefault(13, {})
     converters = dict(_CONVERTERS)
+    converters["LayerNorm"] = _fused_layer_norm(_registered("LayerNorm", 13))
     if static_shapes:
         converters["Reshape"] = _static_reshape(static_shapes, _registered("Reshape", 13))
+        converters.update(_static_attention(static_shapes, {op: _registered(op, 13) for op in _ATTENTION}))
     saved = {op: table.get(op) for op in converters}
     table.update(converters)
     newest, check_graph = onnx.defs.onnx_opset_version, onnx.checker.check_graph
@@ -102,6 +110,74 @@ def _static_reshape(shapes: dict, original):
                                                              np.array(shape, np.int64)))
         return [make_node("Reshape", [kwargs["outputs_lookup"][source][index].name, target], [name], name=name)]
     return convert_reshape
+
+
+def _int64(kwargs, name: str, values) -> str:
+    """Add an int64 initializer (a scalar when ``values`` is an int) and return its name."""
+    import numpy as np
+    import onnx.numpy_helper
+    kwargs["initializer"].append(onnx.numpy_helper.from_array(np.array(values, np.int64), name))
+    return name
+
+
+def _heads_first(kwargs, name: str, qkv: str, shape: tuple, heads: int) -> tuple[list, str, int]:
+    """Nodes that bring an interleaved ``(L, B, heads * 3 * D)`` projection to ``(3, B * heads, L, D)``."""
+    from onnx.helper import make_node
+    length, batch, width = shape
+    depth = width // (3 * heads)
+    target = _int64(kwargs, f"{name}_qkv_shape", [length, batch * heads, 3, depth])
+    return [make_node("Reshape", [qkv, target], [f"{name}_qkv"]),
+            make_node("Transpose", [f"{name}_qkv"], [f"{name}_qkv_t"], perm=[2, 1, 0, 3])], f"{name}_qkv_t", depth
+
+
+def _static_attention(shapes: dict, originals: dict) -> dict:
+    """GluonNLP's interleaved attention converters (``_contrib_interleaved_matmul_selfatt_qk``/``_valatt``) with
+    the projection's shape known: 7 nodes each, where MXNet's compute every shape in the graph (12 and 19 nodes,
+    9 after ``fold_constants``). Where the shape is unknown, ``originals`` convert."""
+    import numpy as np
+    from onnx.helper import make_node
+
+    def lookup(node, kwargs, slot):
+        source, index, *_ = node["inputs"][slot]
+        value = kwargs["outputs_lookup"][source][index]
+        return value.name, value.dtype
+
+    def convert_qk(node, **kwargs):
+        (qkv, dtype), heads = lookup(node, kwargs, 0), int(node["attrs"]["heads"])
+        shape = shapes.get(qkv)
+        if shape is None or len(shape) != 3:
+            return originals["_contrib_interleaved_matmul_selfatt_qk"](node, **kwargs)
+        name = node["name"]
+        nodes, qkv_t, depth = _heads_first(kwargs, name, qkv, shape, heads)
+        scale = np.array(np.float32(1) / np.sqrt(np.float32(depth)), dtype=np.dtype(dtype))
+        import onnx.numpy_helper
+        kwargs["initializer"].append(onnx.numpy_helper.from_array(scale, f"{name}_scale"))
+        return nodes + [
+            make_node("Gather", [qkv_t, _int64(kwargs, f"{name}_q", 0)], [f"{name}_query"], axis=0),
+            make_node("Gather", [qkv_t, _int64(kwargs, f"{name}_k", 1)], [f"{name}_key"], axis=0),
+            make_node("Mul", [f"{name}_query", f"{name}_scale"], [f"{name}_query_scaled"]),
+            make_node("Transpose", [f"{name}_key"], [f"{name}_key_t"], perm=[0, 2, 1]),
+            make_node("MatMul", [f"{name}_query_scaled", f"{name}_key_t"], [name], name=name)]
+
+    def convert_valatt(node, **kwargs):
+        (qkv, _), (att, _), heads = lookup(node, kwargs, 0), lookup(node, kwargs, 1), int(node["attrs"]["heads"])
+        shape = shapes.get(qkv)
+        if shape is None or len(shape) != 3:
+            return originals["_contrib_interleaved_matmul_selfatt_valatt"](node, **kwargs)
+        name = node["name"]
+        nodes, qkv_t, depth = _heads_first(kwargs, name, qkv, shape, heads)
+        length, batch, _ = shape
+        return nodes + [
+            make_node("Gather", [qkv_t, _int64(kwargs, f"{name}_v", 2)], [f"{name}_value"], axis=0),
+            make_node("MatMul", [att, f"{name}_value"], [f"{name}_heads"]),
+            make_node("Reshape", [f"{name}_heads", _int64(kwargs, f"{name}_split", [batch, heads, length, depth])],
+                      [f"{name}_split_heads"]),
+            make_node("Transpose", [f"{name}_split_heads"], [f"{name}_seq_first"], perm=[2, 0, 1, 3]),
+            make_node("Reshape", [f"{name}_seq_first", _int64(kwargs, f"{name}_merge", [length, batch, -1])],
+                      [name], name=name)]
+
+    return {"_contrib_interleaved_matmul_selfatt_qk": convert_qk,
+            "_contrib_interleaved_matmul_selfatt_valatt": convert_valatt}
 
 
 def _rnn_params(node, mx_graph) -> dict:
@@ -203,4 +279,22 @@ def convert_rnn(node, **kwargs):
     return nodes
 
 
+def _fused_layer_norm(original):
+    """A LayerNorm converter: one ONNX ``LayerNormalization`` over the last axis (the form torch exports), else
+    ``original``. MXNet's converter writes it as 10 nodes of ReduceMean/Sub/Pow/Sqrt/Div arithmetic; ONNX's op
+    normalises every axis from ``axis`` on, so it is the same computation only for the last one."""
+    def convert_layer_norm(node, **kwargs):
+        attrs = node.get("attrs", {})
+        if (int(attrs.get("axis", -1)) != -1 or attrs.get("output_mean_var", "False") in ("True", "1", "true")
+                or kwargs.get("opset_version", 0) < 17):
+            return original(node, **kwargs)
+        from onnx.helper import make_node
+        name = node["name"]
+        x, gamma, beta = (kwargs["outputs_lookup"][src][index].name for src, index, *_ in node["inputs"])
+        return [make_node("LayerNormalization", [x, gamma, beta], [name], name=name, axis=-1,
+                          epsilon=float(attrs.get("eps", 1e-5)))]
+    return convert_layer_norm
+
+
 _CONVERTERS = {"RNN": convert_rnn}
+_ATTENTION = ("_contrib_interleaved_matmul_selfatt_qk", "_contrib_interleaved_matmul_selfatt_valatt")
