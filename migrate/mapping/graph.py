@@ -128,7 +128,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
         ('linear', 2, 4)
     """
     g = model.graph
-    nodes, producer = _data_nodes(g)
+    nodes, producer, sources = _data_nodes(g)
     consumers, by_op = _consumers(nodes), _op_index(nodes)
     params, scalars = _initializers(g, param_names, consumers)
     constants = [nodes[i] for i in by_op.get("Constant", [])]
@@ -136,7 +136,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
                                    functools.partial(small_constants, scalars, constants), _new_node,
                                    indices=_of(by_op, PATTERN_STARTS))
     if fused:
-        _apply_fusions(nodes, producer, consumers, fused, dropped)
+        _apply_fusions(nodes, producer, consumers, sources, fused, dropped)
         by_op = _op_index(nodes)
     views = _param_views(nodes, params, _of(by_op, _VIEWS))
     linked = params.keys() | views.keys()
@@ -152,8 +152,8 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     _add_recurrent(nodes, params, recurrent, pnodes)
     _add_packed(nodes, params, packed, pnodes)
     fused = _fuse_biases(nodes, pnodes, biases, producer, consumers, params, views)
-    ctx = _Ctx(nodes, producer, pnodes, views, params, fused, _with_params_behind(nodes, producer, pnodes, views),
-               linked)
+    sources = _without(sources, {producer[v] for v in views if v in producer})
+    ctx = _Ctx(nodes, producer, pnodes, views, params, fused, _with_params_behind(sources, pnodes), linked, sources)
     order = _post_order(ctx, [o.name for o in g.output])
     ranked = [pnodes[i] for i in order if i in pnodes]
     for k, p in enumerate(ranked):
@@ -187,13 +187,13 @@ class _Node(NamedTuple):
 _DROPPED = _Node("", [], [], onnx.NodeProto())  # what a node fused into another leaves at its index
 
 
-def _data_nodes(graph) -> tuple[list, dict]:
-    """Copies of the nodes that feed a graph output through data, in file (topological) order, and value name ->
-    index of the node (in that list) that writes it.
+def _data_nodes(graph) -> tuple[list, dict, list]:
+    """Copies of the nodes that feed a graph output through data, in file (topological) order, value name -> index
+    of the node (in that list) that writes it, and each node's ``_data_sources``.
 
-    The walk back from the outputs follows what ``_post_order`` and ``_branch_signatures`` can reach with a
-    parameter behind it: not the inputs of a leaf (``Shape``, ``Constant``, ...) nor the shape/index inputs of
-    ``_SHAPE_ARGS`` ops. What this leaves out carries no parameter: shape arithmetic that ``fold_constants`` could
+    A sweep back from the outputs follows the edges that ``_post_order`` and ``_branch_signatures`` walk
+    (``_data_sources``): not the inputs of a leaf (``Shape``, ``Constant``, ...) nor the shape/index inputs of
+    ``_SHAPE_ARGS`` ops. What this leaves out carries no parameter: shape arithmetic that ``simplify_graph`` could
     not fold (the export folds it where input shapes fix it), a node whose only reader is a ``Shape``.
     Every node's op type, inputs and outputs are copied in one sweep (protobuf field access is slow in pure
     python; it is most of what reading a graph costs); the name and attributes only when asked for.
@@ -202,25 +202,26 @@ def _data_nodes(graph) -> tuple[list, dict]:
     nodes = list(map(_Node, [n.op_type for n in protos], [n.input[:] for n in protos],
                      [n.output[:] for n in protos], protos))
     producer = {v: i for i, n in enumerate(nodes) for v in n.output}
-    stack = [producer[o.name] for o in graph.output if o.name in producer]
-    read = set(stack)
-    while stack:
-        node = nodes[stack.pop()]
-        op = node.op_type
-        for v in () if op in _LEAVES else node.input[:1] if op in _SHAPE_ARGS else node.input:
-            j = producer.get(v)
-            if j is not None and j not in read:
-                read.add(j)
-                stack.append(j)
-    if len(read) == len(nodes):
-        return nodes, producer
-    nodes = [nodes[i] for i in sorted(read)]
-    return nodes, {v: i for i, n in enumerate(nodes) for v in n.output}
+    sources = _data_sources(nodes, producer)
+    live = bytearray(len(nodes))
+    for o in graph.output:
+        if o.name in producer:
+            live[producer[o.name]] = 1
+    for i in range(len(nodes) - 1, -1, -1):  # ONNX lists nodes in topological order: readers come after
+        if live[i]:
+            for j in sources[i]:
+                live[j] = 1
+    if all(live):
+        return nodes, producer, sources
+    nodes = [n for n, keep in zip(nodes, live) if keep]
+    producer = {v: i for i, n in enumerate(nodes) for v in n.output}
+    return nodes, producer, _data_sources(nodes, producer)
 
 
-def _apply_fusions(nodes, producer, consumers, fused: dict, dropped: set) -> None:
+def _apply_fusions(nodes, producer, consumers, sources, fused: dict, dropped: set) -> None:
     """Put each fused node at its index and leave an empty node at each dropped index (indices stay valid), with
-    ``producer`` and ``consumers`` kept in step."""
+    ``producer``, ``consumers`` and ``sources`` kept in step."""
+    changed = set()
     for i, node in [*fused.items(), *((i, _DROPPED) for i in dropped)]:
         old = nodes[i]
         for v in old.input:
@@ -230,7 +231,11 @@ def _apply_fusions(nodes, producer, consumers, fused: dict, dropped: set) -> Non
         for v in old.output:
             if v not in node.output:
                 del producer[v]
+                changed.update(consumers.get(v, ()))
         nodes[i] = node
+        changed.add(i)
+    for i in changed:
+        sources[i] = _sources_of(nodes[i], producer.get)
 
 
 def _op_index(nodes) -> dict:
@@ -285,20 +290,40 @@ class _Ctx:
     fused: set
     behind: set = field(default_factory=set)
     linked: set = field(default_factory=set)  # params and views: values that are not data
+    sources: list = field(default_factory=list)  # per node, the producers of its data inputs (``_data_sources``)
 
 
-def _with_params_behind(nodes, producer, pnodes, views) -> set:
-    """Indices of the nodes with a parameter node at or behind them, along the edges ``_branch_signatures`` walks."""
-    out: set = set()
+def _data_sources(nodes, producer) -> list:
+    """Per node, the indices of the nodes that write its data inputs, in slot order: none for a leaf (``Shape``,
+    ``Constant``, ...), the first input only for a ``_SHAPE_ARGS`` op. These are the edges every walk of the graph
+    follows (which nodes are data, canonical order, branch signatures, parameters behind); ``_without`` then drops
+    the views of parameters."""
     get = producer.get
-    for i, n in enumerate(nodes):  # ONNX lists nodes in topological order
-        if i in pnodes:
+    return [_sources_of(n, get) for n in nodes]
+
+
+def _sources_of(node, get):
+    """One node's entry of ``_data_sources`` (``get``: the producer lookup)."""
+    op = node.op_type
+    if op in _LEAVES:
+        return ()
+    found = [get(v) for v in (node.input[:1] if op in _SHAPE_ARGS else node.input)]
+    return [j for j in found if j is not None] if None in found else found
+
+
+def _without(sources: list, drop: set) -> list:
+    """``sources`` with the indices in ``drop`` left out."""
+    if not drop:
+        return sources
+    return [srcs if drop.isdisjoint(srcs) else [j for j in srcs if j not in drop] for srcs in sources]
+
+
+def _with_params_behind(sources, pnodes) -> set:
+    """Indices of the nodes with a parameter node at or behind them, along ``sources``."""
+    out: set = set()
+    for i, srcs in enumerate(sources):  # ONNX lists nodes in topological order
+        if i in pnodes or not out.isdisjoint(srcs):
             out.add(i)
-        elif n.op_type not in _LEAVES:
-            for v in n.input:
-                if get(v) in out and v not in views:
-                    out.add(i)
-                    break
     return out
 
 
@@ -465,38 +490,32 @@ def _numel(shape) -> int:
     return n
 
 
-def _ordered_inputs(ctx: _Ctx, values: list, op: str) -> list:
-    """The producers of the data inputs ``values`` (two or more) of an ``op`` node, in the order the canonical walk
-    visits them (the walk reads the one data input of other nodes itself)."""
-    if op in COMMUTATIVE:
-        with_params = [ctx.producer.get(v) in ctx.behind for v in values]
-        # one branch with parameters: it sorts last, the others keep slot order (what the signatures would give,
-        # without walking a constant branch back to the graph's start)
-        keys = _branch_signatures(ctx, values) if sum(with_params) > 1 else with_params
-        values = [v for _, _, v in sorted(zip(keys, range(len(values)), values))]
-    return [ctx.producer[v] for v in values if v in ctx.producer]
+def _ordered_inputs(ctx: _Ctx, srcs: list) -> list:
+    """The producers ``srcs`` of a commutative node's data inputs, in the order the canonical walk visits them."""
+    with_params = [j in ctx.behind for j in srcs]
+    # one branch with parameters: it sorts last, the others keep slot order (what the signatures would give,
+    # without walking a constant branch back to the graph's start)
+    keys = _branch_signatures(ctx, srcs) if sum(with_params) > 1 else with_params
+    return [j for _, _, j in sorted(zip(keys, range(len(srcs)), srcs))]
 
 
-def _branch_signatures(ctx: _Ctx, values) -> list:
-    """For each input value, (count, sorted labels) of the parameter nodes behind it and behind no sibling.
+def _branch_signatures(ctx: _Ctx, srcs) -> list:
+    """For each input (by the index of its producer), (count, sorted labels) of the parameter nodes behind it and
+    behind no sibling.
 
     Walks backwards in decreasing topological index and stops where all branches have met, so the cost is the
     size of the region between the fork and this node, not of the whole graph. Nodes are in topological order, so
     every node's producers come later in the walk: a scan down the indices (a dict lookup each) visits them in
     order without a heap.
     """
-    full = (1 << len(values)) - 1
+    full = (1 << len(srcs)) - 1
     mask: dict[int, int] = {}
-    for b, v in enumerate(values):
-        src = ctx.producer.get(v)
-        if src is not None:
-            mask[src] = mask.get(src, 0) | (1 << b)
-    if not mask:
-        return [(0, ())] * len(values)
-    labels: list[list[str]] = [[] for _ in values]
-    single = {1 << b: b for b in range(len(values))}
+    for b, src in enumerate(srcs):
+        mask[src] = mask.get(src, 0) | (1 << b)
+    labels: list[list[str]] = [[] for _ in srcs]
+    single = {1 << b: b for b in range(len(srcs))}
     open_count = sum(1 for m in mask.values() if m != full)
-    get, views, nodes, pnodes, seen = ctx.producer.get, ctx.views, ctx.nodes, ctx.pnodes, mask.get
+    sources, pnodes, seen = ctx.sources, ctx.pnodes, mask.get
     i = max(mask) + 1
     while open_count > 0:
         i -= 1
@@ -506,13 +525,7 @@ def _branch_signatures(ctx: _Ctx, values) -> list:
         open_count -= 1
         if i in pnodes and m in single:
             labels[single[m]].append(repr(pnodes[i].label))
-        node = nodes[i]
-        if node.op_type in _LEAVES:
-            continue
-        for v in node.input:
-            src = get(v)
-            if src is None or v in views:
-                continue
+        for src in sources[i]:
             old = seen(src)
             new = (old or 0) | m
             if old is None:
@@ -524,16 +537,12 @@ def _branch_signatures(ctx: _Ctx, values) -> list:
 
 
 def _post_order(ctx: _Ctx, outputs) -> list:
-    """Node indices in post-order from the graph outputs (iterative: 1,000-layer chains need no recursion).
-
-    A node's data inputs are visited in ``_ordered_inputs`` order; a leaf has none, and a one-input or
-    ``_SHAPE_ARGS`` node has its first input only. Nodes with one data input (most, parameters aside) are read here:
-    a call per node was most of the walk's cost.
-    """
-    nodes, get, linked = ctx.nodes, ctx.producer.get, ctx.linked
+    """Node indices in post-order from the graph outputs (iterative: 1,000-layer chains need no recursion), each
+    node's data inputs (``ctx.sources``) in slot order, those of a commutative node in ``_ordered_inputs`` order."""
+    nodes, sources = ctx.nodes, ctx.sources
     order, done = [], set()
     for out in outputs:
-        start = get(out)
+        start = ctx.producer.get(out)
         if start is None or start in done:
             continue
         stack, pending = [None], [iter((start,))]  # a root above the output's node
@@ -542,17 +551,9 @@ def _post_order(ctx: _Ctx, outputs) -> list:
                 if j in done:
                     continue
                 done.add(j)
-                node = nodes[j]
-                op, inputs = node.op_type, node.input
-                if op in _LEAVES:
-                    nxt = ()
-                elif len(inputs) == 1 or op in _SHAPE_ARGS:
-                    k = get(inputs[0]) if inputs and inputs[0] not in linked else None
-                    nxt = () if k is None else (k,)
-                else:
-                    data = [v for v in inputs if v and v not in linked]
-                    k = get(data[0]) if len(data) == 1 else None
-                    nxt = _ordered_inputs(ctx, data, op) if len(data) > 1 else () if k is None else (k,)
+                nxt = sources[j]
+                if len(nxt) > 1 and nodes[j].op_type in COMMUTATIVE:
+                    nxt = _ordered_inputs(ctx, nxt)
                 stack.append(j)
                 pending.append(iter(nxt))
                 break

@@ -313,14 +313,18 @@ def _remove_no_ops(graph) -> None:
 
 
 def _share_constants(graph, params: set) -> None:
-    """Keep one initializer of each set of equal small constants (no parameters, no graph inputs); their readers
-    read the one kept."""
+    """Keep one initializer of each set of equal small constants (no parameters, no graph inputs or outputs); their
+    readers read the one kept."""
     import onnx.numpy_helper
-    inputs = {i.name for i in graph.input}
+    inputs = {i.name for i in graph.input} | {o.name for o in graph.output}
     first, rename, kept = {}, {}, []
     for t in graph.initializer:
         if _is_constant(t, params) and t.name not in inputs:
-            value = onnx.numpy_helper.to_array(t)
+            try:
+                value = onnx.numpy_helper.to_array(t)
+            except Exception:  # a type numpy cannot hold: stays as it is
+                kept.append(t)
+                continue
             key = (t.data_type, value.shape, value.tobytes())
             if key in first:
                 rename[t.name] = first[key]
