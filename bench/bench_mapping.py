@@ -4,7 +4,8 @@ Run: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_mapping.py [--quick]
 
 Prints one table for real-size pairs (model-zoo resnet50_v1 vs torchvision resnet50, densenet121 vs densenet121,
 a synthetic chain of 1,000 Dense/Linear layers, GluonNLP BERT-base vs HF BertModel with the matching time per tensor
-against resnet50's and whether it is within the target of 2x) and one for chains of growing depth with the fitted
+against resnet50's and whether it is within the target of 2x, in this process and in 7 fresh ones on the same
+exports) and one for chains of growing depth with the fitted
 exponent of matching time against n (1.0 is linear; n log n over this range fits about 1.16). "matching" is
 param_graph on both ONNX graphs plus match_graphs, best of 30 runs; exports are timed separately and include
 ``simplify_graph`` (shape arithmetic folded, no-op, repeated and reshape-chain nodes removed). "nodes/tensor" counts
