@@ -68,6 +68,7 @@ def simplify_graph(model, params) -> None:
     _merge_repeats(graph)
     if _collapse_reshapes(graph, shapes):
         _share_constants(graph, params)
+    _drop_unread_constants(graph, params)
 
 
 def _has_subgraphs(graph) -> bool:
@@ -132,6 +133,7 @@ def _collapse_reshapes(graph, shapes: dict) -> bool:
     import onnx.numpy_helper
     readers = collections.Counter(v for node in graph.node for v in node.input)
     readers.update(o.name for o in graph.output)
+    names = {t.name for t in graph.initializer} | set(readers) | {v for node in graph.node for v in node.output}
     made, dropped, targets = {}, set(), {}
     for i, node in enumerate(graph.node):
         if node.op_type not in _RESHAPES:
@@ -141,7 +143,7 @@ def _collapse_reshapes(graph, shapes: dict) -> bool:
         if source is not None and readers[node.input[0]] == 1 and shape is not None and 0 not in shape:
             j, inner = source
             if shape not in targets:
-                targets[shape] = f"{out}_static_shape"
+                targets[shape] = _unused_name(f"{out}_shape", names)
                 graph.initializer.append(onnx.numpy_helper.from_array(np.array(shape, np.int64), targets[shape]))
             data = inner.input[0]
             node.op_type = "Reshape"
@@ -155,6 +157,30 @@ def _collapse_reshapes(graph, shapes: dict) -> bool:
         del graph.node[:]
         graph.node.extend(kept)
     return bool(dropped)
+
+
+def _unused_name(name: str, names: set) -> str:
+    """``name``, or ``name_1``, ``name_2``, ...: the first not in ``names`` (added to it)."""
+    candidate, k = name, 0
+    while candidate in names:
+        k += 1
+        candidate = f"{name}_{k}"
+    names.add(candidate)
+    return candidate
+
+
+def _drop_unread_constants(graph, params: set) -> None:
+    """Remove the initializers that no node reads and that are no parameter, graph input or output."""
+    keep = {v for node in graph.node for v in node.input} | params | {i.name for i in graph.input} | {
+        o.name for o in graph.output}
+    _remove_initializers(graph, lambda t: t.name not in keep)
+
+
+def _remove_initializers(graph, gone) -> None:
+    """Delete the initializers for which ``gone(tensor)`` is true, one by one: the others are not copied (a model
+    exported with its weights may hold gigabytes)."""
+    for k in [k for k, t in enumerate(graph.initializer) if gone(t)][::-1]:
+        del graph.initializer[k]
 
 
 def _static_shapes(model, params) -> dict:
@@ -285,9 +311,7 @@ def _keep_live(graph, nodes: list, params) -> None:
     live.reverse()
     del graph.node[:]
     graph.node.extend(live)
-    kept = [t for t in graph.initializer if t.name in needed or t.name in params]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
+    _remove_initializers(graph, lambda t: t.name not in needed and t.name not in params)
     infos = [info for info in graph.value_info if info.name in needed]
     del graph.value_info[:]
     graph.value_info.extend(infos)
@@ -317,25 +341,21 @@ def _share_constants(graph, params: set) -> None:
     readers read the one kept."""
     import onnx.numpy_helper
     inputs = {i.name for i in graph.input} | {o.name for o in graph.output}
-    first, rename, kept = {}, {}, []
+    first, rename = {}, {}
     for t in graph.initializer:
         if _is_constant(t, params) and t.name not in inputs:
             try:
                 value = onnx.numpy_helper.to_array(t)
             except Exception:  # a type numpy cannot hold: stays as it is
-                kept.append(t)
                 continue
             key = (t.data_type, value.shape, value.tobytes())
             if key in first:
                 rename[t.name] = first[key]
-                continue
-            first[key] = t.name
-        kept.append(t)
-    if not rename:
-        return
-    _rename_inputs(graph.node, rename)
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
+            else:
+                first[key] = t.name
+    if rename:
+        _rename_inputs(graph.node, rename)
+        _remove_initializers(graph, lambda t: t.name in rename)
 
 
 def _drops_nothing(node, constants) -> bool:
