@@ -133,7 +133,7 @@ def _heads_first(kwargs, name: str, qkv: str, shape: tuple, heads: int) -> tuple
 def _static_attention(shapes: dict, originals: dict) -> dict:
     """GluonNLP's interleaved attention converters (``_contrib_interleaved_matmul_selfatt_qk``/``_valatt``) with
     the projection's shape known: 7 nodes each, where MXNet's compute every shape in the graph (12 and 19 nodes,
-    9 after ``fold_constants``). Where the shape is unknown, ``originals`` convert."""
+    9 after ``simplify_graph``). Where the shape is unknown, ``originals`` convert."""
     import numpy as np
     from onnx.helper import make_node
 
