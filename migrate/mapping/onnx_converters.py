@@ -132,8 +132,8 @@ def _heads_first(kwargs, name: str, qkv: str, shape: tuple, heads: int) -> tuple
 
 def _static_attention(shapes: dict, originals: dict) -> dict:
     """GluonNLP's interleaved attention converters (``_contrib_interleaved_matmul_selfatt_qk``/``_valatt``) with
-    the projection's shape known: 7 nodes each, where MXNet's compute every shape in the graph (12 and 19 nodes,
-    9 after ``simplify_graph``). Where the shape is unknown, ``originals`` convert."""
+    the projection's shape known: 7 nodes each, where MXNet's compute every shape in the graph (29 and 19 nodes,
+    12 and 9 once ``simplify_graph`` has folded the shapes). Where the shape is unknown, ``originals`` convert."""
     import numpy as np
     from onnx.helper import make_node
 
