@@ -168,3 +168,57 @@ class TestAlign:
     def test_align(self, a, b, expected):
         """Equal labels zip, the rest become gaps on one side."""
         assert align(a, b) == expected
+
+
+class _MxLayerNormBlock:
+    """Dense -> LayerNorm -> Dense in Gluon (exports LayerNorm as one ONNX LayerNormalization)."""
+
+    @staticmethod
+    def build(eps=1e-5):
+        import mxnet as mx
+        net = mx.gluon.nn.HybridSequential(prefix="")
+        with net.name_scope():
+            net.add(mx.gluon.nn.Dense(8, in_units=6, flatten=False, prefix="d0_"),
+                    mx.gluon.nn.LayerNorm(in_channels=8, epsilon=eps, prefix="ln_"),
+                    mx.gluon.nn.Dense(4, in_units=8, flatten=False, prefix="d1_"))
+        mx.random.seed(0)
+        net.initialize(mx.init.Normal(0.5))
+        net.collect_params()["ln_gamma"].set_data(mx.nd.random.uniform(0.5, 1.5, (8,)))
+        net.collect_params()["ln_beta"].set_data(mx.nd.random.uniform(-0.5, 0.5, (8,)))
+        return net
+
+
+class _TorchHandLayerNorm(torch.nn.Module):
+    """The same with LayerNorm written out in arithmetic (exports as ReduceMean/Sub/Pow/Sqrt/Div, Mul, Add)."""
+
+    def __init__(self, eps=1e-5):
+        super().__init__()
+        self.d0, self.d1, self.eps = torch.nn.Linear(6, 8), torch.nn.Linear(8, 4), eps
+        self.gamma, self.beta = torch.nn.Parameter(torch.ones(8)), torch.nn.Parameter(torch.zeros(8))
+
+    def forward(self, x):
+        h = self.d0(x)
+        d = h - h.mean(-1, keepdim=True)
+        h = d / torch.sqrt(d.pow(2).mean(-1, keepdim=True) + self.eps) * self.gamma + self.beta
+        return self.d1(h)
+
+
+class TestLayerNormForms:
+    def test_decomposed_layer_norm_matches_the_fused_op(self):
+        """A LayerNorm written in arithmetic on the torch side pairs with MXNet's fused one: gamma and beta map,
+        and the copied model reproduces MXNet within 1e-5."""
+        from migrate.mapping.export import export_torch
+        net, model = _MxLayerNormBlock.build(), _TorchHandLayerNorm()
+        ops = {n.op_type for n in export_torch(model, [(2, 3, 6)], [np.dtype("float32")]).graph.node}
+        assert {"ReduceMean", "Sqrt", "Div"} <= ops and "LayerNormalization" not in ops
+        mapping = migrate.name_mapping(net, model, (2, 3, 6))
+        assert mapping.ok, mapping.differences
+        assert mapping["ln_gamma"] == "gamma" and mapping["ln_beta"] == "beta" and mapping["d1_weight"] == "d1.weight"
+        mx_out, t_out = _outputs_after_copy(net, model, mapping, (2, 3, 6), None)
+        np.testing.assert_allclose(t_out, mx_out, rtol=0, atol=ATOL)
+
+    def test_epsilon_difference_is_reported(self):
+        """eps 1e-5 (MXNet) vs 1e-3 (torch, written by hand) is reported with both values."""
+        mapping = migrate.name_mapping(_MxLayerNormBlock.build(), _TorchHandLayerNorm(eps=1e-3), (2, 3, 6))
+        assert not mapping.ok
+        assert any("epsilon 1e-05 vs 0.001" in d for d in mapping.differences), mapping.differences
