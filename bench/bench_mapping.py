@@ -110,30 +110,24 @@ def measure(net, model, shape, dtypes=None) -> Measured:
     from unittest import mock
 
     from migrate.mapping import export
-    from migrate.mapping.graph import param_graph
-    from migrate.mapping.match import match_graphs
     shapes = shape if isinstance(shape, list) else [shape]
     dtypes = dtypes or [np.dtype("float32")] * len(shapes)
     source = export.load_mxnet(net, shapes, dtypes)
     t_mx, mx_onnx = _timed(export.export_mxnet, source, shapes, dtypes)
     t_torch, torch_onnx = _timed(export.export_torch, model, shapes, dtypes)
     keys = list(model.state_dict())
-
-    def match():
-        return match_graphs(param_graph(mx_onnx, source.params), param_graph(torch_onnx, keys), keys)
-
-    t_match, mapping = _timed(match, repeat=REPEAT)
+    graphs = (mx_onnx, list(source.params), torch_onnx, keys)
+    t_match, mapping = _timed_match(graphs)
     nodes = len(mx_onnx.graph.node) + len(torch_onnx.graph.node)
     t_read = _timed(_read_nodes, mx_onnx, torch_onnx, repeat=REPEAT)[0]
     with mock.patch.object(export, "simplify_graph", lambda model, params: None):
         raw = len(export.export_mxnet(source, shapes, dtypes).graph.node) + len(
             export.export_torch(model, shapes, dtypes).graph.node)
-    return Measured(t_mx, t_torch, t_match, mapping, t_read, nodes, raw,
-                    (mx_onnx, list(source.params), torch_onnx, keys))
+    return Measured(t_mx, t_torch, t_match, mapping, t_read, nodes, raw, graphs)
 
 
-def _match_time(graphs) -> float:
-    """Best of REPEAT of param_graph on both graphs plus match_graphs, per parameter tensor (ms)."""
+def _timed_match(graphs) -> tuple:
+    """(best of REPEAT seconds, mapping) of param_graph on both graphs plus match_graphs."""
     from migrate.mapping.graph import param_graph
     from migrate.mapping.match import match_graphs
     mx_onnx, mx_names, torch_onnx, keys = graphs
@@ -141,7 +135,12 @@ def _match_time(graphs) -> float:
     def match():
         return match_graphs(param_graph(mx_onnx, mx_names), param_graph(torch_onnx, keys), keys)
 
-    t_match, mapping = _timed(match, repeat=REPEAT)
+    return _timed(match, repeat=REPEAT)
+
+
+def _match_time(graphs) -> float:
+    """Matching time per parameter tensor (ms), best of REPEAT."""
+    t_match, mapping = _timed_match(graphs)
     return 1e3 * t_match / len(mapping)
 
 

@@ -10,7 +10,7 @@ matching reads. The export then costs the same for a model of 1 MB or 10 GB, and
 ``with_weights=True`` exports the values as well.
 
 Both exports are then made static (``migrate.mapping.simplify``): the input shapes are fixed, so the shape
-arithmetic each exporter writes is folded into constants, and no-op ``Identity``/``Dropout`` nodes go.
+arithmetic each exporter writes is folded into constants; no-op, repeated and reshape-chain nodes go.
 """
 from __future__ import annotations
 

@@ -153,7 +153,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     _add_packed(nodes, params, packed, pnodes)
     fused = _fuse_biases(nodes, pnodes, biases, producer, consumers, params, views)
     sources = _without(sources, {producer[v] for v in views if v in producer})
-    ctx = _Ctx(nodes, producer, pnodes, views, params, fused, _with_params_behind(sources, pnodes), linked, sources)
+    ctx = _Ctx(nodes, producer, pnodes, fused, _with_params_behind(sources, pnodes), sources)
     order = _post_order(ctx, [o.name for o in g.output])
     ranked = [pnodes[i] for i in order if i in pnodes]
     for k, p in enumerate(ranked):
@@ -285,12 +285,9 @@ class _Ctx:
     nodes: list
     producer: dict
     pnodes: dict
-    views: dict
-    params: dict
-    fused: set
-    behind: set = field(default_factory=set)
-    linked: set = field(default_factory=set)  # params and views: values that are not data
-    sources: list = field(default_factory=list)  # per node, the producers of its data inputs (``_data_sources``)
+    fused: set  # the bias Adds folded into the node before them
+    behind: set  # the nodes with a parameter node at or behind them
+    sources: list  # per node, the producers of its data inputs (``_data_sources``, parameter views left out)
 
 
 def _data_sources(nodes, producer) -> list:

@@ -100,16 +100,17 @@ def _static_reshape(shapes: dict, original):
         shape = shapes.get(node["name"])
         if shape is None:
             return original(node, **kwargs)
-        import numpy as np
-        import onnx
         from onnx.helper import make_node
         name = node["name"]
-        source, index, *_ = node["inputs"][0]
-        target = f"{name}_static_shape"
-        kwargs["initializer"].append(onnx.helper.make_tensor(target, onnx.TensorProto.INT64, [len(shape)],
-                                                             np.array(shape, np.int64)))
-        return [make_node("Reshape", [kwargs["outputs_lookup"][source][index].name, target], [name], name=name)]
+        target = _int64(kwargs, f"{name}_static_shape", list(shape))
+        return [make_node("Reshape", [_inputs(node, kwargs)[0].name, target], [name], name=name)]
     return convert_reshape
+
+
+def _inputs(node, kwargs) -> list:
+    """The ONNX values (``name``, ``dtype``) MXNet's exporter made of ``node``'s inputs, in slot order."""
+    lookup = kwargs["outputs_lookup"]
+    return [lookup[source][index] for source, index, *_ in node["inputs"]]
 
 
 def _int64(kwargs, name: str, values) -> str:
@@ -135,22 +136,18 @@ def _static_attention(shapes: dict, originals: dict) -> dict:
     the projection's shape known: 7 nodes each, where MXNet's compute every shape in the graph (29 and 19 nodes,
     12 and 9 once ``simplify_graph`` has folded the shapes). Where the shape is unknown, ``originals`` convert."""
     import numpy as np
+    import onnx.numpy_helper
     from onnx.helper import make_node
 
-    def lookup(node, kwargs, slot):
-        source, index, *_ = node["inputs"][slot]
-        value = kwargs["outputs_lookup"][source][index]
-        return value.name, value.dtype
-
     def convert_qk(node, **kwargs):
-        (qkv, dtype), heads = lookup(node, kwargs, 0), int(node["attrs"]["heads"])
+        qkv, heads = _inputs(node, kwargs)[0], int(node["attrs"]["heads"])
+        qkv, dtype = qkv.name, qkv.dtype
         shape = shapes.get(qkv)
         if shape is None or len(shape) != 3:
             return originals["_contrib_interleaved_matmul_selfatt_qk"](node, **kwargs)
         name = node["name"]
         nodes, qkv_t, depth = _heads_first(kwargs, name, qkv, shape, heads)
         scale = np.array(np.float32(1) / np.sqrt(np.float32(depth)), dtype=np.dtype(dtype))
-        import onnx.numpy_helper
         kwargs["initializer"].append(onnx.numpy_helper.from_array(scale, f"{name}_scale"))
         return nodes + [
             make_node("Gather", [qkv_t, _int64(kwargs, f"{name}_q", 0)], [f"{name}_query"], axis=0),
@@ -160,7 +157,7 @@ def _static_attention(shapes: dict, originals: dict) -> dict:
             make_node("MatMul", [f"{name}_query_scaled", f"{name}_key_t"], [name], name=name)]
 
     def convert_valatt(node, **kwargs):
-        (qkv, _), (att, _), heads = lookup(node, kwargs, 0), lookup(node, kwargs, 1), int(node["attrs"]["heads"])
+        (qkv, att), heads = (v.name for v in _inputs(node, kwargs)[:2]), int(node["attrs"]["heads"])
         shape = shapes.get(qkv)
         if shape is None or len(shape) != 3:
             return originals["_contrib_interleaved_matmul_selfatt_valatt"](node, **kwargs)
@@ -228,8 +225,6 @@ def _stacked(make_node, names: list, out: str, order: tuple, axes: str) -> list:
 
 def convert_rnn(node, **kwargs):
     """MXNet ``RNN`` (as gluon.rnn builds it) -> one ONNX recurrent node per layer, weights by parameter name."""
-    import numpy as np
-    import onnx
     from onnx.helper import make_node
     attrs = node.get("attrs", {})
     name, mode = node["name"], attrs.get("mode", "lstm")
@@ -238,15 +233,13 @@ def convert_rnn(node, **kwargs):
     for key, bad in (("use_sequence_length", "True"), ("projection_size", None)):
         if attrs.get(key, "None" if bad is None else "False") not in ("False", "None"):
             raise NotImplementedError(f"RNN {name!r}: {key}={attrs[key]} has no ONNX translation here")
-    lookup = kwargs["outputs_lookup"]
-    ins = [lookup[i][j].name for i, j, *_ in node["inputs"]]
+    ins = [v.name for v in _inputs(node, kwargs)]
     params = _rnn_params(node, kwargs["mx_graph"])
-    init = kwargs["initializer"]
     consts = {f"{name}_axes0": [0], f"{name}_shape": [0, 0, -1]}
     for layer in range(layers):
         consts[f"{name}_s{layer}"], consts[f"{name}_e{layer}"] = [layer * dirs], [(layer + 1) * dirs]
     for cname, value in consts.items():
-        init.append(onnx.helper.make_tensor(cname, onnx.TensorProto.INT64, [len(value)], np.array(value, np.int64)))
+        _int64(kwargs, cname, value)
     op = {"lstm": "LSTM", "gru": "GRU"}.get(mode, "RNN")
     extra = {"linear_before_reset": 1} if op == "GRU" else {}
     if mode in ("rnn_relu", "rnn_tanh"):
@@ -290,7 +283,7 @@ def _fused_layer_norm(original):
             return original(node, **kwargs)
         from onnx.helper import make_node
         name = node["name"]
-        x, gamma, beta = (kwargs["outputs_lookup"][src][index].name for src, index, *_ in node["inputs"])
+        x, gamma, beta = (v.name for v in _inputs(node, kwargs))
         return [make_node("LayerNormalization", [x, gamma, beta], [name], name=name, axis=-1,
                           epsilon=float(attrs.get("eps", 1e-5)))]
     return convert_layer_norm

@@ -79,6 +79,8 @@ def _has_subgraphs(graph) -> bool:
 
 def _fold_constants(model, params: set, shapes: dict) -> None:
     """Replace every value computed from constants and known ``shapes`` alone by an initializer."""
+    import numpy as np
+    import onnx.numpy_helper
     from onnx.reference import ReferenceEvaluator
     graph = model.graph
     folded = _foldable(graph, params, shapes)
@@ -91,10 +93,9 @@ def _fold_constants(model, params: set, shapes: dict) -> None:
         values = ReferenceEvaluator(_subgraph(model, folded, boundary, shapes)).run(None, {})
     except Exception:  # an op the reference evaluator lacks: matching reads the unfolded graph as well
         return
-    rename = _store(graph, boundary, values)
-    kept = [n for i, n in enumerate(graph.node) if i not in folded]
-    _rename_inputs(kept, rename)
-    _keep_live(graph, kept, params)
+    for name, value in zip(boundary, values):  # equal values become one in _share_constants
+        graph.initializer.append(onnx.numpy_helper.from_array(np.asarray(value), name))
+    _keep_live(graph, [n for i, n in enumerate(graph.node) if i not in folded])
 
 
 def _rename_inputs(nodes, rename: dict) -> None:
@@ -283,25 +284,9 @@ def _shape_read(node, shape: tuple):
     return list(shape)[attrs.get("start", 0):attrs.get("end", len(shape))]
 
 
-def _store(graph, boundary: list, values: list) -> dict:
-    """Add one initializer per distinct folded value; return value name -> the name that now holds its value."""
-    import numpy as np
-    import onnx.numpy_helper
-    first, rename = {}, {}
-    for name, value in zip(boundary, values):
-        value = np.asarray(value)
-        key = (value.dtype.str, value.shape, value.tobytes())
-        if key in first:
-            rename[name] = first[key]
-        else:
-            first[key] = name
-            graph.initializer.append(onnx.numpy_helper.from_array(value, name))
-    return rename
-
-
-def _keep_live(graph, nodes: list, params) -> None:
-    """Set the graph's nodes to those of ``nodes`` that feed an output, and drop what only the others used
-    (initializers other than parameters, value infos)."""
+def _keep_live(graph, nodes: list) -> None:
+    """Set the graph's nodes to those of ``nodes`` that feed an output, and drop the value infos of the others
+    (the constants they read go in ``_drop_unread_constants``)."""
     needed = {o.name for o in graph.output}
     live = []
     for node in reversed(nodes):
@@ -311,7 +296,6 @@ def _keep_live(graph, nodes: list, params) -> None:
     live.reverse()
     del graph.node[:]
     graph.node.extend(live)
-    _remove_initializers(graph, lambda t: t.name not in needed and t.name not in params)
     infos = [info for info in graph.value_info if info.name in needed]
     del graph.value_info[:]
     graph.value_info.extend(infos)
@@ -366,7 +350,7 @@ def _drops_nothing(node, constants) -> bool:
         name = node.input[slot] if len(node.input) > slot else ""
         return None if name not in constants else onnx.numpy_helper.to_array(constants[name]).reshape(-1)
 
-    training, ratio = (None, None) if len(node.input) < 2 else (value(2), value(1))
+    ratio, training = value(1), value(2)
     not_training = len(node.input) < 3 or not node.input[2] or (training is not None and not training.any())
     return not_training or (ratio is not None and not ratio.any())
 

@@ -189,3 +189,31 @@ class TestSimplifyLimits:
         before = model.SerializeToString()
         simplify_graph(model, params=[])
         assert model.SerializeToString() == before
+
+
+class TestMxnetConverterSizes:
+    def test_nodes_per_op_against_mxnet_converters(self, monkeypatch):
+        """Nodes written for one op of GluonNLP BERT (raw export, before simplification): LayerNorm 1 against 10 from
+        MXNet's own converter, interleaved attention 7 and 7 against 29 and 19."""
+        pytest.importorskip("gluonnlp")
+        import mxnet as mx
+        from migrate.mapping import onnx_converters
+        from tests.migrate.test_transformers import DTYPES, SHAPES, _gluon_bert
+        with mx.name.NameManager():
+            net = _gluon_bert()
+        dtypes = [np.dtype(d) for d in DTYPES]
+        source = export.load_mxnet(net, SHAPES, dtypes)
+        ops = {"ln": "bertencoder0_transformer0_layernorm0_layernorm0",
+               "qk": "bertencoder0_transformer0_dotproductselfattentioncell0_interleaved_matmul_selfatt_qk0",
+               "valatt": "bertencoder0_transformer0_dotproductselfattentioncell0_interleaved_matmul_selfatt_valatt0"}
+
+        def counts():
+            with monkeypatch.context() as patch:
+                patch.setattr(export, "simplify_graph", lambda model, params: None)
+                nodes = export.export_mxnet(source, SHAPES, dtypes).graph.node
+            return {k: sum(n.output[0].startswith(prefix) for n in nodes) for k, prefix in ops.items()}
+
+        ours = counts()
+        monkeypatch.setattr(onnx_converters, "_fused_layer_norm", lambda original: original)
+        monkeypatch.setattr(onnx_converters, "_static_attention", lambda shapes, originals: dict(originals))
+        assert (ours, counts()) == ({"ln": 1, "qk": 7, "valatt": 7}, {"ln": 10, "qk": 29, "valatt": 19})
