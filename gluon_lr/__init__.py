@@ -5,14 +5,21 @@ The public API: ``LrTrainer`` (a ``gluon.Trainer`` with one multiplier table), `
 ``GradualUnfreezing``, ``Explanation`` (``LrTrainer.explain()``), ``load_settings`` and ``export_settings`` (the
 settings file that ``migrate`` reads, also from a Module or a stock Trainer) and the exceptions, each a ``ValueError``
 subclass of ``LrTrainerError``.
+
+gluon_lr needs MXNet 1.9.1 (``pip install "gluon-lr[mxnet]"``); without it ``import gluon_lr`` raises
+``mxformats.MXNetRequiredError`` saying what to install. The torch side, ``migrate``, needs no MXNet.
 """
+from mxformats.optional import import_mxnet
+
+import_mxnet("gluon_lr (LrTrainer, export_settings: the MXNet side of gluon-lr)")
+
 from .decay import DecayRule, discriminative, even_mults, layer_decay, layer_groups
 from .errors import (DistributedError, DuplicateParameterError, HyperparameterError, KVStoreConfigError,
                      LrTrainerError, MaskError, MultiplierError, ParamsTypeError, PatternError, RuleMatchError,
                      ScheduleError, SettingsFileError, SettingsSourceError, StatesFileError, UnknownParameterError,
                      UnsafeStatesError)
 from .explain import Explanation
-from .formats.settings import load_settings
+from mxformats.settings import load_settings
 from .rules import KINDS, Rule
 from .sources import export_settings
 from .trainer import LrTrainer

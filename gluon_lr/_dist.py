@@ -33,10 +33,10 @@ import numpy as np
 from mxnet.kvstore.kvstore import KVStore, _get_kvstore_server_command_type
 
 from .errors import DistributedError, MaskError, StatesFileError, UnsafeStatesError
-from .formats.atomic import atomic_write
-from .formats.reading import read_regular_file
-from .formats.safe_pickle import safe_loads
-from .optimizer_state import state_arrays
+from mxformats.atomic import atomic_write
+from mxformats.reading import read_regular_file
+from mxformats.safe_pickle import safe_loads
+from mxformats.optimizer_state import state_arrays
 
 __all__ = []
 

@@ -1,16 +1,16 @@
 """The exceptions gluon_lr raises. Each names the object at fault, what was expected, what was received, and the fix.
 
 Every class subclasses ``LrTrainerError`` and one builtin (``ValueError``, ``KeyError`` or ``TypeError``), so callers
-can catch either. Add one class per kind of failure.
+can catch either. Add one class per kind of failure. The classes the file formats raise too (``SettingsFileError``,
+``StatesFileError``, ...) live in ``mxformats.errors``, which needs no MXNet, and are re-exported here.
 """
+from mxformats.errors import (HyperparameterError, LrTrainerError, MultiplierError, MXNetRequiredError,
+                              ParamsTypeError, SettingsFileError, StatesFileError, UnsafeStatesError)
 
-
-class LrTrainerError(Exception):
-    """Base class of every error raised by gluon_lr."""
-
-
-class MultiplierError(LrTrainerError, ValueError):
-    """A learning-rate or weight-decay multiplier is negative, NaN, infinite or not a number."""
+__all__ = ["LrTrainerError", "MultiplierError", "PatternError", "RuleMatchError", "UnknownParameterError",
+           "DuplicateParameterError", "ParamsTypeError", "KVStoreConfigError", "SettingsFileError", "StatesFileError",
+           "MaskError", "ScheduleError", "DistributedError", "UnsafeStatesError", "HyperparameterError",
+           "SettingsSourceError", "MXNetRequiredError"]
 
 
 class PatternError(LrTrainerError, ValueError):
@@ -33,20 +33,8 @@ class DuplicateParameterError(LrTrainerError, ValueError):
     """Two different Parameter objects share one name."""
 
 
-class ParamsTypeError(LrTrainerError, TypeError):
-    """``params`` (or a multiplier mapping) is not of an accepted type."""
-
-
 class KVStoreConfigError(LrTrainerError, ValueError):
     """The kvstore and update_on_kvstore arguments contradict each other."""
-
-
-class SettingsFileError(LrTrainerError, ValueError):
-    """A settings file is missing, unreadable, corrupt, of another format, or of an unsupported version."""
-
-
-class StatesFileError(LrTrainerError, ValueError):
-    """A trainer states file is missing, corrupt, foreign, or does not fit this trainer."""
 
 
 class MaskError(LrTrainerError, ValueError):
@@ -60,14 +48,6 @@ class ScheduleError(LrTrainerError, ValueError):
 class DistributedError(LrTrainerError, ValueError):
     """A distributed-kvstore operation of gluon_lr cannot be carried out as asked (states sliced over servers,
     a folder the servers cannot write, ...)."""
-
-
-class UnsafeStatesError(StatesFileError):
-    """A states file names a class that optimizer states never hold; it was refused unread (it could run code)."""
-
-
-class HyperparameterError(LrTrainerError, ValueError):
-    """An optimizer argument (learning rate, weight decay, momentum, ...) is not a finite number in its range."""
 
 
 class SettingsSourceError(LrTrainerError, ValueError):

@@ -51,7 +51,7 @@ from mxnet import initializer as mx_init
 
 from . import rules as _rules
 from .errors import MaskError, ParamsTypeError, RuleMatchError, StatesFileError, UnknownParameterError
-from .optimizer_state import state_arrays
+from mxformats.optimizer_state import state_arrays
 
 __all__ = ["Freezer"]
 

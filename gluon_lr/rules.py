@@ -6,8 +6,6 @@ Data flows one way: ``collect_params`` (what the parameters are and which layer 
 import dataclasses
 import difflib
 import fnmatch
-import math
-import numbers
 import re
 from typing import Iterable, Mapping, Optional, Sequence
 
@@ -15,11 +13,11 @@ from mxnet import gluon
 from mxnet.gluon import nn
 from mxnet.gluon.nn import basic_layers, conv_layers
 
-from .errors import (DuplicateParameterError, MultiplierError, ParamsTypeError, PatternError,
-                     RuleMatchError)
-from .validate import MAX_MULTIPLIER
+from mxformats.validate import check_multiplier
 
-__all__ = ["Rule", "KINDS", "Entry", "collect_params", "match_rules", "resolve", "check_multiplier"]
+from .errors import DuplicateParameterError, MultiplierError, ParamsTypeError, PatternError, RuleMatchError
+
+__all__ = ["Rule", "KINDS", "Entry", "collect_params", "match_rules", "resolve"]
 
 #: Reserved selectors that select by layer kind instead of by name.
 KINDS = ("bias", "norm", "embedding", "depthwise")
@@ -27,38 +25,6 @@ KINDS = ("bias", "norm", "embedding", "depthwise")
 _BLOCK_ONLY_KINDS = ("embedding", "depthwise")
 NORM_SUFFIXES = ("gamma", "beta", "running_mean", "running_var", "moving_mean", "moving_var")
 NORM_BLOCKS = (basic_layers._BatchNorm, nn.InstanceNorm, nn.LayerNorm, nn.GroupNorm)
-
-
-def check_multiplier(value, what: str) -> float:
-    """Return ``value`` as a float if it is a valid multiplier (a finite real number >= 0).
-
-    Args:
-        value: The candidate multiplier.
-        what: What the value is for, named in the error (e.g. ``"lr_mult of 'dense0_weight'"``).
-
-    Returns:
-        The multiplier as a Python float.
-
-    Raises:
-        MultiplierError: ``value`` is not a real number, or is negative, NaN or infinite.
-
-    Example:
-        >>> check_multiplier(1, "lr_mult of 'w'")
-        1.0
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise MultiplierError(f"{what} must be a finite number >= 0, got {value!r:.60} of type "
-                              f"{type(value).__name__}; pass a float such as 0.1 (0 stops updates, 1 keeps the base "
-                              f"value).")
-    value = float(value)
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        raise MultiplierError(f"{what} must be a finite number >= 0, got {value!r}; "
-                              f"pass a float such as 0.1 (0 stops updates, 1 keeps the base value).")
-    if value > MAX_MULTIPLIER:
-        raise MultiplierError(f"{what} must be a finite number >= 0 and at most {MAX_MULTIPLIER:g}, got {value!r}: "
-                              f"one step that large overflows float32 weights; raise the base learning rate or weight "
-                              f"decay instead.")
-    return value
 
 
 @dataclasses.dataclass(frozen=True)

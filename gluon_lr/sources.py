@@ -1,6 +1,6 @@
 """Settings files from what MXNet users train with: ``mx.mod.Module``, a stock ``gluon.Trainer``, or an ``LrTrainer``.
 
-``export_settings(source, path)`` writes the same file as ``LrTrainer.export_settings`` (``formats.settings``), holding
+``export_settings(source, path)`` writes the same file as ``LrTrainer.export_settings`` (``mxformats.settings``), holding
 what MXNet really applies to each parameter:
 
 - a Module: its optimizer's ``lr_mult``/``wd_mult`` tables, looked up the way ``Optimizer._get_lrs``/``_get_wds`` do
@@ -14,8 +14,10 @@ import numpy as np
 from mxnet import gluon
 from mxnet import module as _module
 
+from mxformats.settings import write_settings
+
+from . import settings as _settings
 from .errors import SettingsSourceError
-from .formats import settings as _settings
 from .trainer import LrTrainer
 
 __all__ = ["TRANSLATED_OPTIMIZERS", "export_settings"]
@@ -115,5 +117,5 @@ def export_settings(source, path) -> dict:
                                   f"{type(source).__name__}; pass the object that trains the model.")
     _check_optimizer(optimizer, what)
     document = _settings.settings_document(optimizer, records, optimizer.num_update)
-    _settings.write_settings(path, document)
+    write_settings(path, document)
     return document

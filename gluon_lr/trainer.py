@@ -7,13 +7,15 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from mxformats import validate as _validate
+from mxformats.settings import write_settings
+
 from . import _dist
 from . import freeze as _freeze
 from . import rules as _rules
 from . import _fused
-from .formats import settings as _settings
-from .formats import states as _states
-from . import validate as _validate
+from . import settings as _settings
+from . import trainer_states as _states
 from .explain import Explanation
 from .errors import KVStoreConfigError, MaskError, MultiplierError, ParamsTypeError, UnknownParameterError
 
@@ -102,7 +104,7 @@ class LrTrainer(gluon.Trainer):
     The trainer keeps the table and the ``gluon.Trainer`` overrides; its collaborators do the rest: ``rules``
     (resolution), ``freeze.Freezer`` (frozen parameters, element masks, held norm statistics; every update passes
     through its before/after hooks), ``_fused.FusedUpdate`` (the fast update path, told of every ``grad_req``
-    change), ``_dist`` (the table and states on dist kvstore servers), ``formats.settings`` and ``formats.states``
+    change), ``_dist`` (the table and states on dist kvstore servers), ``settings`` and ``trainer_states``
     (the files).
     """
 
@@ -398,7 +400,7 @@ class LrTrainer(gluon.Trainer):
             'sgd'
         """
         document = _settings.settings_document(self._optimizer, self._param_records(), self._optimizer.num_update)
-        _settings.write_settings(path, document)
+        write_settings(path, document)
         return document
 
     def save_states(self, fname) -> None:

@@ -1,8 +1,10 @@
 """The exceptions migrate raises. Each names the object at fault, what was expected, and what to do.
 
 Add new classes here (one per kind of failure), subclassing ``MigrateError`` and a builtin
-(``ValueError``, ``KeyError`` or ``TypeError``) so callers can catch either.
+(``ValueError``, ``KeyError`` or ``TypeError``) so callers can catch either. ``MXNetRequiredError`` (an
+``ImportError``: what was asked needs MXNet, absent here) comes from ``mxformats.errors``, shared with gluon_lr.
 """
+from mxformats.errors import MXNetRequiredError  # noqa: F401 (re-exported)
 
 
 class MigrateError(Exception):

@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from gluon_lr.formats.atomic import atomic_write
+from mxformats.atomic import atomic_write
 from migrate.errors import InputFileError
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 from migrate.torch_control import TorchControl
@@ -25,7 +25,7 @@ SCHEMA_VERSION = 1
 
 
 def torch_save(obj, path) -> None:
-    """``torch.save(obj, path)``, atomically (``gluon_lr.formats.atomic``).
+    """``torch.save(obj, path)``, atomically (``mxformats.atomic``).
 
     Example:
         >>> torch_save(model.state_dict(), "migrated/weights.pt")  # doctest: +SKIP

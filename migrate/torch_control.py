@@ -25,8 +25,8 @@ import fnmatch
 import numpy as np
 import torch
 
-from gluon_lr.formats.settings import as_settings
-from gluon_lr.formats.states import split_states, states_bytes
+from mxformats.settings import as_settings
+from mxformats.states import split_states, states_bytes
 from migrate.errors import InputFileError, MappingError, SettingsError, UnsupportedOptimizerError
 
 __all__ = ["TorchControl", "control_from_mxnet"]

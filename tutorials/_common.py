@@ -9,7 +9,7 @@ import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mxnet import autograd  # noqa: E402
 
-from gluon_lr.formats import atomic  # noqa: E402
+from mxformats import atomic  # noqa: E402
 
 
 def pick_context() -> mx.Context:

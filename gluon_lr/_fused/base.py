@@ -12,7 +12,7 @@ import mxnet as mx
 from mxnet import autograd, nd
 from mxnet.base import _LIB, check_call
 
-from ..optimizer_state import state_arrays
+from mxformats.optimizer_state import state_arrays
 
 
 #: ``Group.compiled`` before the first update looked the compiled kernels up.

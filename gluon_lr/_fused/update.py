@@ -5,7 +5,7 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from ..optimizer_state import state_arrays
+from mxformats.optimizer_state import state_arrays
 from .base import (Group, Member, kvstore_may_update, pack, param_float32, qualifies, reinstall, state_signature,
                    wait_to_write)
 from .compiled import compiled_kernel, compiled_update

@@ -21,13 +21,13 @@ import signal
 import sys
 import threading
 
-from gluon_lr.errors import LrTrainerError
-from gluon_lr.formats import atomic
+from mxformats.errors import LrTrainerError
+from mxformats import atomic
 from migrate import migration_folder
 from migrate.cli import inputs
 from migrate.cli.report import Report
 from migrate.cli.staged_folder import StagedFolder, pause_point
-from migrate.errors import InputFileError, MigrateError, OutputPathError
+from migrate.errors import InputFileError, MigrateError, MXNetRequiredError, OutputPathError
 from migrate.generate import generate_torch
 from migrate.mapping.export import load_mxnet
 from migrate.mapping.name_mapping import name_mapping
@@ -111,7 +111,8 @@ def main(argv=None) -> int:
         try:
             _check_flags(args)
             _RUN[args.command](args, report)
-        except (MigrateError, LrTrainerError, OSError) as exc:  # typed input errors; OSError: the system refused
+        except (MigrateError, LrTrainerError, MXNetRequiredError, OSError) as exc:  # typed input errors;
+            # OSError: the system refused
             report.error = str(exc)
         except KeyboardInterrupt:
             report.interrupted = True

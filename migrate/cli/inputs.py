@@ -10,7 +10,7 @@ import os
 import sys
 import tempfile
 
-from gluon_lr.formats.reading import special_kind
+from mxformats.reading import special_kind
 from migrate.errors import (CliUsageError, InputFileError, InsufficientMemoryError, MappingError, OutputExistsError,
                             SettingsError)
 from migrate.mapping.table import NameMapping
@@ -197,7 +197,7 @@ def kwargs_object(text: str) -> dict:
 
 def settings(path: str) -> dict:
     """The validated settings document of ``--settings`` (``LrTrainer.export_settings``)."""
-    from gluon_lr import SettingsFileError, load_settings
+    from mxformats import SettingsFileError, load_settings
     existing_file("--settings", path, "the JSON file LrTrainer.export_settings wrote")
     try:
         document = load_settings(path)

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from gluon_lr.formats.atomic import process_running
+from mxformats.atomic import process_running
 from migrate.errors import CliUsageError, OutputExistsError
 from migrate.cli.inputs import writable_folder
 

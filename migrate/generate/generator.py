@@ -16,7 +16,7 @@ from migrate.generate.names import identifier, local_names, param_keys
 from migrate.generate.registry import OpNode, translator
 from migrate.generate.runtime import HELPERS
 from migrate.mapping.export import load_mxnet, normalize_shapes
-from gluon_lr.formats.atomic import write_text
+from mxformats.atomic import write_text
 
 __all__ = ["generate_torch"]
 

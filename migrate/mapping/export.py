@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mxformats.optional import import_mxnet
+
 from migrate.errors import ExportError, InputFileError, InputShapeError, ModelTypeError
 from migrate.mapping import module_checkpoint
 from migrate.mapping.onnx_converters import mxnet_converters
@@ -101,13 +103,14 @@ def load_mxnet(mx_model, shapes, dtypes) -> MxSource:
     Raises:
         InputFileError: a file is missing or is not an MXNet symbol / params file.
         TypeError: ``mx_model`` is neither form.
+        MXNetRequiredError: MXNet is not installed here.
 
     Example:
         >>> src = load_mxnet(("net-symbol.json", "net-0000.params"), [(1, 3, 32, 32)], [np.float32])  # doctest: +SKIP
     """
-    import mxnet as mx
     if isinstance(mx_model, MxSource):
         return mx_model
+    mx = import_mxnet("migrate's MXNet side (reading the MXNet model to map, verify or generate it)")
     if isinstance(mx_model, (tuple, list)) and len(mx_model) == 2:
         return _load_mx_files(str(mx_model[0]), str(mx_model[1]))
     if isinstance(mx_model, mx.gluon.HybridBlock):

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from gluon_lr.formats.atomic import write_text
+from mxformats.atomic import write_text
 from migrate.errors import InputFileError, MappingError, MappingKeyError, WeightShapeError
 
 __all__ = ["NameMapping", "FORMAT", "SCHEMA_VERSION"]
@@ -20,7 +20,8 @@ class NameMapping(Mapping):
     """MXNet parameter name -> torch ``state_dict`` key for every parameter and buffer, built from graph structure.
 
     Each entry also records the layout steps (``transpose``/``reshape``) that turn the MXNet array into the torch
-    tensor, and whether it is a conv bias folded into the next BatchNorm's running mean (exact in eval mode).
+    tensor, whether it is a conv bias folded into the next BatchNorm's running mean (exact in eval mode), and whether
+    its torch tensor is held at a constant (``held``: a BatchNorm scale under MXNet's ``fix_gamma=True``, held at 1).
 
     Attributes:
         unmatched_mx: MXNet names with no torch counterpart.
@@ -57,6 +58,18 @@ class NameMapping(Mapping):
         return len(self._entries)
 
     @property
+    def held(self) -> dict:
+        """MXNet name -> the constant its torch tensor is held at: the scale of a BatchNorm with ``fix_gamma=True``
+        (MXNet reads it as 1 and gives it no gradient), 1.0. ``to_torch`` writes the constant and ``param_groups``
+        freezes the tensor, so torch computes what MXNet does whatever value MXNet stored.
+
+        Example:
+            >>> mapping.held  # doctest: +SKIP
+            {'bn1_gamma': 1.0}
+        """
+        return {name: float(e["held"]) for name, e in self._entries.items() if e.get("held") is not None}
+
+    @property
     def ok(self) -> bool:
         """True when every parameter on both sides is matched and every matched pair is equivalent."""
         return not (self.unmatched_mx or self.unmatched_torch or self.differences)
@@ -84,7 +97,8 @@ class NameMapping(Mapping):
             mx_name: an MXNet parameter name in the mapping.
 
         Returns:
-            e.g. ``"reshape (8, 16, 1, 1) -> (8, 16)"``, ``"fold into 'bn.running_mean' (subtract)"`` or None.
+            e.g. ``"reshape (8, 16, 1, 1) -> (8, 16)"``, ``"fold into 'bn.running_mean' (subtract)"``,
+            ``"held at 1, frozen (MXNet fix_gamma=True)"`` or None.
 
         Raises:
             MappingKeyError: ``mx_name`` is not mapped.
@@ -96,6 +110,8 @@ class NameMapping(Mapping):
         e = self._entries.get(mx_name) or self[mx_name]
         if e.get("fold"):
             return f"fold into {e['torch']!r} (subtract)"
+        if e.get("held") is not None:
+            return f"held at {e['held']:g}, frozen (MXNet fix_gamma=True)"
         parts = [f"{s} {tuple(a)}" for s, a in e["steps"]]
         return None if not parts else f"{' then '.join(parts)}: {tuple(e['mx_shape'])} -> {tuple(e['torch_shape'])}"
 
@@ -115,7 +131,7 @@ class NameMapping(Mapping):
 
         Note:
             A folded conv bias returns its contribution ``-bias`` to the torch running mean; ``convert_weights``
-            adds the contributions.
+            adds the contributions. A held tensor (``held``) returns its constant, whatever MXNet stored.
 
         Raises:
             MappingKeyError: ``mx_name`` is not mapped.
@@ -123,6 +139,8 @@ class NameMapping(Mapping):
         """
         e = self._entries.get(mx_name) or self[mx_name]
         out = _check_shape(np.asarray(array), e["mx_shape"], f"MXNet parameter {mx_name!r}")
+        if e.get("held") is not None:
+            return np.full(tuple(e["torch_shape"]), e["held"], dtype=out.dtype)
         for step, arg in e["steps"]:
             out = np.transpose(out, arg) if step == "transpose" else out.reshape(arg)
         return -out if e.get("fold") else np.ascontiguousarray(out)

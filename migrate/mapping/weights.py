@@ -5,6 +5,8 @@ import os
 
 import numpy as np
 
+from mxformats.optional import import_mxnet
+
 from migrate.errors import InputFileError, MappingError, WeightShapeError
 from migrate.mapping.table import NameMapping
 
@@ -114,7 +116,7 @@ def converted_tensors(mx_params, mapping: NameMapping, torch_model=None):
 
 def _read_params(mx_params) -> dict:
     if isinstance(mx_params, (str, os.PathLike)):
-        import mxnet as mx
+        mx = import_mxnet("convert_weights of a .params file")
         path = os.fspath(mx_params)
         if not os.path.isfile(path):
             raise InputFileError(f"MXNet params file {path!r}: not found; give the .params file the model was "

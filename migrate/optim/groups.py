@@ -2,7 +2,7 @@
 import warnings
 from collections.abc import Mapping
 
-from gluon_lr.formats.settings import as_settings
+from mxformats.settings import as_settings
 from migrate.errors import MappingError, SettingsError
 
 _DEFAULT_LR = {"sgd": 0.01, "nag": 0.01, "adam": 0.001, "rmsprop": 0.001, "adagrad": 0.01, "adadelta": 0.01,

@@ -2,9 +2,9 @@
 import numpy as np
 import torch
 
-from gluon_lr.formats.settings import OPTIMIZER_ALIASES, as_settings
-from gluon_lr.formats.states import split_states, states_bytes, unpickle_states
-from gluon_lr.optimizer_state import state_arrays
+from mxformats.settings import OPTIMIZER_ALIASES, as_settings
+from mxformats.states import split_states, states_bytes, unpickle_states
+from mxformats.optimizer_state import state_arrays
 from migrate.errors import InputFileError, SettingsError, StateConversionError
 
 _STATE_NAMES = {"sgd": ("momentum_buffer",), "nag": ("momentum_buffer",), "signum": ("momentum_buffer",),
@@ -65,10 +65,10 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
         master, state = split_master(name, state, settings, mx_name)
         dtype = torch.float32 if master is not None and param.dtype in _HALF else None
         arrays = [_to_torch(mapping, mx_name, array, param, shape, dtype)
-                  for array in (a.asnumpy() for a in state_arrays(state))]
+                  for array in state_arrays(state)]
         torch_state = _torch_state(name, mx_name, arrays, counts.get(index, settings["num_update"]))
         if master is not None:
-            _place_master(optimizer, param, torch_state, _to_torch(mapping, mx_name, master.asnumpy(), param,
+            _place_master(optimizer, param, torch_state, _to_torch(mapping, mx_name, master, param,
                                                                    dtype=torch.float32), mx_name)
         optimizer.state[param] = torch_state
         filled += 1
@@ -85,7 +85,7 @@ def _load_states(mx_states):
     """(parameter names or None, states by index, pickled MXNet optimizer or None) from a path or bytes."""
     data = states_bytes(mx_states, error=InputFileError)
     names, mx_states = split_states(data, "mx_states", error=InputFileError)
-    states, optimizer = unpickle_states(mx_states, "mx_states", error=InputFileError)
+    states, optimizer = unpickle_states(mx_states, "mx_states", error=InputFileError, as_data=True)
     return (None if names is None else [param["name"] for param in names]), states, optimizer
 
 
@@ -159,7 +159,7 @@ def split_master(name, state, settings, mx_name):
                                    f"pair (weight32 and the optimizer's state), got {type(state).__name__}; check "
                                    f"the settings' multi_precision and dtype")
     master, rest = (state[1], state[0]) if name in _MASTER_LAST else state
-    if not hasattr(master, "asnumpy") or np.dtype(master.dtype) != np.float32:
+    if not isinstance(master, np.ndarray) or master.dtype != np.float32:
         raise StateConversionError(f"MXNet {name!r} state of float16 {mx_name!r} under multi_precision has no "
                                    f"float32 master weight where MXNet keeps it; these states are not from it")
     return master, rest
@@ -218,10 +218,10 @@ def _lbsgd_accumulation(mx_optimizer, by_index, targets, mapping, optimizer):
         if mx_name not in targets or targets[mx_name] not in optimizer.state:
             continue
         param, cum, num_cums = targets[mx_name], entry["cum_grad"], int(entry["num_cums"])
-        held = hasattr(cum, "asnumpy")
+        held = isinstance(cum, np.ndarray)
         master = "master" in optimizer.state[param]  # a float32 sum, as the gradients it adds
         live = held and num_cums == mx_optimizer.init_updates + 1 and not master
         dtype = torch.float32 if master else None
         optimizer.state[param].update(
             num_cums=num_cums, cum_live=live,
-            cum_grad=_to_torch(mapping, mx_name, cum.asnumpy(), param, dtype=dtype) if held else None)
+            cum_grad=_to_torch(mapping, mx_name, cum, param, dtype=dtype) if held else None)

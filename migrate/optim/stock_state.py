@@ -9,8 +9,8 @@ from typing import NamedTuple
 import torch
 from torch.optim.optimizer import _get_scalar_dtype
 
-from gluon_lr.formats.settings import as_settings
-from gluon_lr.optimizer_state import state_arrays
+from mxformats.settings import as_settings
+from mxformats.optimizer_state import state_arrays
 from migrate.errors import SettingsError, StateConversionError
 from migrate.optim import state_conversion as _sc
 from migrate.optim.state_conversion import check_states_optimizer
@@ -96,7 +96,7 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
             differences.append("MXNet's float32 master copies of float16 weights (multi_precision) were not "
                                "carried: stock torch.optim keeps no master weights, so the torch parameters go on "
                                "from the float16 weights (use migrate.torch_optimizer to keep them)")
-        arrays = [_sc._to_torch(mapping, mx_name, a.asnumpy(), param, shape) for a in state_arrays(state)]
+        arrays = [_sc._to_torch(mapping, mx_name, a, param, shape) for a in state_arrays(state)]
         if not arrays:
             continue
         count = int(counts.get(index, settings["num_update"]))

@@ -7,7 +7,7 @@ import torch
 from migrate.optim import stock
 from migrate.optim.exact import OPTIMIZERS
 from migrate.optim.schedules import mx_schedule
-from gluon_lr.formats.settings import as_settings
+from mxformats.settings import as_settings
 from migrate.errors import SettingsError, UnsupportedOptimizerError
 from migrate.optim.groups import base_lr, param_groups
 

@@ -84,7 +84,7 @@ def make_trainer(params, opt, config):
 
 def state_arrays(trainer, index):
     """Every optimizer state array of parameter ``index``, on every updater (or the kvstore's)."""
-    from gluon_lr.optimizer_state import state_arrays as arrays_of
+    from mxformats.optimizer_state import state_arrays as arrays_of
     updaters = [trainer._kvstore._updater] if trainer._update_on_kvstore else trainer._updaters
     return [arr for updater in updaters for arr in arrays_of(updater.states.get(index))]
 

@@ -13,7 +13,7 @@ import pytest
 
 from gluon_lr import (HyperparameterError, LrTrainer, LrTrainerError, MultiplierError, ParamsTypeError,
                       PatternError, Rule, SettingsFileError, StatesFileError, UnsafeStatesError, load_settings)
-from gluon_lr.formats.states import MAGIC
+from mxformats.states import MAGIC
 from tests.gluon_lr.conftest import build_mlp, train_step
 
 W0 = "mlp_dense0_weight"
@@ -41,7 +41,7 @@ def _snapshot(net, trainer) -> dict:
 
 
 def _arrays(state):
-    from gluon_lr.optimizer_state import state_arrays
+    from mxformats.optimizer_state import state_arrays
     return state_arrays(state)
 
 
@@ -260,7 +260,7 @@ def test_migrate_refuses_code_in_a_stock_states_file(tmp_path):
 
 def test_every_legitimate_states_file_still_loads(tmp_path):
     """Files of stock Trainer (with and without a scheduler) and Module round-trip through the safe unpickler."""
-    from gluon_lr.formats.states import unpickle_states
+    from mxformats.states import unpickle_states
     for name, hyper in [("sgd", {"momentum": 0.9}), ("adam", {}), ("rmsprop", {"centered": True}), ("lamb", {}),
                         ("ftml", {}), ("nadam", {})]:
         net = build_mlp()
@@ -310,7 +310,7 @@ class MyMomentumSGD(mx.optimizer.SGD):
 
 def test_a_users_optimizer_class_loads_when_its_module_is_imported(tmp_path):
     """A subclass of an MXNet optimizer from an imported module is admitted; an unknown module is not imported."""
-    from gluon_lr.formats.safe_pickle import safe_loads
+    from mxformats.safe_pickle import safe_loads
     net = build_mlp()
     trainer = mx.gluon.Trainer(net.collect_params(), MyMomentumSGD(momentum=0.9, learning_rate=0.1))
     train_step(net, trainer, [mx.cpu()])

@@ -90,7 +90,7 @@ class TestExportSettings:
 
 def test_validated_once_where_it_enters(tmp_path, monkeypatch):
     """A document from load_settings is not checked again by as_settings; an edited plain copy is."""
-    from gluon_lr.formats import settings as fmt
+    from mxformats import settings as fmt
     _, trainer = _trained(steps=1)
     trainer.export_settings(tmp_path / "s.json")
     document = fmt.load_settings(tmp_path / "s.json")

@@ -117,7 +117,7 @@ class TestAll:
         assert doc["verify"]["max_abs_diff"] <= ATOL and doc["unmapped"] == {"mxnet": [], "torch": []}
         rows = doc["verify"]["rows"]
         assert len(rows) == 9 and all(r["max_abs_diff"] <= ATOL for r in rows), rows
-        from gluon_lr.formats.states import split_states, states_bytes, unpickle_states
+        from mxformats.states import split_states, states_bytes, unpickle_states
         held, _ = unpickle_states(split_states(states_bytes(str(trained["folder"] / "trainer.states")), "t")[1], "t")
         assert len(held) >= 13  # every trained parameter (the frozen stem conv, never updated, may have none)
         assert doc["optimizer"]["states_converted"] == len(held) and doc["optimizer"]["num_update"] == STEPS

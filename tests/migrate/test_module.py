@@ -211,7 +211,7 @@ def test_stock_trainer_continues_in_torch(tmp_path):
 def test_translated_optimizers_match_migrate():
     """gluon_lr's list of optimizers export_settings accepts is migrate's list of translations (ccsgd read as sgd),
     and it is every optimizer MXNet 1.9.1 registers."""
-    from gluon_lr.formats.settings import OPTIMIZER_ALIASES
+    from mxformats.settings import OPTIMIZER_ALIASES
     assert sorted(TRANSLATED_OPTIMIZERS) == sorted(set(OPTIMIZERS) | set(OPTIMIZER_ALIASES))
     builtin = [name for name, cls in mx.optimizer.Optimizer.opt_registry.items() if cls.__module__.startswith("mxnet.")]
     assert sorted(TRANSLATED_OPTIMIZERS) == sorted(builtin) and len(builtin) == 19

@@ -6,9 +6,9 @@ the value, what was expected and what to do.
 import math
 import numbers
 
-from .errors import HyperparameterError, ParamsTypeError
+from .errors import HyperparameterError, MultiplierError, ParamsTypeError
 
-__all__ = ["check_number", "check_bool", "check_optimizer_params", "OPTIMIZER_RANGES", "MAX_MULTIPLIER",
+__all__ = ["check_multiplier", "check_number", "check_bool", "check_optimizer_params", "OPTIMIZER_RANGES", "MAX_MULTIPLIER",
            "MAX_NUM_UPDATE"]
 
 #: The largest lr_mult/wd_mult accepted: beyond it one step overflows float32 weights (use a larger base rate).
@@ -87,3 +87,35 @@ def check_optimizer_params(params, where: str, error=HyperparameterError) -> Non
             check_number(value, what, *OPTIMIZER_RANGES[name], error=error)
         elif isinstance(value, numbers.Real) and not isinstance(value, bool):
             check_number(value, what, error=error)
+
+
+def check_multiplier(value, what: str) -> float:
+    """Return ``value`` as a float if it is a valid multiplier (a finite real number >= 0).
+
+    Args:
+        value: The candidate multiplier.
+        what: What the value is for, named in the error (e.g. ``"lr_mult of 'dense0_weight'"``).
+
+    Returns:
+        The multiplier as a Python float.
+
+    Raises:
+        MultiplierError: ``value`` is not a real number, or is negative, NaN or infinite.
+
+    Example:
+        >>> check_multiplier(1, "lr_mult of 'w'")
+        1.0
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise MultiplierError(f"{what} must be a finite number >= 0, got {value!r:.60} of type "
+                              f"{type(value).__name__}; pass a float such as 0.1 (0 stops updates, 1 keeps the base "
+                              f"value).")
+    value = float(value)
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise MultiplierError(f"{what} must be a finite number >= 0, got {value!r}; "
+                              f"pass a float such as 0.1 (0 stops updates, 1 keeps the base value).")
+    if value > MAX_MULTIPLIER:
+        raise MultiplierError(f"{what} must be a finite number >= 0 and at most {MAX_MULTIPLIER:g}, got {value!r}: "
+                              f"one step that large overflows float32 weights; raise the base learning rate or weight "
+                              f"decay instead.")
+    return value

@@ -1,14 +1,10 @@
-"""The trainer states file: MXNet's optimizer states plus the multiplier table by parameter name.
+"""``LrTrainer.save_states``/``load_states``: MXNet's optimizer states with the multiplier table and freezing, by name.
 
-Layout: the magic line ``GLUON-LR-STATES\\n``, an 8-byte big-endian length, a UTF-8 JSON header of that length
-(format, schema_version, and per parameter in index order: name, shape, lr_mult, wd_mult), then the bytes MXNet's
-``Trainer.save_states`` writes (a pickle of the updater's states and the optimizer).
-
-States are matched to parameters BY NAME when loading, so a trainer whose parameters are ordered differently, or
-that lacks some of them, still gets each parameter's own state.
+The file format (magic, JSON header, MXNet's bytes) lives in ``mxformats.states``, which needs no MXNet; this module
+is the trainer's side: it takes the states from the updater (or the kvstore), and loads a file back into a trainer,
+remapping the states by parameter name.
 """
 import contextlib
-import json
 import os
 import pickle
 import shutil
@@ -17,142 +13,14 @@ import warnings
 
 from mxnet import gluon
 
-from ..errors import MultiplierError, StatesFileError, UnsafeStatesError
-from ..optimizer_state import state_arrays
-from ..rules import check_multiplier
-from .atomic import atomic_write, remove_stale, temp_prefix
-from .reading import read_regular_file
-from .safe_pickle import safe_loads
+from mxformats.atomic import remove_stale, temp_prefix
+from mxformats.optimizer_state import state_arrays
+from mxformats.states import read_states, unpickle_states, write_states
+from mxformats.validate import check_multiplier
 
-__all__ = ["MAGIC", "write_states", "read_states", "states_bytes", "split_states", "unpickle_states", "remap_states",
-           "save_trainer_states", "load_trainer_states"]
+from .errors import MultiplierError, StatesFileError
 
-MAGIC = b"GLUON-LR-STATES\n"
-_FORMAT = "gluon-lr-states"
-_SCHEMA_VERSION = 1
-
-
-def write_states(path, header_params: list, mx_states: bytes) -> None:
-    """Write a states file atomically (temp file in the same folder, then ``os.replace``).
-
-    Args:
-        path: Destination.
-        header_params: One dict per parameter in index order: name, shape, lr_mult, wd_mult.
-        mx_states: The bytes of MXNet's own states file.
-
-    Raises:
-        StatesFileError: the folder is missing or not writable.
-
-    Example:
-        >>> write_states("trainer.states", [{"name": "w", "shape": [2], "lr_mult": 0.1, "wd_mult": 1.0}], raw)
-    """
-    header = json.dumps({"format": _FORMAT, "schema_version": _SCHEMA_VERSION, "params": header_params}).encode()
-    atomic_write(path, MAGIC + len(header).to_bytes(8, "big") + header + mx_states, error=StatesFileError)
-
-
-def read_states(path) -> tuple:
-    """Read a states file written by ``write_states``.
-
-    Args:
-        path: The file.
-
-    Returns:
-        ``(header_params, mx_states)``: the per-parameter header list and MXNet's states bytes.
-
-    Raises:
-        StatesFileError: the file is missing, not a gluon-lr states file (e.g. a stock ``Trainer.save_states``
-            file), truncated, or of an unsupported version.
-
-    Example:
-        >>> params, raw = read_states("trainer.states")
-    """
-    params, mx_states = split_states(states_bytes(path), str(path))
-    if params is None:
-        raise StatesFileError(f"File {str(path)!r} is not a gluon-lr states file (it does not start with {MAGIC!r}); "
-                              f"a stock gluon.Trainer.save_states file holds no multipliers: load it with "
-                              f"gluon.Trainer.load_states, or save it again with LrTrainer.save_states.")
-    return params, mx_states
-
-
-def states_bytes(source, error=StatesFileError) -> bytes:
-    """The bytes of a states file: ``source`` is its path, or already its bytes.
-
-    Raises:
-        error: the file cannot be read, or ``source`` is neither a path nor bytes.
-
-    Example:
-        >>> data = states_bytes("trainer.states")
-    """
-    if isinstance(source, (bytes, bytearray)):
-        return bytes(source)
-    if not isinstance(source, (str, os.PathLike)):
-        raise error(f"States must be a path or bytes, got {type(source).__name__}; pass the file written by "
-                    f"LrTrainer.save_states or gluon.Trainer.save_states.")
-    return read_regular_file(source, error, "the states file LrTrainer.save_states or gluon.Trainer.save_states wrote")
-
-
-def split_states(data: bytes, source: str, error=StatesFileError) -> tuple:
-    """Split a states file's bytes into ``(header_params, mx_states)``; ``header_params`` is None for a stock file.
-
-    Args:
-        data: The whole file: ours (magic, header, MXNet's bytes) or a stock ``Trainer.save_states`` file.
-        source: How messages name the file.
-        error: The exception class raised for a corrupt or foreign-version header.
-
-    Returns:
-        The header's per-parameter list (name, shape, lr_mult, wd_mult and any freeze fields) or None, and the
-        bytes MXNet wrote.
-
-    Example:
-        >>> params, raw = split_states(open("trainer.states", "rb").read(), "trainer.states")
-    """
-    if not data.startswith(MAGIC):
-        return None, data
-    try:
-        size = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "big")
-        header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + size].decode())
-        params = [dict(p, name=str(p["name"]), shape=list(p["shape"]), lr_mult=float(p["lr_mult"]),
-                       wd_mult=float(p["wd_mult"])) for p in header["params"]]  # other keys (freeze) pass through
-    except (ValueError, KeyError, TypeError) as exc:
-        raise error(f"States file {source!r} has a corrupt header ({type(exc).__name__}: {exc}); the "
-                    f"file is damaged or truncated: save the states again.") from None
-    if header.get("format") != _FORMAT or header.get("schema_version") != _SCHEMA_VERSION:
-        raise error(f"States file {source!r} is {header.get('format')!r} version "
-                    f"{header.get('schema_version')!r}; this gluon_lr reads {_FORMAT!r} version "
-                    f"{_SCHEMA_VERSION}: save the states again with this version.")
-    return params, data[len(MAGIC) + 8 + size:]
-
-
-
-
-def unpickle_states(mx_states: bytes, source: str, error=StatesFileError) -> tuple:
-    """``(states by index, optimizer or None)`` from the bytes MXNet's ``save_states`` wrote, unpickled safely.
-
-    Only the classes such a file legitimately holds are admitted (``safe_pickle``): a file that names another
-    callable is refused before anything in it runs.
-
-    Args:
-        mx_states: MXNet's bytes (a pickle of the states dict, or of ``(states, optimizer)``).
-        source: How messages name the file.
-        error: The exception class raised for corrupt or foreign bytes.
-
-    Example:
-        >>> states, optimizer = unpickle_states(raw, "trainer.states")
-    """
-    try:
-        loaded = safe_loads(mx_states, source)
-    except UnsafeStatesError as exc:
-        if error is StatesFileError:
-            raise
-        raise error(str(exc)) from None
-    except Exception as exc:  # pickle raises many types on corrupt input
-        raise error(f"States file {source!r}: the MXNet optimizer states are corrupt: they could not be unpickled "
-                    f"({type(exc).__name__}: {exc}); save the states again.") from None
-    states, optimizer = loaded if isinstance(loaded, tuple) and len(loaded) == 2 else (loaded, None)
-    if not isinstance(states, dict):
-        raise error(f"States file {source!r}: expected MXNet optimizer states (a dict index -> state), "
-                    f"got {type(states).__name__}; save the states again with LrTrainer.save_states.")
-    return states, optimizer
+__all__ = ["remap_states", "save_trainer_states", "load_trainer_states"]
 
 
 def remap_states(path, states: dict, optimizer, old_names: list, new_params: list) -> bytes:

@@ -1,140 +1,32 @@
 """The settings file format: schema, writer (``write_settings``), reader and validator (``load_settings``).
 
-The format is documented in the README ("Settings file format"); it is the contract with ``migrate``, which reads it
-through ``as_settings``. A document is validated once, where it enters: by ``load_settings`` for a file, by
-``as_settings`` for a dict a program built.
+The format is documented in docs/ ("Settings file format"); it is the contract between ``gluon_lr`` (which builds the
+document from an MXNet optimizer: ``gluon_lr.settings.settings_document``) and ``migrate``, which reads it through
+``as_settings``. A document is validated once, where it enters: by ``load_settings`` for a file, by ``as_settings``
+for a dict a program built. Nothing here needs MXNet.
 """
-import inspect
 import json
 import os
-from typing import Optional
 
-import mxnet as mx
-import numpy as np
-from mxnet import lr_scheduler as _lrs
-from mxnet import optimizer as _opt
-
-from ..errors import SettingsFileError
-from ..rules import check_multiplier
-from ..validate import MAX_NUM_UPDATE, check_optimizer_params
 from .atomic import write_json
+from .errors import SettingsFileError
+from .validate import MAX_NUM_UPDATE, check_multiplier, check_optimizer_params
 from .reading import read_regular_file
 
-__all__ = ["FORMAT", "SCHEMA_VERSION", "SettingsDocument", "as_settings", "check_settings", "load_settings",
-           "settings_document", "write_settings"]
+__all__ = ["FORMAT", "SCHEMA_VERSION", "SCHEDULERS", "WARMUP", "SettingsDocument", "as_settings", "check_settings",
+           "load_settings", "write_settings", "OPTIMIZER_ALIASES"]
 
 FORMAT = "gluon-lr-settings"
 SCHEMA_VERSION = 1
-_BASE_ARGS = frozenset(inspect.signature(_opt.Optimizer.__init__).parameters)
-#: Constructor arguments that MXNet stores under another attribute name.
-_ATTR_ALIASES = {"eps": "float_stable_eps", "pwr": "power"}
-_SCHEDULERS = {
+#: The lr schedulers the format holds: MXNet class name -> constructor arguments stored (beside ``base_lr``).
+SCHEDULERS = {
     "FactorScheduler": ("step", "factor", "stop_factor_lr"),
     "MultiFactorScheduler": ("step", "factor"),
     "PolyScheduler": ("max_update", "pwr", "final_lr"),
     "CosineScheduler": ("max_update", "final_lr"),
 }
-_WARMUP = ("warmup_steps", "warmup_begin_lr", "warmup_mode")
-
-
-def _hyperparameters(optimizer: _opt.Optimizer) -> dict:
-    """Every constructor argument of the optimizer's class (and its bases below Optimizer), by MXNet's names."""
-    found = {}
-    for klass in type(optimizer).__mro__:
-        if klass is _opt.Optimizer or "__init__" not in vars(klass):
-            continue
-        for arg in inspect.signature(klass.__init__).parameters.values():
-            if arg.name in _BASE_ARGS or arg.name in found or arg.kind in (arg.VAR_KEYWORD, arg.VAR_POSITIONAL):
-                continue
-            attr = arg.name if hasattr(optimizer, arg.name) else _ATTR_ALIASES.get(arg.name, arg.name)
-            if hasattr(optimizer, attr):
-                found[arg.name] = _plain(getattr(optimizer, attr))
-            elif arg.name == "begin_epoch" and hasattr(optimizer, "init_updates"):  # LBSGD keeps epoch * per_epoch
-                found[arg.name] = _begin_epoch(optimizer)
-    if isinstance(optimizer, _opt.LARS):  # MXNet's LARS skips names ending in gamma/beta/bias when it has names:
-        found["by_name"] = bool(optimizer.idx2name)  # a Module gives them, a gluon.Trainer does not
-    return found
-
-
-def _begin_epoch(optimizer) -> float:
-    """LBSGD's ``begin_epoch`` argument, from the ``init_updates = begin_epoch * updates_per_epoch`` it stores."""
-    per_epoch = optimizer.updates_per_epoch
-    if not per_epoch:
-        return 0
-    whole, rest = divmod(optimizer.init_updates, per_epoch)
-    return _plain(whole) if rest == 0 else optimizer.init_updates / per_epoch
-
-
-def _plain(value):
-    """A JSON-ready copy of a hyperparameter value (numpy scalars and tuples become Python values and lists)."""
-    if isinstance(value, (np.generic,)):
-        return value.item()
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _scheduler_base_lr(scheduler) -> float:
-    """The base_lr the scheduler was built with (Factor/MultiFactor decay their ``base_lr`` in place).
-
-    When a FactorScheduler is clamped at ``stop_factor_lr``, the value returned reproduces every learning rate from
-    the current step on (not the ones before).
-    """
-    if isinstance(scheduler, (_lrs.PolyScheduler, _lrs.CosineScheduler)):
-        return scheduler.base_lr_orig
-    if isinstance(scheduler, _lrs.MultiFactorScheduler):
-        return scheduler.base_lr / scheduler.factor ** scheduler.cur_step_ind
-    if isinstance(scheduler, _lrs.FactorScheduler):
-        return scheduler.base_lr / scheduler.factor ** (scheduler.count // scheduler.step)
-    return scheduler.base_lr
-
-
-def _scheduler_document(scheduler) -> Optional[dict]:
-    """The scheduler as {type, base_lr, <constructor arguments>}, or None."""
-    if scheduler is None:
-        return None
-    kind = type(scheduler).__name__
-    if kind not in _SCHEDULERS:
-        raise SettingsFileError(f"Cannot export lr scheduler {kind}: the settings file supports {sorted(_SCHEDULERS)}; "
-                                f"use one of those (mx.lr_scheduler) or export without a scheduler.")
-    document = {"type": kind, "base_lr": float(_scheduler_base_lr(scheduler))}
-    for arg in _SCHEDULERS[kind] + _WARMUP:
-        document[arg] = _plain(getattr(scheduler, _ATTR_ALIASES.get(arg, arg)))
-    return document
-
-
-def settings_document(optimizer: _opt.Optimizer, params: list, num_update: int) -> dict:
-    """Build the settings document (see the README) for an optimizer and per-parameter records.
-
-    Args:
-        optimizer: The MXNet optimizer.
-        params: One dict per parameter in index order, with keys name, shape, dtype, lr_mult, wd_mult, frozen,
-            masked_elements.
-        num_update: The optimizer's update count.
-
-    Returns:
-        The document (a JSON-serialisable dict).
-
-    Raises:
-        SettingsFileError: the lr scheduler is of a type the format does not hold.
-
-    Example:
-        >>> doc = settings_document(trainer.optimizer, records, trainer.optimizer.num_update)
-    """
-    scheduler = _scheduler_document(optimizer.lr_scheduler)
-    learning_rate = scheduler["base_lr"] if scheduler else optimizer.lr
-    return {
-        "format": FORMAT, "schema_version": SCHEMA_VERSION, "mxnet_version": mx.__version__,
-        "optimizer": {"name": type(optimizer).__name__.lower(), "learning_rate": float(learning_rate),
-                      "wd": float(optimizer.wd), "rescale_grad": float(optimizer.rescale_grad),
-                      "clip_gradient": _plain(optimizer.clip_gradient),
-                      "multi_precision": bool(optimizer.multi_precision),
-                      "hyperparameters": _hyperparameters(optimizer)},
-        "lr_scheduler": scheduler,
-        "num_update": int(optimizer.num_update),
-        "params": {record["name"]: dict({"index": i}, **{k: v for k, v in record.items() if k != "name"})
-                   for i, record in enumerate(params)},
-    }
+#: The warmup arguments every scheduler record holds.
+WARMUP = ("warmup_steps", "warmup_begin_lr", "warmup_mode")
 
 
 def _is_number(value) -> bool:
@@ -213,10 +105,10 @@ def _check_scheduler(source: str, scheduler, error) -> None:
     if scheduler is None:
         return
     kind = scheduler.get("type") if isinstance(scheduler, dict) else None
-    if kind not in _SCHEDULERS:
-        raise error(f"{source}: lr_scheduler.type must be one of {sorted(_SCHEDULERS)}, got {kind!r}; "
+    if kind not in SCHEDULERS:
+        raise error(f"{source}: lr_scheduler.type must be one of {sorted(SCHEDULERS)}, got {kind!r}; "
                     f"re-export it with LrTrainer.export_settings.")
-    missing = [arg for arg in ("base_lr",) + _SCHEDULERS[kind] + _WARMUP if arg not in scheduler]
+    missing = [arg for arg in ("base_lr",) + SCHEDULERS[kind] + WARMUP if arg not in scheduler]
     if missing:
         raise error(f"{source}: lr_scheduler ({kind}) lacks {missing}; re-export it.")
 
@@ -245,7 +137,7 @@ class SettingsDocument(dict):
 
 
 def _check_values(source: str, document: dict, error) -> None:
-    """Every number of the optimizer in its range (``gluon_lr.validate``), and ``num_update`` bounded. The lr
+    """Every number of the optimizer in its range (``mxformats.validate``), and ``num_update`` bounded. The lr
     scheduler's arguments are checked where a scheduler is built (``migrate.optim.schedules.check_schedule``)."""
     optimizer = document["optimizer"]
     values = {key: optimizer[key] for key in ("learning_rate", "wd", "rescale_grad", "clip_gradient")}
