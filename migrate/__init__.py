@@ -5,8 +5,14 @@ The pipeline: ``mapping`` (MXNet names -> torch names: ``name_mapping``, ``verif
 ``convert_optimizer_state``, ``convert_stock_optimizer_state``), ``torch_control`` (``TorchControl``, ``control_from_mxnet``: freezing, element masks,
 held norm statistics and layer rates in torch after the migration), ``migration_folder`` (``load_migration``),
 ``generate`` (``generate_torch``: a torch module written from the MXNet graph, for models with no torch twin) and
-``cli`` (the ``migrate`` command).
+``cli`` (the ``migrate`` command). ``load_settings`` reads the settings file gluon_lr wrote (``mxformats.settings``).
+
+Nothing here imports MXNet: the torch side runs where MXNet cannot be installed (numpy 2, Python 3.12+). Only what
+reads a live MXNet model (``name_mapping``, ``verify``, ``generate_torch`` of a Gluon block or MXNet files, and the
+CLI commands that do so) needs it, and raises ``MXNetRequiredError`` without it.
 """
+from mxformats.settings import load_settings
+
 from migrate.generate import generate_torch
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.table import NameMapping
@@ -35,6 +41,7 @@ __all__ = [
     "convert_weights",
     "generate_torch",
     "load_migration",
+    "load_settings",
     "name_mapping",
     "param_groups",
     "stock_torch_optimizer",

@@ -374,7 +374,7 @@ class Adam(_MXNetOptimizer):
             root2 = math.sqrt(1.0 - beta2 ** step)
             torch._fused_adam_(
                 _pick(params, index), _pick(grads, index), _pick(_buffers(states, "mean"), index),
-                _pick(_buffers(states, "var"), index), [], [_step_tensor(step)] * len(index),
+                _pick(_buffers(states, "var"), index), [], [_step_tensor(step, params[0].device)] * len(index),
                 lr=mx_step * (1.0 - beta1 ** step) / root2, beta1=beta1, beta2=beta2, weight_decay=wd,
                 eps=_f32(group["epsilon"]) / root2, amsgrad=False, maximize=False)
 
@@ -398,9 +398,10 @@ def _pick(items, index):
     return items if len(index) == len(items) else [items[i] for i in index]
 
 
-def _step_tensor(step):
-    """The update count as the float32 scalar tensor torch's fused kernels read."""
-    return torch.tensor(float(step), dtype=torch.float32)
+def _step_tensor(step, device):
+    """The update count as the float32 scalar tensor torch's fused kernels read (on the parameters' device: CUDA's
+    kernels refuse a CPU one)."""
+    return torch.tensor(float(step), dtype=torch.float32, device=device)
 
 
 class RMSProp(_MXNetOptimizer):
@@ -651,7 +652,7 @@ class LAMB(_MXNetOptimizer):
             eps = _f32(group["epsilon"]) / (1.0 if group["bias_correction"] else root2)
             torch._fused_adam_(
                 _pick(negated, index), _pick(grads, index), _pick(_buffers(states, "mean"), index),
-                _pick(_buffers(states, "var"), index), [], [_step_tensor(step)] * len(index),
+                _pick(_buffers(states, "var"), index), [], [_step_tensor(step, params[0].device)] * len(index),
                 lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
         return negated
 
@@ -777,11 +778,19 @@ def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):
         shrunk = torch.nn.functional.softshrink(z, lamda1)
     else:  # |z| > lamda1 everywhere
         shrunk = z - torch.sign(z) * lamda1
-    torch.addcdiv(_ZERO[weight.dtype], shrunk, root, value=-lr, out=weight)
+    torch.addcdiv(_zero(weight), shrunk, root, value=-lr, out=weight)
 
 
-_ZERO = {dtype: torch.zeros((), dtype=dtype) for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
-"""0-dim zeros: ``addcdiv(zero, a, b, value, out=w)`` writes ``value*a/b`` into ``w`` in one pass."""
+_ZEROS = {}
+
+
+def _zero(like):
+    """A 0-dim zero of ``like``'s dtype on its device: ``addcdiv(zero, a, b, value, out=w)`` writes ``value*a/b`` into
+    ``w`` in one pass (a CPU zero would not do on CUDA)."""
+    key = (like.dtype, like.device)
+    if key not in _ZEROS:
+        _ZEROS[key] = torch.zeros((), dtype=like.dtype, device=like.device)
+    return _ZEROS[key]
 
 
 OPTIMIZERS = {"sgd": SGD, "nag": NAG, "adam": Adam, "rmsprop": RMSProp, "adagrad": AdaGrad,

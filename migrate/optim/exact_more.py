@@ -122,7 +122,7 @@ def _sums_sq(tensors):
         return [half_sum_sq(t) if t.dtype in (torch.float16, torch.bfloat16) else _sums_sq([t])[0] for t in tensors]
     if _kernels.available(*tensors):
         return _kernels.sum_sqs([_kernels.flat(t) for t in tensors]).tolist()
-    return [_round32(torch.sum(t.double() ** 2)) for t in tensors]
+    return [_round32(torch.sum(t.double() ** 2).item()) for t in tensors]
 
 
 def _lars_lr(group, w_sum, g_sum):
