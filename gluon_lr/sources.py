@@ -7,7 +7,9 @@ what MXNet really applies to each parameter:
   (by index, then by name through ``idx2name``, default 1.0). Those tables hold the symbol's ``__lr_mult__`` and
   ``__wd_mult__`` attributes merged with the LAST ``set_lr_mult``/``set_wd_mult`` dict (each call rebuilds its table),
   and wd_mult 0 for names not ending in ``_weight``/``_gamma``. Indices are the updater's: position in
-  ``param_names``; inputs and labels are not parameters and are never listed;
+  ``param_names``; inputs and labels are not parameters and are never listed. The auxiliary states (BatchNorm's
+  ``moving_mean``/``moving_var``) follow, frozen: MXNet never trains them, and a Gluon Trainer's settings list
+  running statistics the same way;
 - a stock ``gluon.Trainer``: each ``Parameter.lr_mult``/``wd_mult`` (what its optimizer reads through param_dict).
 """
 import numpy as np
@@ -57,7 +59,7 @@ def _module_records(module) -> list:
         raise SettingsSourceError(f"Module runs on {len(module._context)} contexts / updates on the kvstore: "
                                   f"export_settings reads one-device Modules; bind it to one context to export.")
     optimizer, group = module._optimizer, module._exec_group
-    arg_params, _ = module.get_params()
+    arg_params, aux_params = module.get_params()
     records = []
     for index, name in enumerate(group.param_names):
         array = arg_params[name]
@@ -66,6 +68,10 @@ def _module_records(module) -> list:
                         "wd_mult": _multiplier(optimizer, optimizer.wd_mult, index),
                         "frozen": group.grad_req.get(name) == "null" if isinstance(group.grad_req, dict) else False,
                         "masked_elements": 0})
+    for name in group.aux_names:  # carried, never trained: frozen, as a Gluon Trainer lists running statistics
+        array = aux_params[name]
+        records.append({"name": name, "shape": [int(d) for d in array.shape], "dtype": np.dtype(array.dtype).name,
+                        "lr_mult": 1.0, "wd_mult": 1.0, "frozen": True, "masked_elements": 0})
     return records
 
 

@@ -11,6 +11,7 @@ import torch
 
 from mxformats.atomic import atomic_write
 from migrate.errors import InputFileError
+from migrate.optim.groups import settings_with_held_frozen
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 from migrate.torch_control import TorchControl
 
@@ -42,7 +43,8 @@ def optimizer_document(optimizer, scheduler, settings: dict, mapping, control=No
         optimizer: The optimizer from ``torch_optimizer`` (state converted or fresh).
         scheduler: Its ``torch_lr_scheduler``.
         settings: The settings document it was built from.
-        mapping: MXNet name -> torch key (only the names are kept).
+        mapping: MXNet name -> torch key (only the names are kept; the tensors it holds at a constant are
+            kept frozen in the settings, so that the groups are rebuilt the same).
         control: The ``TorchControl`` of ``control_from_mxnet`` (element masks, norm layers left running), or None.
 
     Returns:
@@ -52,7 +54,7 @@ def optimizer_document(optimizer, scheduler, settings: dict, mapping, control=No
         >>> torch.save(optimizer_document(opt, sched, settings, mapping), "migrated/optimizer.pt")  # doctest: +SKIP
     """
     return {"format": OPTIMIZER_FORMAT, "schema_version": SCHEMA_VERSION,
-            "optimizer_class": type(optimizer).__name__, "settings": dict(settings),
+            "optimizer_class": type(optimizer).__name__, "settings": settings_with_held_frozen(settings, mapping),
             "mapping": {name: mapping[name] for name in mapping}, "num_update": int(scheduler.num_update),
             "optimizer": optimizer.state_dict(), "control": control.records() if control is not None else {}}
 

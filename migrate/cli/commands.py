@@ -388,14 +388,16 @@ def _groups(model, document, mapping, report) -> dict:
     rows = [{"params": [names[id(p)] for p in g["params"]], "mx_names": g["mx_names"], "lr": g["lr"],
              "weight_decay": g["weight_decay"], "lr_mult": g["lr_mult"], "wd_mult": g["wd_mult"],
              "frozen": g["frozen"]} for g in groups]
-    frozen = [{"torch": mapping[name], "mxnet": name} for name, entry in document["params"].items()
-              if entry["frozen"] and mapping[name] in named]
+    held = getattr(mapping, "held", {})
+    frozen = [dict({"torch": names[id(p)], "mxnet": mx_name}, **({"held": held[mx_name]} if mx_name in held else {}))
+              for g in groups if g["frozen"] for p, mx_name in zip(g["params"], g["mx_names"])]
     report.sections["groups"] = {"count": len(rows), "params": sum(len(r["params"]) for r in rows),
                                  "frozen": len(frozen)}
     table = [f"{'group':>5}  {'lr':>10}  {'weight_decay':>12}  {'lr_mult':>7}  {'wd_mult':>7}  params"]
     table += [f"{i:>5}  {r['lr']:>10.4g}  {r['weight_decay']:>12.4g}  {r['lr_mult']:>7g}  {r['wd_mult']:>7g}  "
               f"{', '.join(r['params'])}" for i, r in enumerate(rows)]
-    table.append(f"frozen (requires_grad=False): {', '.join(f['torch'] for f in frozen) or 'none'}")
+    shown = [f["torch"] + (f" (held at {f['held']:g}: MXNet fix_gamma=True)" if "held" in f else "") for f in frozen]
+    table.append(f"frozen (requires_grad=False): {', '.join(shown) or 'none'}")
     report.text.append("\n".join(table))
     return {"format": "gluon-lr-param-groups", "schema_version": 1, "groups": rows, "frozen": frozen}
 

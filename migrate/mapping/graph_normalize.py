@@ -3,7 +3,9 @@
 Fused before the parameter graph is built (``fuse_patterns``): LayerNorm written as ReduceMean/Sub/Pow/Sqrt/Div
 arithmetic (MXNet's exporter) becomes one ``LayerNormalization`` node with its ``epsilon``; GELU written as
 ``0.5 * x * (1 + erf(x / sqrt(2)))`` becomes one ``Gelu`` node; ``relu6(x + 3) / 6`` becomes ``HardSigmoid`` and
-``x * relu6(x + 3) / 6`` ``HardSwish`` (GluonCV's MobileNetV3). A packed input projection (GluonNLP's attention
+``x * relu6(x + 3) / 6`` ``HardSwish`` (GluonCV's MobileNetV3); a BatchNorm scale written ``gamma * 0 + 1`` (MXNet's
+``fix_gamma=True``) becomes the ``BatchNormalization`` of ``gamma`` with ``fix_gamma=1``; a PReLU slope reshaped
+for broadcasting (torch's export) is read as the stored slope. A packed input projection (GluonNLP's attention
 concatenates the query/key/value weights per head into one ``FullyConnected``) is split back into one linear
 node per source tensor (``packed_linear_nodes``).
 
@@ -105,7 +107,7 @@ def _scalar(t) -> float:
 
 def fuse_patterns(nodes: list, producer: dict, consumers: dict, params, consts: dict | Callable[[], dict],
                   make_node, indices=None) -> tuple[dict, set]:
-    """Find decomposed LayerNorms and erf-GELUs, each to be replaced by one node.
+    """Find the computations of the module docstring written in another form, each to be replaced by one node.
 
     Args:
         nodes: the graph's nodes (``op_type``, ``input``, ``output``, ``name``, ``attribute``) in file order.
@@ -247,7 +249,46 @@ def _hard(ctx, i):
     return {add, i, scale}, scale, "HardSigmoid", [x], {"alpha": 1 / 6, "beta": 0.5}
 
 
-_PATTERNS = {"Div": _layer_norm, "Erf": _gelu, "Clip": _hard}
+def _fix_gamma(ctx, i):
+    """BatchNormalization(x, gamma * 0 + 1, ...) -> BatchNormalization(x, gamma, ...) with ``fix_gamma=1``: the
+    scale MXNet's ``fix_gamma=True`` holds at 1 (``migrate.mapping.onnx_converters`` writes it so, and so does the
+    forward of a generated torch module)."""
+    nodes, _, _, params, _ = ctx
+    bn = nodes[i]
+    add = _made_by(ctx, bn.input[1], ("Add",)) if len(bn.input) > 1 else None
+    if add is None or _single(ctx, nodes[add].output[0]) != i:
+        return None
+    one = next((v for v in nodes[add].input if _const(ctx, v, 1.0)), None)
+    mul = _made_by(ctx, _other(nodes[add], one) or "", ("Mul",)) if one is not None else None
+    if mul is None or _single(ctx, nodes[mul].output[0]) != add:
+        return None
+    zero = next((v for v in nodes[mul].input if _const(ctx, v, 0.0)), None)
+    gamma = _other(nodes[mul], zero) if zero is not None else None
+    if gamma not in params:
+        return None
+    attrs = dict(_attributes(bn), fix_gamma=1)
+    return {mul, add, i}, i, "BatchNormalization", [bn.input[0], gamma, *bn.input[2:]], attrs
+
+
+def _prelu_slope(ctx, i):
+    """PRelu(x, Unsqueeze(slope)) -> PRelu(x, slope): torch's ``nn.PReLU(C)`` and ``F.prelu`` export the slope
+    reshaped to (C, 1, 1); MXNet's ``LeakyReLU(act_type='prelu')`` feeds its (C,) ``gamma`` as it is."""
+    nodes, _, _, params, _ = ctx
+    prelu = nodes[i]
+    view = _made_by(ctx, prelu.input[1], ("Unsqueeze", "Reshape")) if len(prelu.input) > 1 else None
+    if view is None or nodes[view].input[0] not in params or _single(ctx, nodes[view].output[0]) != i:
+        return None
+    return {view, i}, i, "PRelu", [prelu.input[0], nodes[view].input[0]], {}
+
+
+def _attributes(node) -> dict:
+    """A node's ONNX attributes as plain values."""
+    import onnx.helper
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+_PATTERNS = {"Div": _layer_norm, "Erf": _gelu, "Clip": _hard, "BatchNormalization": _fix_gamma,
+             "PRelu": _prelu_slope}
 PATTERN_STARTS = frozenset(_PATTERNS)  # the op types a pattern of ``fuse_patterns`` starts at
 
 

@@ -15,7 +15,7 @@ __all__ = ["match_graphs", "align"]
 
 _ATTR_DEFAULTS = {"Conv": {"group": 1, "auto_pad": "NOTSET"},
                   "Gemm": {"alpha": 1.0, "beta": 1.0, "transA": 0},
-                  "BatchNormalization": {"epsilon": 1e-5, "momentum": 0.9},
+                  "BatchNormalization": {"epsilon": 1e-5, "momentum": 0.9, "fix_gamma": 0},
                   "Gather": {"axis": 0},
                   "LSTM": {"direction": "forward", "layout": 0, "input_forget": 0},
                   "GRU": {"direction": "forward", "layout": 0, "linear_before_reset": 0},
@@ -143,6 +143,8 @@ def _pair(acc: _Acc, a: ParamNode, b: ParamNode, mx_graph, torch_graph, by_index
     for role in sorted(set(a.tensors) | set(b.tensors)):
         if role in a.tensors and role in b.tensors:
             acc.entries[a.tensors[role]] = _entry(a, b, role, fold=False)
+            if role == "weight" and _held_scale(a):
+                acc.entries[a.tensors[role]]["held"] = 1.0
         elif role in b.tensors and role == "bias":
             acc.defaults[b.tensors[role]] = f"zeros (MXNet {_node_name(a)!r} has no bias)"
         elif role == "bias":
@@ -214,9 +216,16 @@ def _simplify(steps: list, shape: tuple) -> list:
     return out
 
 
+def _held_scale(a: ParamNode) -> bool:
+    """The MXNet node is a BatchNorm whose scale MXNet holds at 1 (``fix_gamma=True``): its torch counterpart's
+    scale, trainable or held, pairs with it and is held at 1 (an MXNet scale that trains never pairs with a held
+    one: that is an attribute difference)."""
+    return a.op == "BatchNormalization" and a.attrs.get("fix_gamma", 0) == 1
+
+
 def _attr_differences(a: ParamNode, b: ParamNode) -> list[str]:
     if a.op == b.op:
-        return _compare_attrs(a.op, a.attrs, b.attrs)
+        return _compare_attrs(a.op, a.attrs, dict(b.attrs, fix_gamma=1) if _held_scale(a) else b.attrs)
     conv = a if a.op == "Conv" else b if b.op == "Conv" else None
     diffs = []
     if conv is not None:

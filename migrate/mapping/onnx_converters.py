@@ -17,6 +17,10 @@
 - ``LayerNorm`` over the last axis: one ONNX ``LayerNormalization`` (opset 17), as torch exports it, where MXNet's
   converter writes 10 nodes of arithmetic (``migrate.mapping.graph_normalize`` still fuses that form when a torch
   model writes it by hand).
+- ``BatchNorm`` with ``fix_gamma=True`` (the op's default): MXNet's converter feeds ``gamma`` to the ONNX node as it
+  is, while MXNet reads it as 1 (and gives it zero gradient). This one writes ``gamma * 0 + 1`` (``Mul``, ``Add``) in
+  the scale slot, the form a generated torch module exports; ``migrate.mapping.graph_normalize`` reads it back as a
+  ``BatchNormalization`` with ``fix_gamma=1``, so matching knows the scale is held at 1.
 - The opset: MXNet's converters are written for opsets 12 and 13 (``LayerNorm`` emits ``ReduceMean`` with an
   ``axes`` attribute, an input from opset 18 on); ``EXPORT_OPSET`` (17) keeps every one of them valid.
 """
@@ -62,6 +66,7 @@ def mxnet_converters(static_shapes=None):
     table = MXNetGraph.registry_.setdefault(13, {})
     converters = dict(_CONVERTERS)
     converters["LayerNorm"] = _fused_layer_norm(_registered("LayerNorm", 13))
+    converters["BatchNorm"] = _held_gamma_batch_norm(_registered("BatchNorm", 13))
     if static_shapes:
         converters["Reshape"] = _static_reshape(static_shapes, _registered("Reshape", 13))
         converters.update(_static_attention(static_shapes, {op: _registered(op, 13) for op in _ATTENTION}))
@@ -287,6 +292,28 @@ def _fused_layer_norm(original):
         return [make_node("LayerNormalization", [x, gamma, beta], [name], name=name, axis=-1,
                           epsilon=float(attrs.get("eps", 1e-5)))]
     return convert_layer_norm
+
+
+def _held_gamma_batch_norm(original):
+    """A BatchNorm converter: ``original``'s node, its scale input replaced by ``gamma * 0 + 1`` when ``fix_gamma``
+    (default True) is set."""
+    def convert_batch_norm(node, **kwargs):
+        nodes = original(node, **kwargs)
+        if node.get("attrs", {}).get("fix_gamma", "True") not in ("True", "true", "1"):
+            return nodes
+        import numpy as np
+        import onnx.numpy_helper
+        from onnx.helper import make_node
+        name, gamma = node["name"], _inputs(node, kwargs)[1]
+        for value, suffix in ((0, "zero"), (1, "one")):
+            kwargs["initializer"].append(onnx.numpy_helper.from_array(np.array([value], np.dtype(gamma.dtype)),
+                                                                      f"{name}_fix_gamma_{suffix}"))
+        bn = nodes[-1]
+        bn.input[1] = f"{name}_gamma_held"
+        return nodes[:-1] + [
+            make_node("Mul", [gamma.name, f"{name}_fix_gamma_zero"], [f"{name}_gamma_times_zero"]),
+            make_node("Add", [f"{name}_gamma_times_zero", f"{name}_fix_gamma_one"], [f"{name}_gamma_held"]), bn]
+    return convert_batch_norm
 
 
 _CONVERTERS = {"RNN": convert_rnn}

@@ -82,7 +82,7 @@ class NameMapping(Mapping):
 
         Returns:
             dict with ``torch``, ``steps`` (layout steps), ``fold``, ``kind``, ``mx_node``, ``torch_node``,
-            ``mx_shape``, ``torch_shape``.
+            ``mx_shape``, ``torch_shape``, and ``held`` (the constant) for a tensor held at one.
 
         Raises:
             MappingKeyError: ``mx_name`` is not mapped.

@@ -76,19 +76,23 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
 
     Note:
         Parameters are matched by the mapping, never by position; BatchNorm running statistics map to torch
-        buffers and are skipped here (``convert_weights`` copies them).
+        buffers and are skipped here (``convert_weights`` copies them; a Module's auxiliary states need not be in
+        the settings). A tensor the mapping holds at a constant (``NameMapping.held``: a BatchNorm scale under
+        MXNet's ``fix_gamma=True``) is frozen, as MXNet never trains it.
     """
     settings = as_settings(settings, SettingsError)
     if unmapped not in _UNMAPPED:
         raise SettingsError(f"param_groups got unmapped={unmapped!r}; expected one of {list(_UNMAPPED)}")
     sources = _torch_sources(torch_model, settings, mapping)
+    held_names = getattr(mapping, "held", {})
     groups, by_key, frozen = [], {}, []
     for param, mx_name, entry in sources:
-        if entry["frozen"]:
+        is_frozen = bool(entry["frozen"]) or mx_name in held_names
+        if is_frozen:
             frozen.append(mapping[mx_name])
         lr_mult, wd_mult = float(entry["lr_mult"]), float(entry["wd_mult"])
         key = (base_lr(settings) * lr_mult, float(settings["optimizer"]["wd"]) * wd_mult, lr_mult, wd_mult,
-               bool(entry["frozen"]))
+               is_frozen)
         if key not in by_key:
             held = 0.0 if key[4] else 1.0  # a frozen group trains nothing, even in an optimizer that ignores it
             by_key[key] = {"params": [], "lr": key[0] * held, "weight_decay": key[1] * held, "lr_mult": lr_mult,
@@ -101,6 +105,31 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
     return ParamGroups(groups, frozen)
 
 
+def settings_with_held_frozen(settings, mapping) -> dict:
+    """A copy of ``settings`` whose parameters that ``mapping`` holds at a constant (``NameMapping.held``) are frozen:
+    the groups ``param_groups`` makes from it equal those it makes from ``settings`` and ``mapping``, also when the
+    mapping is later a plain dict (``optimizer.pt`` keeps these settings and the names only).
+
+    Args:
+        settings: The settings document (dict) or a path to the settings file.
+        mapping: MXNet name -> torch key; ``NameMapping.held`` when it has it.
+
+    Returns:
+        The settings document (a new dict; ``settings`` is left alone).
+
+    Raises:
+        SettingsError: The settings file cannot be read or is not a settings document.
+
+    Example:
+        >>> settings_with_held_frozen("settings.json", mapping)["params"]["bn1_gamma"]["frozen"]  # doctest: +SKIP
+        True
+    """
+    settings = as_settings(settings, SettingsError)
+    held = getattr(mapping, "held", {})
+    params = {name: dict(entry, frozen=True) if name in held else entry for name, entry in settings["params"].items()}
+    return dict(settings, params=params)
+
+
 def _torch_sources(torch_model, settings, mapping):
     """(torch parameter, MXNet name, settings entry) in MXNet index order, checking the mapping both ways."""
     if not isinstance(mapping, Mapping):
@@ -108,10 +137,10 @@ def _torch_sources(torch_model, settings, mapping):
                            f"pass migrate.NameMapping or a dict")
     named = dict(torch_model.named_parameters())
     buffers = dict(torch_model.named_buffers())
-    unknown_mx = sorted(name for name in mapping if name not in settings["params"])
+    unknown_mx = sorted(name for name in mapping if name not in settings["params"] and mapping[name] not in buffers)
     missing = sorted(f"{name} -> {mapping[name]}" for name in mapping
                      if mapping[name] not in named and mapping[name] not in buffers)
-    problems = ([f"MXNet names not in the settings: {unknown_mx[:10]}"] if unknown_mx else []) + (
+    problems = ([f"MXNet parameters not in the settings: {unknown_mx[:10]}"] if unknown_mx else []) + (
         [f"torch keys not in the {type(torch_model).__name__} model: {missing[:10]}"] if missing else [])
     if problems:
         raise MappingError(f"mapping does not fit the models ({'; '.join(problems)}); rebuild the mapping "
