@@ -6,6 +6,8 @@ The pipeline: ``mapping`` (MXNet names -> torch names: ``name_mapping``, ``verif
 held norm statistics and layer rates in torch after the migration), ``migration_folder`` (``load_migration``),
 ``generate`` (``generate_torch``: a torch module written from the MXNet graph, for models with no torch twin) and
 ``cli`` (the ``migrate`` command). ``load_settings`` reads the settings file gluon_lr wrote (``mxformats.settings``).
+``data`` reads MXNet's RecordIO datasets (``RecordFile``, ``RecordDataset``, ``convert_records``; ``migrate data`` on
+the command line).
 
 Nothing here imports MXNet: the torch side runs where MXNet cannot be installed (numpy 2, Python 3.12+). Only what
 reads a live MXNet model (``name_mapping``, ``verify``, ``generate_torch`` of a Gluon block or MXNet files, and the
@@ -13,6 +15,7 @@ CLI commands that do so) needs it, and raises ``MXNetRequiredError`` without it.
 """
 from mxformats.settings import load_settings
 
+from migrate.data import RecordDataset, RecordFile, RecordHeader, convert_records
 from migrate.generate import generate_torch
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.table import NameMapping
@@ -30,6 +33,9 @@ __all__ = [
     "MXNetLRScheduler",
     "NameMapping",
     "NodeCheck",
+    "RecordDataset",
+    "RecordFile",
+    "RecordHeader",
     "ParamGroups",
     "StockStateConversion",
     "StockTranslation",
@@ -37,6 +43,7 @@ __all__ = [
     "VerifyReport",
     "control_from_mxnet",
     "convert_optimizer_state",
+    "convert_records",
     "convert_stock_optimizer_state",
     "convert_weights",
     "generate_torch",

@@ -80,3 +80,24 @@ class InsufficientMemoryError(MigrateError, MemoryError):
 
 class OutputWriteError(MigrateError, OSError):
     """An output file could not be written (disk full, no permission); names the file and the bytes needed."""
+
+class RecordIOError(MigrateError, ValueError):
+    """A RecordIO ``.rec``/``.idx`` file is not what MXNet writes: wrong magic, a record cut short, an index offset
+    past the end, a label count the record cannot hold, a payload that is no image (names the file and the byte offset).
+
+    Attributes:
+        path: The file at fault (None when the bytes came from no file).
+        offset: The byte offset in it where the fault lies (None when it is not about one place).
+    """
+
+    def __init__(self, message: str, path=None, offset=None):
+        super().__init__(message)
+        self.path, self.offset = path, offset
+
+
+class RecordKeyError(RecordIOError, KeyError):
+    """A key asked of a ``RecordFile`` is not in its index (names the key, the file and the keys it holds)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+

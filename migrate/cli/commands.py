@@ -3,6 +3,7 @@
 Subcommands: ``map`` (name mapping + verification), ``groups`` (param groups), ``weights`` (state_dict), ``optim``
 (optimizer and scheduler with the MXNet state), ``verify`` (numeric check of a mapping), ``all`` (everything into
 a folder with a report; ``--torch generate`` writes the torch model too) and ``generate`` (a torch module's source).
+``data`` (``migrate data convert|index``: MXNet RecordIO datasets without MXNet) lives in ``data_commands``.
 Real output goes to stdout (``--json``: one document with ``schema_version``), messages and progress bars to stderr.
 Exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error, 130 interrupted (Ctrl-C or
 SIGTERM; nothing is left half-written).
@@ -24,7 +25,7 @@ import threading
 from mxformats.errors import LrTrainerError
 from mxformats import atomic
 from migrate import migration_folder
-from migrate.cli import inputs
+from migrate.cli import data_commands, inputs
 from migrate.cli.report import Report
 from migrate.cli.staged_folder import StagedFolder, pause_point
 from migrate.errors import InputFileError, MigrateError, MXNetRequiredError, OutputPathError
@@ -184,6 +185,7 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--force", action="store_true", help="replace existing outputs")
         command.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
         command.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
+    data_commands.add_parser(sub)
     return parser
 
 
@@ -285,6 +287,7 @@ def _run_generate(args, report):
 
 _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim": _run_optim,
         "verify": _run_verify, "all": _run_all, "generate": _run_generate}
+_RUN["data"] = data_commands.run
 
 
 # ---------------------------------------------------------------- shared steps
