@@ -14,8 +14,8 @@ import time
 import torch
 import torchvision
 
+from migrate.optim import OPTIMIZERS
 from migrate.optim import stock as _stock
-from migrate.optim.exact import OPTIMIZERS
 
 CASES = [("sgd", {"momentum": 0.9}), ("nag", {"momentum": 0.9}), ("adam", {}), ("rmsprop", {}),
          ("rmsprop", {"centered": True}), ("adagrad", {}), ("adadelta", {}), ("adamax", {}), ("nadam", {}),

@@ -24,7 +24,7 @@ from .trainer import LrTrainer
 
 __all__ = ["TRANSLATED_OPTIMIZERS", "export_settings"]
 
-#: The optimizers ``migrate`` translates to torch (``migrate.optim.exact.OPTIMIZERS``; a test keeps them equal).
+#: The optimizers ``migrate`` translates to torch (``migrate.optim.OPTIMIZERS``; a test keeps them equal).
 TRANSLATED_OPTIMIZERS = ("adadelta", "adagrad", "adam", "adamax", "ccsgd", "dcasgd", "ftml", "ftrl", "groupadagrad",
                          "lamb", "lars", "lbsgd", "nadam", "nag", "rmsprop", "sgd", "sgld", "signum", "test")
 

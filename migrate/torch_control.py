@@ -174,8 +174,8 @@ class TorchControl:
             raise MappingError(f"TorchControl.freeze: a mask applies to one parameter, the selector picks "
                                f"{len(names)} ({names[:5]}); select one parameter")
         name, param = names[0], self._named[names[0]]
-        from migrate.optim.exact import _MXNetOptimizer
-        if not isinstance(self.optimizer, _MXNetOptimizer):
+        from migrate.optim.base import MXNetOptimizer
+        if not isinstance(self.optimizer, MXNetOptimizer):
             raise UnsupportedOptimizerError(f"TorchControl.freeze({name!r}, mask=...): element masks need one of "
                                             f"migrate's exact optimizers (they call the mask hook around each step), "
                                             f"got {type(self.optimizer).__name__}; build it with "

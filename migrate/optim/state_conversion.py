@@ -1,18 +1,18 @@
-"""MXNet trainer states (``gluon.Trainer.save_states``) -> the state of migrate's exact torch optimizers."""
+"""MXNet trainer states (``gluon.Trainer.save_states``) -> the state of migrate's exact torch optimizers.
+
+What each optimizer's state holds comes from its record (``migrate.optim.registry``): state names, the order of a
+``multi_precision`` state, state shapes, and the optimizer-wide state MXNet pickles with the optimizer.
+"""
 import numpy as np
 import torch
 
 from mxformats.settings import OPTIMIZER_ALIASES, as_settings
-from mxformats.states import split_states, states_bytes, unpickle_states
 from mxformats.optimizer_state import state_arrays
-from migrate.errors import InputFileError, SettingsError, StateConversionError
-
-_STATE_NAMES = {"sgd": ("momentum_buffer",), "nag": ("momentum_buffer",), "signum": ("momentum_buffer",),
-                "adam": ("mean", "var"), "adamax": ("mean", "var"), "nadam": ("mean", "var"), "lamb": ("mean", "var"),
-                "adagrad": ("history",), "adadelta": ("acc_g", "acc_delta"), "ftrl": ("z", "n"),
-                "rmsprop": ("n", "g", "delta"), "ftml": ("d", "v", "z"),
-                "lars": ("momentum_buffer",), "lbsgd": ("momentum_buffer",), "sgld": (),
-                "dcasgd": ("previous_weight",), "groupadagrad": ("history",), "test": ("weight_copy",)}
+from migrate.errors import SettingsError, StateConversionError
+from migrate.optim.base import HALF_DTYPES
+from migrate.optim.mx_states import (StateTargets, check_state_names, load_states, mx_name_of, param_targets,
+                                     state_tensor)
+from migrate.optim.registry import record, registered_names
 
 
 def convert_optimizer_state(mx_states, settings, mapping, optimizer):
@@ -48,56 +48,34 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
         MXNet's ``save_states`` does not store lr_mult or wd_mult; they come from the settings.
     """
     settings = as_settings(settings, SettingsError)
-    header_names, states, mx_optimizer = _load_states(mx_states)
+    header_names, states, mx_optimizer = load_states(mx_states)
     name = settings["optimizer"]["name"]
     _check_optimizer(name, mx_optimizer, optimizer)
-    targets = _targets(optimizer)
-    by_index = {entry["index"]: mx_name for mx_name, entry in settings["params"].items()}
-    _check_names(header_names, by_index)
+    entry = record(name)
+    targets = StateTargets({e["index"]: mx_name for mx_name, e in settings["params"].items()},
+                           param_targets(optimizer), mapping)
+    check_state_names(header_names, targets.by_index)
     counts = getattr(mx_optimizer, "_index_update_count", {}) if mx_optimizer is not None else {}
     filled = 0
     for index, state in sorted(states.items(), key=lambda item: str(item[0])):
-        mx_name = _name_of(index, by_index, settings)
-        if mx_name not in targets:
+        mx_name = mx_name_of(index, targets.by_index, settings)
+        if mx_name not in targets.params:
             continue
-        param = targets[mx_name]
-        shape = (param.shape[0], 1) if name == "groupadagrad" else None  # one history per row, no layout change
+        param = targets.params[mx_name]
+        shape = entry.state_shape(param) if entry.state_shape is not None else None
         master, state = split_master(name, state, settings, mx_name)
-        dtype = torch.float32 if master is not None and param.dtype in _HALF else None
-        arrays = [_to_torch(mapping, mx_name, array, param, shape, dtype)
+        dtype = torch.float32 if master is not None and param.dtype in HALF_DTYPES else None
+        arrays = [state_tensor(mapping, mx_name, array, param, shape, dtype)
                   for array in state_arrays(state)]
-        torch_state = _torch_state(name, mx_name, arrays, counts.get(index, settings["num_update"]))
+        torch_state = torch_state_of(name, mx_name, arrays, counts.get(index, settings["num_update"]))
         if master is not None:
-            _place_master(optimizer, param, torch_state, _to_torch(mapping, mx_name, master, param,
-                                                                   dtype=torch.float32), mx_name)
+            _place_master(optimizer, param, torch_state, state_tensor(mapping, mx_name, master, param,
+                                                                      dtype=torch.float32), mx_name)
         optimizer.state[param] = torch_state
         filled += 1
-    if name == "nadam" and mx_optimizer is not None:
-        optimizer.state["m_schedule"] = float(mx_optimizer.m_schedule)
-    if name == "lars" and getattr(mx_optimizer, "cur_lr", None) is not None:
-        optimizer.state["lars_last_lr"] = float(mx_optimizer.cur_lr)  # its momentum correction's last lr
-    if name == "lbsgd" and mx_optimizer is not None:
-        _lbsgd_accumulation(mx_optimizer, by_index, targets, mapping, optimizer)
+    if entry.extra_state is not None and mx_optimizer is not None:
+        entry.extra_state(mx_optimizer, optimizer, targets)
     return filled
-
-
-def _load_states(mx_states):
-    """(parameter names or None, states by index, pickled MXNet optimizer or None) from a path or bytes."""
-    data = states_bytes(mx_states, error=InputFileError)
-    names, mx_states = split_states(data, "mx_states", error=InputFileError)
-    states, optimizer = unpickle_states(mx_states, "mx_states", error=InputFileError, as_data=True)
-    return (None if names is None else [param["name"] for param in names]), states, optimizer
-
-
-def _check_names(header_names, by_index):
-    """StateConversionError unless the states file's parameter names (LrTrainer files) match the settings'."""
-    if header_names is None:
-        return
-    wrong = [f"{i}: {name!r} in the states, {by_index.get(i)!r} in the settings"
-             for i, name in enumerate(header_names) if by_index.get(i) != name]
-    if wrong:
-        raise StateConversionError(f"the states file names other parameters than the settings ({wrong[:5]}); these "
-                                   f"states belong to another model: pass the settings exported with them")
 
 
 def check_states_optimizer(name, mx_optimizer) -> None:
@@ -112,35 +90,10 @@ def check_states_optimizer(name, mx_optimizer) -> None:
 def _check_optimizer(name, mx_optimizer, optimizer):
     """Raise StateConversionError unless states, settings and torch optimizer all name the same optimizer."""
     check_states_optimizer(name, mx_optimizer)
-    from migrate.optim.exact import OPTIMIZERS
-    if name not in _STATE_NAMES or not isinstance(optimizer, OPTIMIZERS.get(name, ())):
+    if name not in registered_names() or not isinstance(optimizer, record(name).exact_class):
         raise StateConversionError(f"optimizer {type(optimizer).__name__} cannot take MXNet {name!r} states; "
                                    f"build it with migrate.torch_optimizer(model, settings, mapping, exact=True), "
                                    f"or fill a stock_torch_optimizer with migrate.convert_stock_optimizer_state")
-
-
-def _targets(optimizer):
-    """MXNet name -> torch parameter, from the ``mx_names`` of the optimizer's groups."""
-    targets = {}
-    for group in optimizer.param_groups:
-        targets.update(zip(group.get("mx_names", ()), group["params"]))
-    if not targets:
-        raise StateConversionError(f"optimizer {type(optimizer).__name__} has no groups with mx_names; build it "
-                                   f"with migrate.torch_optimizer so its groups name their MXNet parameters")
-    return targets
-
-
-def _name_of(index, by_index, settings):
-    if index not in by_index:
-        raise StateConversionError(f"MXNet states hold parameter index {index!r} but the settings have indices "
-                                   f"0..{len(settings['params']) - 1}; these states belong to another model")
-    return by_index[index]
-
-
-_MASTER_LAST = ("sgd", "nag", "lars")
-"""MXNet optimizers whose multi_precision state is ``(state, weight32)``; the others' is ``(weight32, state)``."""
-
-_HALF = (torch.float16, torch.bfloat16)
 
 
 def split_master(name, state, settings, mx_name):
@@ -158,7 +111,7 @@ def split_master(name, state, settings, mx_name):
         raise StateConversionError(f"MXNet {name!r} state of float16 {mx_name!r} under multi_precision should be a "
                                    f"pair (weight32 and the optimizer's state), got {type(state).__name__}; check "
                                    f"the settings' multi_precision and dtype")
-    master, rest = (state[1], state[0]) if name in _MASTER_LAST else state
+    master, rest = (state[1], state[0]) if record(name).master_last else state
     if not isinstance(master, np.ndarray) or master.dtype != np.float32:
         raise StateConversionError(f"MXNet {name!r} state of float16 {mx_name!r} under multi_precision has no "
                                    f"float32 master weight where MXNet keeps it; these states are not from it")
@@ -173,7 +126,7 @@ def _place_master(optimizer, param, torch_state, master, mx_name):
     group without multi_precision cannot hold it (StateConversionError).
     """
     group = next(g for g in optimizer.param_groups if any(p is param for p in g["params"]))
-    if param.dtype in _HALF:
+    if param.dtype in HALF_DTYPES:
         if not group.get("multi_precision"):
             raise StateConversionError(f"MXNet's state of {mx_name!r} holds a float32 master copy "
                                        f"(multi_precision) but the torch optimizer's group of {param.dtype} "
@@ -185,43 +138,18 @@ def _place_master(optimizer, param, torch_state, master, mx_name):
             param.copy_(master)
 
 
-def _to_torch(mapping, mx_name, array, param, shape=None, dtype=None):
-    """``array`` in torch layout as a tensor like ``param`` (of ``shape``, when given, and then taken as it is; in
-    ``dtype`` when given); StateConversionError if its shape does not fit."""
-    convert = getattr(mapping, "to_torch", None) if shape is None else None
-    array = convert(mx_name, array) if convert is not None else array
-    expected = tuple(param.shape) if shape is None else tuple(shape)
-    if tuple(array.shape) != expected:
-        raise StateConversionError(f"MXNet state of {mx_name!r} has shape {tuple(array.shape)} but its torch "
-                                   f"parameter needs {expected}; these states belong to another model")
-    return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype or param.dtype, device=param.device).clone()
+def torch_state_of(name, mx_name, arrays, count):
+    """The torch state dict of one parameter of MXNet optimizer ``name``: ``step`` and the buffers named as migrate's
+    exact optimizer names them, from MXNet's state ``arrays`` (depth first: ``state_arrays``).
 
-
-def _torch_state(name, mx_name, arrays, count):
-    """The torch state dict of one parameter: ``step`` and the named buffers."""
-    names = _STATE_NAMES[name]
-    if name == "rmsprop" and len(arrays) == 1:
-        names = ("n",)
+    Example:
+        >>> torch_state_of("adam", "fc_weight", [mean, var], 3)  # doctest: +SKIP
+        {'step': 3, 'mean': mean, 'var': var}
+    """
+    entry = record(name)
+    names = next((layout for layout in entry.state_layouts if len(layout) == len(arrays)), entry.state_names)
     if len(arrays) != len(names) and arrays:
         raise StateConversionError(f"MXNet {name!r} state of {mx_name!r} has {len(arrays)} arrays, expected "
                                    f"{len(names)} ({', '.join(names)}); check the optimizer's settings")
     return dict({"step": int(count)}, **dict(zip(names, arrays)))
 
-
-def _lbsgd_accumulation(mx_optimizer, by_index, targets, mapping, optimizer):
-    """LBSGD's gradient sums (``mx_optimizer.cumgrads``, kept on the optimizer) -> each torch parameter's state.
-
-    A sum still at its first call is MXNet's live gradient array (``cum_live``: the next call reads it overwritten).
-    """
-    for index, entry in getattr(mx_optimizer, "cumgrads", {}).items():
-        mx_name = by_index.get(index)
-        if mx_name not in targets or targets[mx_name] not in optimizer.state:
-            continue
-        param, cum, num_cums = targets[mx_name], entry["cum_grad"], int(entry["num_cums"])
-        held = isinstance(cum, np.ndarray)
-        master = "master" in optimizer.state[param]  # a float32 sum, as the gradients it adds
-        live = held and num_cums == mx_optimizer.init_updates + 1 and not master
-        dtype = torch.float32 if master else None
-        optimizer.state[param].update(
-            num_cums=num_cums, cum_live=live,
-            cum_grad=_to_torch(mapping, mx_name, cum, param, dtype=dtype) if held else None)

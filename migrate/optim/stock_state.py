@@ -2,7 +2,8 @@
 
 Each MXNet state array goes to the torch buffer with the same meaning (Adam's mean/var -> exp_avg/exp_avg_sq,
 AdaGrad's history -> sum, ...), converted where the two conventions differ (SGD keeps lr inside the momentum in
-MXNet and outside in torch); what has no torch counterpart is listed, never dropped silently.
+MXNet and outside in torch); what has no torch counterpart is listed, never dropped silently. Each optimizer's record
+(``migrate.optim.registry``) names its stock class and converts its state (``stock_state``).
 """
 from typing import NamedTuple
 
@@ -12,18 +13,11 @@ from torch.optim.optimizer import _get_scalar_dtype
 from mxformats.settings import as_settings
 from mxformats.optimizer_state import state_arrays
 from migrate.errors import SettingsError, StateConversionError
-from migrate.optim import state_conversion as _sc
-from migrate.optim.state_conversion import check_states_optimizer
 from migrate.optim.groups import base_lr
+from migrate.optim.mx_states import check_state_names, load_states, mx_name_of, param_targets, state_tensor
+from migrate.optim.registry import StockStateInput, record, records, registered_names
 from migrate.optim.schedules import mx_schedule
-
-# MXNet optimizer -> the stock torch.optim class stock_torch_optimizer builds for it.
-_STOCK_CLASSES = {"sgd": torch.optim.SGD, "nag": torch.optim.SGD, "signum": torch.optim.SGD,
-                  "adam": torch.optim.Adam, "adamax": torch.optim.Adamax, "nadam": torch.optim.NAdam,
-                  "lamb": torch.optim.AdamW, "adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta,
-                  "rmsprop": torch.optim.RMSprop, "ftrl": torch.optim.Adagrad,
-                  "ftml": torch.optim.Adam, "lars": torch.optim.SGD, "lbsgd": torch.optim.SGD,
-                  "sgld": torch.optim.SGD, "dcasgd": torch.optim.SGD, "groupadagrad": torch.optim.Adagrad}
+from migrate.optim.state_conversion import check_states_optimizer, split_master
 
 
 class StockStateConversion(NamedTuple):
@@ -72,13 +66,14 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
         >>> sched = torch_lr_scheduler(opt, "settings.json", num_update=settings["num_update"])
     """
     settings = as_settings(settings, SettingsError)
-    header_names, states, mx_optimizer = _sc._load_states(mx_states)
+    header_names, states, mx_optimizer = load_states(mx_states)
     name = settings["optimizer"]["name"]
     _check_stock(name, mx_optimizer, optimizer)
-    targets = _sc._targets(optimizer)
+    entry = record(name)
+    targets = param_targets(optimizer)
     groups = {id(p): group for group in optimizer.param_groups for p in group["params"]}
     by_index = {entry["index"]: mx_name for mx_name, entry in settings["params"].items()}
-    _sc._check_names(header_names, by_index)
+    check_state_names(header_names, by_index)
     counts = getattr(mx_optimizer, "_index_update_count", {}) if mx_optimizer is not None else {}
     num_update = max(counts.values()) if counts else int(settings["num_update"])
     schedule = mx_schedule(settings)
@@ -86,39 +81,36 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
     hyper = dict(settings["optimizer"]["hyperparameters"], wd=settings["optimizer"]["wd"])
     filled, differences = 0, []
     for index, state in sorted(states.items(), key=lambda item: str(item[0])):
-        mx_name = _sc._name_of(index, by_index, settings)
+        mx_name = mx_name_of(index, by_index, settings)
         if mx_name not in targets:
             continue
         param = targets[mx_name]
-        shape = (param.shape[0], 1) if name == "groupadagrad" else None  # one history per row
-        master, state = _sc.split_master(name, state, settings, mx_name)
+        shape = entry.state_shape(param) if entry.state_shape is not None else None
+        master, state = split_master(name, state, settings, mx_name)
         if master is not None:
             differences.append("MXNet's float32 master copies of float16 weights (multi_precision) were not "
                                "carried: stock torch.optim keeps no master weights, so the torch parameters go on "
                                "from the float16 weights (use migrate.torch_optimizer to keep them)")
-        arrays = [_sc._to_torch(mapping, mx_name, a, param, shape) for a in state_arrays(state)]
+        arrays = [state_tensor(mapping, mx_name, a, param, shape) for a in state_arrays(state)]
         if not arrays:
             continue
         count = int(counts.get(index, settings["num_update"]))
         lr = next_lr * float(groups[id(param)].get("lr_mult", 1.0))
-        torch_state, lost = _stock_state(name, mx_name, arrays, count, lr, hyper)
+        torch_state, lost = _stock_state(entry, StockStateInput(mx_name, arrays, count, _step(count), lr, hyper))
         differences.extend(lost)
         if torch_state:
             optimizer.state[param] = torch_state
             filled += 1
-    if name == "nadam" and filled:
-        differences.append("MXNet's Nadam momentum schedule (m_schedule, shared by all parameters) is not carried: "
-                           "each torch parameter's mu_product is recomputed from its own update count")
     return StockStateConversion(filled, _unique(differences))
 
 
 def _check_stock(name, mx_optimizer, optimizer):
     """StateConversionError unless states, settings and the stock torch optimizer name the same optimizer."""
     check_states_optimizer(name, mx_optimizer)
-    expected = _STOCK_CLASSES.get(name)
+    expected = record(name).stock_class if name in registered_names() else None
     if expected is None:
         raise StateConversionError(f"MXNet optimizer {name!r} has no stock torch counterpart whose state could take "
-                                   f"its states; supported: {sorted(_STOCK_CLASSES)}")
+                                   f"its states; supported: {sorted(r.name for r in records() if r.stock_class)}")
     if type(optimizer) is not expected:
         raise StateConversionError(
             f"optimizer {type(optimizer).__module__}.{type(optimizer).__qualname__} cannot take MXNet {name!r} "
@@ -131,73 +123,18 @@ def _step(count):
     return torch.tensor(float(count), dtype=_get_scalar_dtype())
 
 
-def _stock_state(name, mx_name, arrays, count, lr, hyper):
-    """(torch state dict of one parameter, differences) for MXNet ``name``'s state ``arrays``."""
-    expected = {"rmsprop": (1, 3)}.get(name, (len(_sc._STATE_NAMES[name]),))
-    if len(arrays) not in expected:
-        raise StateConversionError(f"MXNet {name!r} state of {mx_name!r} has {len(arrays)} arrays, expected "
-                                   f"{' or '.join(map(str, expected))}; check the optimizer's settings")
-    step = _step(count)
-    if name == "lars":
-        converted, lost = _stock_state("sgd", mx_name, arrays, count, lr, hyper)
-        return converted, lost + ["MXNet's LARS momentum holds lr scaled by each step's trust ratio; it was converted "
-                                  "with the unscaled lr (lr * lr_mult), so weights' buffers are off by that ratio"]
-    if name in _RARE_LOST:
-        return {}, [_RARE_LOST[name]]
-    if name == "lbsgd":
-        converted, lost = _stock_state("sgd", mx_name, arrays, count, lr, hyper)
-        return converted, lost + ["MXNet's LBSGD momentum holds lr scaled by its warmup (or LARS) multiplier; it was "
-                                  "converted with the unscaled lr (lr * lr_mult); its partial gradient sums (over "
-                                  "batch_scale calls) were not carried"]
-    if name in ("sgd", "nag"):
-        if lr == 0.0:
-            return {}, [f"{mx_name}: MXNet's {name.upper()} momentum was not converted (its next lr is 0, and "
-                        f"torch's buffer is MXNet's divided by -lr); torch restarts it from the next gradient"]
-        lost = []
-        if name == "nag" and float(hyper.get("wd", 0.0)):
-            lost.append("MXNet's NAG adds wd times the already-updated weight to its momentum; torch adds wd "
-                        "times the weight before the step")
-        return {"momentum_buffer": arrays[0] / -lr}, lost
-    if name == "signum":
-        return {}, ["MXNet's Signum momentum (a (1-momentum)-weighted average of gradients, stepped along by its "
-                    "sign) was not converted: torch SGD's buffer has another meaning; it restarts from zero"]
-    if name in ("adam", "lamb"):
-        return {"step": step, "exp_avg": arrays[0], "exp_avg_sq": arrays[1]}, []
-    if name == "adamax":
-        return {"step": step, "exp_avg": arrays[0], "exp_inf": arrays[1]}, []
-    if name == "nadam":
-        beta1, decay = float(hyper.get("beta1", 0.9)), float(hyper.get("schedule_decay", 0.004))
-        mu_product = 1.0
-        for t in range(1, count + 1):
-            mu_product *= beta1 * (1.0 - 0.5 * 0.96 ** (t * decay))
-        return {"step": step, "exp_avg": arrays[0], "exp_avg_sq": arrays[1],
-                "mu_product": torch.tensor(mu_product, dtype=_get_scalar_dtype())}, []
-    if name == "ftml":
-        return {}, ["MXNet's FTML state (d, v, z) was not converted: the stock Adam keeps other quantities; it "
-                    "restarts from zero"]
-    if name == "adagrad":
-        return {"step": step, "sum": arrays[0] + float(hyper.get("eps", 1e-7))}, []
-    if name == "adadelta":
-        return {"step": step, "square_avg": arrays[0], "acc_delta": arrays[1]}, []
-    if name == "ftrl":
-        return {"step": step, "sum": arrays[1]}, ["MXNet's FTRL z (the accumulated proximal gradient) was not "
-                                                  "converted: torch Adagrad has no counterpart"]
-    if len(arrays) == 1:  # rmsprop, plain
-        return {"step": step, "square_avg": arrays[0]}, []
-    if lr == 0.0:
-        return {"step": step, "square_avg": arrays[0], "grad_avg": arrays[1]}, [
-            f"{mx_name}: MXNet's centered RMSProp delta was not converted (its next lr is 0, and torch's momentum "
-            f"buffer is MXNet's delta divided by -lr); torch restarts it from zero"]
-    return {"step": step, "square_avg": arrays[0], "grad_avg": arrays[1], "momentum_buffer": arrays[2] / -lr}, []
+def _stock_state(entry, given):
+    """(torch state dict of one parameter, differences) for the state ``given`` of the optimizer of record ``entry``.
 
-
-_RARE_LOST = {
-    "dcasgd": "MXNet's DCASGD previous weights (its delay compensation's w_previous) were not converted: torch SGD "
-              "has no counterpart",
-    "groupadagrad": "MXNet's GroupAdaGrad row histories were not converted: torch Adagrad's per-element sum has "
-                    "another meaning; it restarts from its initial accumulator (eps)",
-}
-"""What does not cross to a stock optimizer, for MXNet optimizers whose state has no stock counterpart."""
+    Raises:
+        StateConversionError: the parameter's state has a count of arrays MXNet's optimizer does not keep.
+    """
+    layouts = entry.state_layouts
+    if len(given.arrays) not in [len(names) for names in layouts]:
+        raise StateConversionError(f"MXNet {entry.name!r} state of {given.mx_name!r} has {len(given.arrays)} arrays, "
+                                   f"expected {' or '.join(str(len(names)) for names in layouts)}; check the "
+                                   f"optimizer's settings")
+    return entry.stock_state(given)
 
 
 def _unique(sentences):

@@ -5,7 +5,7 @@ from typing import NamedTuple
 import torch
 
 from migrate.optim import stock
-from migrate.optim.exact import OPTIMIZERS
+from migrate.optim.registry import record
 from migrate.optim.schedules import mx_schedule
 from mxformats.settings import as_settings
 from migrate.errors import SettingsError, UnsupportedOptimizerError
@@ -22,12 +22,13 @@ class StockTranslation(NamedTuple):
 def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=None, unmapped="error"):
     """The torch optimizer for ``torch_model`` that continues the MXNet training described by ``settings``.
 
-    One of migrate's optimizers that reproduce MXNet 1.9.1's update operators (sgd, nag, adam, rmsprop plain and
-    centered, adagrad, adadelta, adamax, nadam, lamb, signum, ftrl): rescale_grad, clip_gradient, lr_mult/wd_mult
+    One of migrate's optimizers that reproduce MXNet 1.9.1's update operators (the exact class of the optimizer's
+    record, ``migrate.optim.registry``: every optimizer MXNet registers): rescale_grad, clip_gradient, lr_mult/wd_mult
     groups, frozen parameters and float32 hyperparameters included; with the settings' ``multi_precision`` each
-    float16/bfloat16 parameter keeps a float32 master copy (``state["master"]``), as MXNet keeps for float16. Frozen parameters get ``requires_grad=False``
-    (``ParamGroups.apply_frozen``) and sit in groups with ``frozen=True``, which these optimizers skip (their state,
-    once converted, waits for an unfreeze: ``migrate.TorchControl``). For the closest stock ``torch.optim`` optimizer use ``stock_torch_optimizer``.
+    float16/bfloat16 parameter keeps a float32 master copy (``state["master"]``), as MXNet keeps for float16.
+    Frozen parameters get ``requires_grad=False`` (``ParamGroups.apply_frozen``) and sit in groups with
+    ``frozen=True``, which these optimizers skip (their state, once converted, waits for an unfreeze:
+    ``migrate.TorchControl``). For the closest stock ``torch.optim`` optimizer use ``stock_torch_optimizer``.
 
     Args:
         torch_model: The torch model to train.
@@ -64,7 +65,7 @@ def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=Non
                       f"MXNet: {' '.join(translation.differences)}", UserWarning, stacklevel=2)
         return translation.optimizer
     settings, groups, options = _prepared(torch_model, settings, mapping, rescale_grad, unmapped)
-    return OPTIMIZERS[settings["optimizer"]["name"]](groups, **options)
+    return record(settings["optimizer"]["name"]).exact_class(groups, **options)
 
 
 def stock_torch_optimizer(torch_model, settings, mapping, rescale_grad=None, unmapped="error") -> StockTranslation:
@@ -94,10 +95,7 @@ def stock_torch_optimizer(torch_model, settings, mapping, rescale_grad=None, unm
 def _prepared(torch_model, settings, mapping, rescale_grad, unmapped) -> tuple:
     """(settings, param groups with the frozen parameters applied, optimizer options) for a translation."""
     settings = as_settings(settings, SettingsError)
-    name = settings["optimizer"]["name"]
-    if name not in OPTIMIZERS:
-        raise UnsupportedOptimizerError(f"optimizer {name!r} has no torch translation; supported: "
-                                        f"{sorted(OPTIMIZERS)}; retrain in MXNet with one of them or port it by hand")
+    record(settings["optimizer"]["name"])  # UnsupportedOptimizerError for a name with no translation
     groups = param_groups(torch_model, settings, mapping, unmapped=unmapped)
     options = _options(settings, rescale_grad)
     groups.apply_frozen(torch_model)
@@ -108,7 +106,7 @@ def _options(settings, rescale_grad):
     """Optimizer-wide keyword arguments (MXNet names) from the settings, checked against the optimizer's."""
     optimizer = settings["optimizer"]
     hyper = {k: v for k, v in optimizer["hyperparameters"].items() if k not in ("multi_precision",)}
-    allowed = OPTIMIZERS[optimizer["name"]]._hyper
+    allowed = record(optimizer["name"]).exact_class.hyperparameters
     unknown = sorted(set(hyper) - set(allowed))
     if unknown:
         raise UnsupportedOptimizerError(f"optimizer {optimizer['name']!r} hyperparameters {unknown} have no "

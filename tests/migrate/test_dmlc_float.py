@@ -3,6 +3,8 @@
 The reference is ``gluon_lr._fused.base.param_float32``, which asks an MXNet operator to echo the value it parsed.
 ``bench/bench_dmlc_float.py`` runs the same comparison on 100,000 values (it takes ~30 s: one operator call each).
 """
+import sys
+
 import mxnet as mx
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ from mxnet import autograd, gluon
 import gluon_lr
 import migrate
 from gluon_lr._fused.base import param_float32
-from migrate.optim import exact
+from migrate.optim import OPTIMIZERS, base
 from migrate.optim.dmlc_float import mx_float32
 from tests.migrate import _mx_reference as R
 
@@ -72,7 +74,7 @@ def _tricky(start, count=1):
 ])
 def test_exact_optimizer_bit_equal_at_an_lr_dmlc_rounds_off(name, hyper, monkeypatch):
     """float32 FTRL and Signum (bit-exact kernels) at an lr and wd that dmlc parses one ulp off np.float32: migrate's
-    weights equal MXNet's bit for bit; with np.float32 rounding (the old ``_f32``) they do not."""
+    weights equal MXNet's bit for bit; with np.float32 rounding (what ``kernel_float`` once did) they do not."""
     lr, wd = _tricky(0.01), _tricky(0.001)[0]
     lr = lr[0]
     shapes = {"a": (6, 5), "b": (4,)}
@@ -107,7 +109,8 @@ def test_exact_optimizer_bit_equal_at_an_lr_dmlc_rounds_off(name, hyper, monkeyp
     ours = run()
     for p in params:
         assert np.array_equal(ours[p.name], p.data().asnumpy()), f"{name}: {p.name} is not bit-equal to MXNet"
-    monkeypatch.setattr(exact, "_f32", lambda value: float(np.float32(value)))
+    for module in (base, sys.modules[OPTIMIZERS[name].__module__]):
+        monkeypatch.setattr(module, "kernel_float", lambda value: float(np.float32(value)))
     rounded = run()
     assert any(not np.array_equal(rounded[p.name], p.data().asnumpy()) for p in params), \
         f"{name}: np.float32 rounding is bit-equal too: the lr {lr!r} proves nothing"

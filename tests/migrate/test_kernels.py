@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from migrate.optim import _kernels
-from migrate.optim.exact import Ftrl
+from migrate.optim.adagrad_family import Ftrl
 
 FTRL = {"lr": 0.1, "wd": 0.01, "lamda1": 0.01, "beta": 1.0, "rescale_grad": 0.5}
 # One tensor under the parallel threshold, one over it (the parallel launch).

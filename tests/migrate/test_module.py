@@ -14,7 +14,7 @@ from migrate.cli.commands import main
 from migrate.errors import InputFileError
 from migrate.mapping.module_checkpoint import cut_loss_heads
 from migrate.mapping.weights import convert_weights
-from migrate.optim.exact import OPTIMIZERS
+from migrate.optim import OPTIMIZERS
 from tests.gluon_lr.test_sources import BATCH, module
 
 STEPS, ATOL = 5, 1e-5

@@ -258,7 +258,7 @@ def test_bfloat16_keeps_float32_masters(name, hyper):
     half, full = Twin(weights, torch.bfloat16), Twin(weights, torch.float32)
     half.w1.data = half.w1.data.float()  # one float32 parameter among the bfloat16 ones
     options = dict(hyper, lr=0.01, weight_decay=0.01, rescale_grad=1 / BATCH)
-    optimizers = [migrate.optim.exact.OPTIMIZERS[name](model.parameters(), multi_precision=True, **options)
+    optimizers = [migrate.optim.OPTIMIZERS[name](model.parameters(), multi_precision=True, **options)
                   for model in (half, full)]
     grads = [{n: torch.from_numpy(g.astype(np.float32)).to(torch.bfloat16).float().numpy() for n, g in s.items()}
              for s in _gradients(STEPS)]
@@ -378,14 +378,16 @@ def test_migrate_all_with_multi_precision_settings(tmp_path):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_nag_torch_path_equals_the_compiled_kernel(dtype):
     """NAG's torch path (CUDA, strided tensors) keeps MXNet's order of operations: bit-equal to the compiled kernel."""
-    from migrate.optim import _kernels, exact
+    from migrate.optim import _kernels
+    from migrate.optim.base import kernel_float
+    from migrate.optim.sgd_family import nag_mom_update_torch
     rng = np.random.RandomState(0)
     weight, grad, moment = (torch.from_numpy(rng.randn(300, 7)).to(dtype) for _ in range(3))
     rows = [(weight.clone(), grad.clone(), moment.clone()) for _ in range(2)]
-    lr, wd, mom, rescale = (exact._f32(v) for v in (0.0123, 1e-3, 0.9, 0.25))
-    assert _kernels.run_in_place(_kernels.nag_update, rows[0], lr, wd, mom, rescale, exact._f32(0.5))
+    lr, wd, mom, rescale = (kernel_float(v) for v in (0.0123, 1e-3, 0.9, 0.25))
+    assert _kernels.run_in_place(_kernels.nag_update, rows[0], lr, wd, mom, rescale, kernel_float(0.5))
     strided = [t.t().contiguous().t() for t in rows[1]]  # same values, not contiguous: the torch path
-    scaled = (strided[1] * rescale).clamp_(-exact._f32(0.5), exact._f32(0.5))
-    exact._nag_piece(strided[0], scaled, strided[2], lr, wd, mom)
+    scaled = (strided[1] * rescale).clamp_(-kernel_float(0.5), kernel_float(0.5))
+    nag_mom_update_torch(strided[0], scaled, strided[2], lr, wd, mom)
     assert torch.equal(rows[0][0], strided[0]) and torch.equal(rows[0][2], strided[2])
     assert not torch.equal(rows[0][0], weight)

@@ -207,7 +207,7 @@ class TestLargeTensors:
     def test_large_tensor_matches_mxnet_updater(self, name, hyper, scaling):
         """A 300k-element tensor (in pieces or a fused kernel) follows MXNet's updater, update counts unequal."""
         import mxnet as mx
-        from migrate.optim.exact import OPTIMIZERS
+        from migrate.optim import OPTIMIZERS
 
         rng = np.random.RandomState(5)
         initial = [rng.randn(*shape).astype("float32") for shape in LARGE_SHAPES]

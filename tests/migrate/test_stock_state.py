@@ -130,7 +130,7 @@ def test_exact_optimizer_is_refused():
     ref = R.mx_reference("adam", "float32")
     model = R.torch_model(ref["middle"])
     exact = migrate.torch_optimizer(model, ref["settings"], R.MAPPING)
-    pattern = "migrate.optim.exact.Adam .*expected torch.optim.Adam from migrate.stock_torch_optimizer"
+    pattern = "migrate.optim.adam_family.Adam .*expected torch.optim.Adam from migrate.stock_torch_optimizer"
     with pytest.raises(StateConversionError, match=pattern):
         migrate.convert_stock_optimizer_state(ref["states"], ref["settings"], R.MAPPING, exact)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1)

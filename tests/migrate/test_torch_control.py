@@ -190,7 +190,7 @@ class TestHeldNorm:
         model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
         groups = [{"params": list(model.parameters()), "lr": 0.1, "weight_decay": 0.0, "lr_mult": 1.0,
                    "wd_mult": 1.0, "frozen": False}]
-        opt = migrate.optim.exact.SGD(groups, lr=0.1)
+        opt = migrate.optim.sgd_family.SGD(groups, lr=0.1)
         control = migrate.TorchControl(model, opt)
         control.freeze("1.*")
         assert control.held_norm_layers == ["1"] and model[1].momentum == 0.0
@@ -209,7 +209,7 @@ class TestHeldNorm:
         model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
         groups = [{"params": list(model.parameters()), "lr": 0.1, "weight_decay": 0.0, "lr_mult": 1.0,
                    "wd_mult": 1.0, "frozen": False}]
-        opt = migrate.optim.exact.SGD(groups, lr=0.1)
+        opt = migrate.optim.sgd_family.SGD(groups, lr=0.1)
         migrate.TorchControl(model, opt).freeze("1.*")
         second = migrate.TorchControl(model, opt)
         assert second.held_norm_layers == ["1"] and model[1].momentum == 0.0

@@ -1,0 +1,337 @@
+"""The machinery every exact MXNet optimizer shares: ``MXNetOptimizer`` and the float32 and gradient helpers.
+
+Each exact optimizer (``sgd_family``, ``large_batch``, ``adam_family``, ``adagrad_family``) follows one MXNet 1.9.1
+optimizer (``mxnet/optimizer/optimizer.py`` and the kernels in ``src/operator/optimizer_op-inl.h``): gradients are
+multiplied by ``rescale_grad`` and clipped elementwise to ``+-clip_gradient``, every per-parameter update count
+``step`` is kept, and the hyperparameters that MXNet's kernels take as C ``float`` are the float32 values MXNet parses
+from ``str(value)`` (``kernel_float``; ``migrate.optim.dmlc_float``; tuple and array parameters correctly rounded:
+``rounded_float32``), so float64 runs agree to ~1e-16 per step.
+Where torch has no kernel that keeps MXNet's order of operations (SGD, NAG and FTRL: torch's ``add(alpha=)`` is a
+fused multiply-add, MXNet's kernels round each operation; LAMB's float64 norms), compiled numba loops
+(``migrate.optim._kernels``) replay MXNet's C++ loops on CPU tensors, bit for bit; other tensors take a torch path.
+A group's ``lr`` and ``weight_decay`` are absolute (MXNet's ``schedule(num_update) * lr_mult`` and
+``wd * wd_mult``); ``migrate.torch_lr_scheduler`` keeps ``lr`` on MXNet's schedule.
+
+``multi_precision=True`` (a group option, MXNet's flag): each float16 or bfloat16 parameter keeps a float32 master
+copy in ``state["master"]`` (made from the parameter at its first update, as MXNet's
+``create_state_multi_precision``), its other state buffers are float32, and every step runs the float32 update on the
+master with the gradient cast to float32, then rounds the master into the parameter (MXNet's
+``update_multi_precision`` and its ``mp_*`` kernels). float32 and float64 parameters are updated as without the flag.
+"""
+import numpy as np
+import torch
+
+from migrate.optim.dmlc_float import mx_float32
+
+__all__ = ["HALF_DTYPES", "MXNetOptimizer", "cache_pieces", "clip_", "clips", "decayed_grads", "half_sum_sq",
+           "kernel_float", "momentum_state", "python_scaled", "rounded_float32", "state_buffers"]
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+"""Parameter dtypes that keep a float32 master copy under ``multi_precision``."""
+
+
+def kernel_float(value):
+    """``value`` as an MXNet kernel's scalar ``float`` parameter holds it (``str(value)`` parsed by dmlc's parser,
+    which is not correctly rounded: ``migrate.optim.dmlc_float``), returned as a python float.
+
+    Example:
+        >>> kernel_float(0.1)
+        0.10000000149011612
+    """
+    return float(mx_float32(value))
+
+
+def rounded_float32(value):
+    """``value`` rounded to float32 (correctly), returned as a python float: C ``float`` arithmetic, and the
+    ``lrs``/``wds`` MXNet passes as tuples (multi_sgd_update, multi_lamb_update) or float32 arrays (LARS).
+
+    Example:
+        >>> rounded_float32(0.1)
+        0.10000000149011612
+    """
+    return float(np.float32(value))
+
+
+class MXNetOptimizer(torch.optim.Optimizer):
+    """The shared machinery of migrate's exact optimizers: scaled and clipped gradients, per-parameter state and
+    update counts, float32 master copies under ``multi_precision``, MXNet's update order.
+
+    A subclass names its hyperparameters in ``hyperparameters``, its state buffers in ``state_names`` and
+    implements ``_update(group, params, grads, states)`` (or ``_step_all``).
+
+    Attributes:
+        hyperparameters: MXNet's name and default of each hyperparameter the optimizer takes besides ``lr``,
+            ``weight_decay``, ``rescale_grad``, ``clip_gradient`` and ``multi_precision`` (a group option each).
+        state_names: The names of one parameter's state buffers, in the order of MXNet's state arrays (as
+            ``convert_optimizer_state`` fills them); ``_new_state`` makes them zero unless a subclass overrides it.
+        state_layouts: Every list of state names MXNet may keep for one parameter (RMSProp keeps ``n`` alone when
+            not centered); None: ``state_names`` only.
+
+    Example:
+        >>> class Plain(MXNetOptimizer):  # w -= lr * clip(rescale_grad * g)
+        ...     def _update(self, group, params, grads, states):
+        ...         torch._foreach_add_(params, self._scaled(grads, group), alpha=-group["lr"])
+    """
+
+    hyperparameters = {}
+    state_names = ()
+    state_layouts = None
+
+    def __init__(self, params, lr, weight_decay=0.0, rescale_grad=1.0, clip_gradient=None, multi_precision=False,
+                 **hyper):
+        unknown = sorted(set(hyper) - set(self.hyperparameters))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} got unknown hyperparameters {unknown}; "
+                            f"expected some of {sorted(self.hyperparameters)}")
+        defaults = dict(self.hyperparameters, lr=lr, weight_decay=weight_decay, rescale_grad=rescale_grad,
+                        clip_gradient=clip_gradient, multi_precision=bool(multi_precision), **hyper)
+        super().__init__(params, defaults)
+
+    def load_state_dict(self, state_dict):
+        """``torch.optim.Optimizer.load_state_dict``, keeping float32 master copies and buffers float32.
+
+        torch casts every floating state tensor to its parameter's dtype; under ``multi_precision`` a half-precision
+        parameter's ``master`` and buffers are float32 and are put back as saved.
+        """
+        super().load_state_dict(state_dict)
+        saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+        params = [p for group in self.param_groups for p in group["params"]]
+        for saved_id, param in zip(saved_ids, params):
+            saved = state_dict["state"].get(saved_id, {})
+            if "master" in saved:
+                for key, value in saved.items():
+                    if torch.is_tensor(value) and value.is_floating_point() and key != "step":
+                        self.state[param][key] = value.to(device=param.device, copy=True)
+
+    def _new_state(self, param, group):
+        """Fresh state of ``param``: its update count and zero buffers named by ``state_names``."""
+        state = {"step": 0}
+        for name in self.state_names:
+            state[name] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        return state
+
+    def _gather(self, group):
+        """Parameters of ``group`` that have a gradient, their gradients and their states (count advanced)."""
+        params, grads, states = [], [], []
+        if group.get("frozen"):  # frozen parameters: no update, state and count untouched
+            return params, grads, states
+        for param in group["params"]:
+            if param.grad is None:
+                continue
+            if param.grad.is_sparse:
+                raise TypeError(f"{type(self).__name__} does not support sparse gradients; use a dense embedding")
+            state = self.state[param]
+            if "step" not in state:  # a multi_precision state may hold only its master yet
+                state.update(self._new_state(param, group))
+            state["step"] += 1
+            params.append(param)
+            grads.append(param.grad)
+            states.append(state)
+        return params, grads, states
+
+    @staticmethod
+    def _scaled(grads, group):
+        """``clip(rescale_grad * grad)`` (MXNet's kernels clip after rescaling); read-only.
+
+        Returns the gradients themselves (no copy) when rescale_grad is 1 and there is no clipping.
+        """
+        if group["rescale_grad"] == 1.0 and not clips(group):
+            return grads
+        out = torch._foreach_mul(grads, kernel_float(group["rescale_grad"]))
+        clip_(out, group)
+        return out
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Performs one MXNet update of every parameter that has a gradient.
+
+        Args:
+            closure: Optional callable that re-evaluates the model and returns the loss.
+
+        Returns:
+            The loss returned by ``closure``, or None.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        control = getattr(self, "_control", None)  # migrate.torch_control: element masks, held norm statistics
+        masters = self._masters()  # made before the control copies the masked elements of the state
+        saved = control.before_step() if control is not None else None
+        if masters:
+            self._step_on_masters(masters)
+        else:
+            self._step_all()
+        if control is not None:
+            control.after_step(saved)
+        return loss
+
+    def _step_all(self):
+        """One update of every parameter that has a gradient, group by group."""
+        for group in self.param_groups:
+            params, grads, states = self._gather(group)
+            if params:
+                self._update(group, params, grads, states)
+
+    def _update(self, group, params, grads, states):
+        raise NotImplementedError
+
+    def _in_mx_order(self):
+        """(mx index, group, param, grad, state) of every parameter with a gradient (count advanced), in MXNet's
+        update order: the groups' ``mx_indices`` where present, else the order of the groups and their parameters."""
+        entries, position = [], 0
+        for group in self.param_groups:
+            indices = group.get("mx_indices") or list(range(position, position + len(group["params"])))
+            position += len(group["params"])
+            order = {id(p): i for p, i in zip(group["params"], indices)}
+            params, grads, states = self._gather(group)
+            entries += [(order[id(p)], group, p, g, s) for p, g, s in zip(params, grads, states)]
+        return sorted(entries, key=lambda entry: entry[0])
+
+    def _masters(self):
+        """(parameter, float32 master) of each half-precision parameter with a gradient in a multi_precision group.
+
+        A master is made from its parameter at the parameter's first update (MXNet's
+        ``create_state_multi_precision``) and lives in ``state["master"]``.
+        """
+        out = []
+        for group in self.param_groups:
+            if not group.get("multi_precision") or group.get("frozen"):
+                continue
+            for param in group["params"]:
+                if param.grad is None or param.dtype not in HALF_DTYPES:
+                    continue
+                state = self.state[param]
+                if "master" not in state:
+                    state["master"] = param.detach().to(torch.float32, copy=True)
+                out.append((param, state["master"]))
+        return out
+
+    def _step_on_masters(self, masters):
+        """``_step_all`` with each parameter of ``masters`` standing on its float32 master and a float32 gradient.
+
+        The update writes the master in place (the parameter shares its storage during the step), so every
+        optimizer's float32 path runs unchanged; then the master is rounded into the half-precision parameter, as
+        MXNet's ``cast(weight32, out=weight)``.
+        """
+        halves = [(param, param.data, param.grad) for param, _ in masters]
+        self.__dict__["_halves"] = {id(param): (half, grad) for param, half, grad in halves}
+        try:
+            for param, master in masters:
+                grad = param.grad
+                param.data = master
+                param.grad = grad.to(torch.float32)
+            self._step_all()
+        finally:
+            self.__dict__["_halves"] = {}
+            for (param, master), (_, half, grad) in zip(masters, halves):
+                param.data = half
+                param.grad = grad
+                half.copy_(master)
+
+    def _stored(self, params, grads=None):
+        """``params`` (or their ``grads``) as MXNet's norms read them: a parameter standing on its master gives its
+        half-precision weight (gradient); others give themselves. MXNet's multi_mp_lamb_update and LARS take the
+        sums of squares of the float16 weight and gradient, not of the master (``half_sum_sq``)."""
+        halves = self.__dict__.get("_halves") or {}
+        if grads is None:
+            return [halves[id(p)][0] if id(p) in halves else p for p in params]
+        return [halves[id(p)][1] if id(p) in halves else g for p, g in zip(params, grads)]
+
+
+def momentum_state(param, group):
+    """Fresh state of a momentum optimizer's ``param`` in ``group``: its update count, and a zero
+    ``momentum_buffer`` when the group's momentum is not 0 (MXNet keeps no momentum state then).
+
+    Example:
+        >>> momentum_state(torch.zeros(2), {"momentum": 0.9})
+        {'step': 0, 'momentum_buffer': tensor([0., 0.])}
+    """
+    state = {"step": 0}
+    if group["momentum"] != 0.0:
+        state["momentum_buffer"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+    return state
+
+
+def clips(group):
+    """Whether MXNet clips gradients for ``group`` (clip_gradient None or <= 0 means no clipping).
+
+    Example:
+        >>> clips({"clip_gradient": None}), clips({"clip_gradient": 0.5})
+        (False, True)
+    """
+    return group["clip_gradient"] is not None and group["clip_gradient"] > 0
+
+
+def clip_(tensors, group):
+    """Clip ``tensors`` in place to +-clip_gradient when it is set (as MXNet's kernels: float32 bound)."""
+    if clips(group):
+        clip = kernel_float(group["clip_gradient"])
+        torch._foreach_clamp_min_(tensors, -clip)
+        torch._foreach_clamp_max_(tensors, clip)
+
+
+def state_buffers(states, name):
+    """The buffer ``name`` of each of ``states`` (per-parameter state dicts), in order."""
+    return [state[name] for state in states]
+
+
+def decayed_grads(grads, params, group, clip=True):
+    """New tensors ``rescale_grad*g + wd*w``, clipped when ``clip`` (MXNet's Adam, RMSProp and FTML kernels clip
+    after adding wd)."""
+    if group["rescale_grad"] == 1.0:
+        out = torch._foreach_add(grads, params, alpha=kernel_float(group["weight_decay"]))
+    else:
+        out = torch._foreach_mul(grads, kernel_float(group["rescale_grad"]))
+        torch._foreach_add_(out, params, alpha=kernel_float(group["weight_decay"]))
+    if clip:
+        clip_(out, group)
+    return out
+
+
+def python_scaled(grad, group):
+    """``clip(grad * rescale_grad)`` as MXNet's python optimizers write it (clipped whenever clip_gradient is set).
+
+    A new tensor. MXNet's ``clip(x, -c, c)`` with ``c < 0`` gives ``c`` where ``x > c``, else ``-c``; kept here.
+
+    Example:
+        >>> python_scaled(torch.tensor([3.0, -1.0]), {"rescale_grad": 0.5, "clip_gradient": 1.0})
+        tensor([ 1.0000, -0.5000])
+    """
+    out = grad * group["rescale_grad"]
+    clip = group["clip_gradient"]
+    if clip is None:
+        return out
+    if clip >= 0:
+        return out.clamp_(-clip, clip)
+    return torch.where(out > clip, torch.full_like(out, clip), torch.full_like(out, -clip))
+
+
+def half_sum_sq(tensor):
+    """MXNet's CPU multi_sum_sq of one float16 (or bfloat16) tensor: each square rounded to the tensor's dtype
+    (mshadow's half arithmetic: float product, rounded), summed in element order into a C float.
+
+    Example:
+        >>> half_sum_sq(torch.tensor([0.5, 2.0], dtype=torch.float16))
+        4.25
+    """
+    if not tensor.numel():
+        return 0.0
+    squares = (tensor.detach() * tensor.detach()).to("cpu", torch.float32).reshape(-1).numpy()
+    return float(np.cumsum(squares, dtype=np.float32)[-1])  # cumsum adds in order, unlike the pairwise sum
+
+
+_PIECE = 1 << 18
+"""Elements per piece in cache-blocked updates: several passes over a piece stay in cache, not in memory."""
+
+
+def cache_pieces(columns):
+    """Tuples of matching flat views, at most ``_PIECE`` elements each, of the tensors in ``columns``.
+
+    Tensors that are not all contiguous are yielded whole.
+    """
+    for row in zip(*columns):
+        if row[0].numel() <= _PIECE or not all(t.is_contiguous() for t in row):
+            yield row
+        else:
+            yield from zip(*(t.view(-1).split(_PIECE) for t in row))
