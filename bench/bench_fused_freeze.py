@@ -9,8 +9,8 @@ rows interleaved round-robin in this one run:
 - stock ``gluon.Trainer``;
 - ``LrTrainer(fused=False)`` (the stock loop behind LrTrainer), with the freeze/unfreeze cycles;
 - ``LrTrainer`` (fast path), never frozen;
-- ``LrTrainer`` (fast path), with the freeze/unfreeze cycles: the unfrozen parameters get their flat-buffer views
-  back (``FusedUpdate.regrad``), so the step stays on the fast path.
+- ``LrTrainer`` (fast path), with the freeze/unfreeze cycles: the step stays on the fast path (it reads every
+  parameter's arrays anew at each update; nothing is repacked).
 
 The last column counts the parameters on the fast path at the end (``trainer.fused_params``).
 

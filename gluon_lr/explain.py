@@ -4,13 +4,14 @@ from typing import Mapping, Optional, Sequence
 
 __all__ = ["Explanation", "Row"]
 
-_COLUMNS = ("name", "shape", "kinds", "lr_mult", "lr_source", "wd_mult", "wd_source", "shadowed", "frozen", "masked",
-            "depth")
+_COLUMNS = ("name", "shape", "kinds", "lr_mult", "lr_source", "wd_mult", "wd_source", "shadowed", "update", "frozen",
+            "masked", "depth")
 
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One parameter: name, shape, layer kinds, resolved multipliers, their sources, and the rules they shadowed."""
+    """One parameter: name, shape, layer kinds, resolved multipliers, their sources, the rules they shadowed, and the
+    path its update takes."""
 
     name: str
     shape: tuple
@@ -23,6 +24,7 @@ class Row:
     frozen: bool = False        # frozen whole by LrTrainer.freeze
     masked: int = 0             # number of elements frozen by an element mask
     depth: Optional[int] = None  # layer-decay depth (gluon_lr.layer_decay), None when no decay rule
+    update: str = "-"           # the update path: compiled, numpy, mxnet-ops, stock:<reason>, none (FusedUpdate.paths)
 
 
 class Explanation:
@@ -31,6 +33,10 @@ class Explanation:
     Sources read ``param`` (the Parameter's own attribute), ``rules[i] '<select>'`` (the last rule that set the
     value), ``set_lr_mult``/``set_wd_mult`` (an explicit call) or ``load_states`` (restored from a states file).
     ``shadowed`` lists the rules that also selected the parameter but were overridden, with the value they gave.
+    ``update`` says how the next step updates the parameter: ``compiled`` (the compiled kernels of the fast path),
+    ``numpy`` or ``mxnet-ops`` (its other implementations; ``numpy|mxnet-ops`` until it has timed both),
+    ``stock:<reason>`` (the stock Updater: ``stock:sparse``, ``stock:float16`` without ``multi_precision``,
+    ``stock:fused=False``, ...; see ``gluon_lr._fused.FusedUpdate.paths``) or ``none`` (not updated: frozen).
 
     Args:
         rows: The rows, in the optimizer's index order.
@@ -52,7 +58,8 @@ class Explanation:
             params: The trainer's Parameters, in index order.
             table: name -> ``gluon_lr.rules.Entry``.
             kinds: name -> ``gluon_lr.rules.ParamKinds``.
-            freeze: Optional name -> {frozen, masked, depth} (freezing and layer-decay columns).
+            freeze: Optional name -> {frozen, masked, depth, update} (freezing, layer-decay and update-path
+                columns).
 
         Returns:
             The Explanation.
@@ -69,7 +76,8 @@ class Explanation:
         return cls(rows)
 
     def to_dict(self) -> dict:
-        """The data: name -> {shape, kinds, lr_mult, lr_source, wd_mult, wd_source, shadowed, frozen, masked, depth}.
+        """The data: name -> {shape, kinds, lr_mult, lr_source, wd_mult, wd_source, shadowed, update, frozen, masked,
+        depth}.
 
         Returns:
             A JSON-serialisable dict (tuples become lists).
@@ -83,10 +91,11 @@ class Explanation:
 
     def _cells(self) -> list:
         """Every row as a list of strings, header first."""
-        cells = [["name", "shape", "lr_mult", "lr from", "wd_mult", "wd from", "shadowed", "frozen", "masked", "depth"]]
+        cells = [["name", "shape", "lr_mult", "lr from", "wd_mult", "wd from", "shadowed", "update", "frozen", "masked",
+                  "depth"]]
         for row in self.rows:
             cells.append([row.name, "x".join(map(str, row.shape)) or "-", f"{row.lr_mult:g}", row.lr_source,
-                          f"{row.wd_mult:g}", row.wd_source, "; ".join(row.shadowed) or "-",
+                          f"{row.wd_mult:g}", row.wd_source, "; ".join(row.shadowed) or "-", row.update,
                           "yes" if row.frozen else "-", str(row.masked) if row.masked else "-",
                           "-" if row.depth is None else str(row.depth)])
         return cells

@@ -71,13 +71,13 @@ class LrTrainer(gluon.Trainer):
         compression_params: As for ``gluon.Trainer``.
         update_on_kvstore: As for ``gluon.Trainer``.
         rules: ``gluon_lr.Rule`` objects, applied in order.
-        fused: If True (default), take the fast update path (``gluon_lr._fused``: flat buffers, one kernel per run
-            of equal lr/wd, same results as the stock loop); it falls back to the stock loop where it does not
-            apply (update_on_kvstore, AMP, optimizers other than sgd/nag/adam/rmsprop/adagrad, sparse or
-            float64 parameters). With it, ``param.data()``/``param.grad()`` become views into flat buffers when the
-            trainer is built (at the first step if parameters are still deferred; on ``unfreeze`` for parameters
-            frozen until then): take references to them after that, not before. Set ``grad_req`` through
-            ``freeze``/``unfreeze``: a parameter whose ``grad_req`` is changed directly leaves the fast path.
+        fused: If True (default), take the fast update path (``gluon_lr._fused``: the parameters of a step grouped
+            by dtype and state structure, each group updated in one kernel launch that walks a table of per-tensor
+            addresses; same results as the stock loop). Every array stays the one MXNet made (nothing is repacked,
+            no view is installed). Where it does not apply (update_on_kvstore, AMP, optimizers other than
+            sgd/nag/adam/rmsprop/adagrad) the stock loop runs; a parameter it cannot take (sparse, float16 without
+            ``multi_precision``, integer dtypes) gets the stock update in the same step. ``explain()`` shows each
+            parameter's path.
 
     Raises:
         ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type, or ``fused`` is not a bool.
@@ -103,8 +103,8 @@ class LrTrainer(gluon.Trainer):
 
     The trainer keeps the table and the ``gluon.Trainer`` overrides; its collaborators do the rest: ``rules``
     (resolution), ``freeze.Freezer`` (frozen parameters, element masks, held norm statistics; every update passes
-    through its before/after hooks), ``_fused.FusedUpdate`` (the fast update path, told of every ``grad_req``
-    change), ``_dist`` (the table and states on dist kvstore servers), ``settings`` and ``trainer_states``
+    through its before/after hooks), ``_fused.FusedUpdate`` (the fast update path, which reads every array
+    anew at each update), ``_dist`` (the table and states on dist kvstore servers), ``settings`` and ``trainer_states``
     (the files).
     """
 
@@ -138,8 +138,6 @@ class LrTrainer(gluon.Trainer):
         self._freezer = _freeze.Freezer(self._params, kinds)
         self._freezer.apply_rules(self._rules, self._matched)
         self._fused = _fused.FusedUpdate(self) if fused else None
-        if self._fused is not None:
-            self._fused.prepare(early=True)
 
     # ----------------------------------------------------------------------------------------------- the table
     def set_learning_rate(self, lr) -> None:
@@ -348,29 +346,25 @@ class LrTrainer(gluon.Trainer):
         if self._fused is None or not self._fused.apply(ignore_stale_grad):
             super()._update(ignore_stale_grad)
 
-    def _check_and_rescale_grad(self, scale):
-        """As Gluon; then pack the fast path's flat buffers for this update.
-
-        Both ``step`` and ``update`` pass here first, before anything takes references to arrays for the update.
-        """
-        super()._check_and_rescale_grad(scale)
-        if self._fused is not None:
-            if not self._kv_initialized:  # what step/update do next anyway; the fast path needs the kvstore mode
-                self._init_kvstore()
-            self._fused.prepare()
-
     # ------------------------------------------------------------------------------ explain, settings, states
     def explain(self) -> Explanation:
         """Why each parameter has its lr_mult and wd_mult: one row per parameter, in index order.
 
         Returns:
             An ``Explanation``: ``print()`` it for a table; ``.to_dict()`` gives name -> {shape, kinds, lr_mult,
-            lr_source, wd_mult, wd_source, shadowed}.
+            lr_source, wd_mult, wd_source, shadowed, update, frozen, masked, depth}. ``update`` is the path the
+            parameter's next update takes (``gluon_lr._fused.FusedUpdate.paths``): ``compiled``, ``numpy``,
+            ``mxnet-ops``, ``stock:<reason>`` (e.g. ``stock:sparse``, ``stock:float16``, ``stock:fused=False``) or
+            ``none`` (not updated).
 
         Example:
             >>> print(trainer.explain())
         """
         columns = self._freezer.explain_columns(self._names, self._rules, self._matched)
+        with self._freezer.excluded():  # frozen parameters that keep a gradient buffer are not updated either
+            paths = self._fused.paths() if self._fused is not None else _fused.stock_paths(self._params)
+        for name, path in paths.items():
+            columns[name]["update"] = path
         return Explanation.from_table(self._params, self._table, self._kinds, columns)
 
     def _param_records(self) -> list:
@@ -489,8 +483,7 @@ class LrTrainer(gluon.Trainer):
         _validate.check_bool(hold_norm_stats, "freeze(hold_norm_stats=...)")
         names = self._freezer.select(select)
         if mask is None:
-            with self._grad_req_watch():
-                self._freezer.freeze(names, hold_norm_stats)
+            self._freezer.freeze(names, hold_norm_stats)
             return names
         if len(names) != 1:
             raise MaskError(f"freeze(mask=...) needs exactly one parameter, {select!r:.60} selects {len(names)} "
@@ -515,24 +508,17 @@ class LrTrainer(gluon.Trainer):
             >>> trainer.unfreeze(net.features[-1])   # ULMFiT-style: thaw the last stage
         """
         names = self._freezer.select(select)
-        with self._grad_req_watch():
-            self._freezer.unfreeze(names)
+        self._freezer.unfreeze(names)
         return names
 
     @contextlib.contextmanager
     def _grad_req_watch(self):
-        """Tell the fast path, as soon as the block ends, whose ``grad_req`` changed in it.
+        """A block that changes ``grad_req`` values (``trainer_states`` wraps ``load_records`` in it).
 
-        The fast path must follow a ``grad_req`` change before the next backward: a ``static_shape`` graph binds
-        gradient arrays anew only at the backward that follows a change of its gradient requests (see
-        ``gluon_lr._fused.FusedUpdate``). Also on error, for the changes made before it.
+        Nothing needs to follow such a change any more: the fast path (``gluon_lr._fused.FusedUpdate``) replaces no
+        array and reads every parameter's arrays anew at each update.
         """
-        before = [param.grad_req for param in self._params]
-        try:
-            yield
-        finally:
-            if self._fused is not None:
-                self._fused.regrad([p for p, req in zip(self._params, before) if p.grad_req != req])
+        yield
 
     @property
     def frozen(self) -> frozenset:

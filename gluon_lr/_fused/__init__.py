@@ -1,54 +1,62 @@
-"""The fast update path of LrTrainer: flat contiguous buffers, one kernel call per run of equal (lr, wd).
+"""The fast update path of LrTrainer: per-tensor tables, one kernel launch per (context, dtype, state structure).
 
-For each context, the parameters that qualify are packed into flat 1-D buffers, one per (dtype, state layout):
-weights, gradients and every optimizer-state slot. Each Parameter's ``data()``/``grad()`` and each
-``updater.states[index]`` then ARE views (slice + reshape) into those buffers, so everything that reads or writes them
-in place (autograd, kvstore push/pull, ``set_data``, ``load_parameters``, freezing's snapshot/restore) keeps working.
-Inside a buffer the parameters are ordered by (lr_mult, wd_mult, index); a step computes every parameter's lr and wd
-exactly as the optimizer does (update counts, schedule, Adam's bias correction) and calls one kernel per run of
-consecutive parameters with equal values, so multipliers may change at any time.
+No array is packed, replaced or viewed: every weight, gradient and optimizer state stays the NDArray that MXNet (or
+the optimizer) made. At each update, ``FusedUpdate`` routes every parameter (``table.route``): those the back-ends
+can take are grouped by (context, dtype, state structure) into ``table.Table``s, lists of tensors with their own
+weight, gradient and state arrays and their lr and wd, computed exactly as the optimizer computes them (update
+counts, schedule, Adam's bias correction); each table is updated in one launch. Multipliers may change at any time.
 
-Packing happens when the trainer is built (if the parameters are initialized and the kvstore will not update them),
-else at the first update; later only for parameters whose ``grad_req`` leaves ``'null'`` through ``trainer.unfreeze``
-(``FusedUpdate.regrad``). Packed arrays are never replaced again, because a ``hybridize(static_alloc=True,
-static_shape=True)`` graph keeps writing the gradient arrays it bound (``FusedUpdate`` says when it rebinds): a
-parameter frozen with ``grad_req='null'`` stays in its buffer, dormant, and gets its views back on unfreeze; arrays
-replaced behind the trainer's back (``grad_req`` set directly, ``initialize(force_reinit=True)``) send that parameter
-to the stock Updater. ``load_states`` only copies the loaded states into the views. A static_alloc graph built BEFORE
-packing keeps writing the old gradient arrays: that is detected on the next update, the original arrays are given
-back, a warning says so, and the stock loop runs from then on.
+Why per-tensor tables and not flat buffers (the earlier design): MXNet built with MKLDNN (the pip build) reorders a
+convolution weight IN PLACE into a blocked layout during an inference forward; on a weight that was a view into a
+flat buffer it reordered the whole buffer, corrupting every parameter packed there
+(``tests/gluon_lr/test_fused_views.py``). A weight of its own may be reordered freely: before a kernel reads raw
+memory, ``base.wait_all`` lets pending MXNet work finish and ``base.data_pointers`` asks MXNet for each array's
+address (``MXNDArrayGetData``, which first brings a reordered array back to the default layout;
+``tests/gluon_lr/test_fused_cnn.py::TestMKLDNNLayout``). Gradients and states stay separate arrays too, though
+nothing reorders them: packing them bought no speed (a kernel streams the same bytes either way) and replacing a
+Parameter's gradient array is what a ``hybridize(static_alloc=True)`` graph does not follow (it keeps writing the
+array it bound). With nothing replaced, ``load_states``, ``set_data``, ``freeze``/``unfreeze``, ``grad_req`` set
+directly, ``initialize(force_reinit=True)`` and graphs built before the trainer need no bookkeeping: each update
+reads the arrays the Parameters and the Updater hold then (``table.Route`` caches a parameter's routing while they
+stay the same objects).
 
-Kernels, with the same arithmetic as the stock loop (tests check each against the stock trainer: max diff 0.0):
+Back-ends, with the arithmetic of the stock loop (tests check each against the stock trainer: max diff 0.0):
 
-- sgd (momentum or not), nag, adam, float32 and float64 on CPU: compiled kernels (``gluon_lr._fused._kernels``, numba,
-  imported at the first CPU update), ONE pass over memory per flat group, each share of the runs on its own thread
-  (``threads.thread_count()``: OMP_NUM_THREADS or the cores), with the operations, order and rounding of MXNet's
-  ``MultiSGDKernel``/``SGDMomKernel``, ``SGDKernel``, ``NAGMomKernel`` and ``AdamUpdateKernel``. On resnet50_v1
-  shapes (25.6M float32 parameters, 2 cores, ``bench/bench_step.py``) a step takes 0.20x the stock trainer's time for
-  sgd-momentum and 0.16x for adam, 1.14x and 1.0x (paired per rep: 1.17x, 1.12x) the memory-bandwidth floor, as
-  torch's fused optimizers do. The first step of a process also imports numba and loads the machine code from its
-  cache (about 0.7 s in all), or compiles it, about a second per kernel and dtype, where no cache exists yet.
-- the same on other devices, or without numba (a warning says so): MXNet's per-tensor operator (``sgd_mom_update``,
-  ``adam_update``, ...; plain sgd: ``multi_sgd_update``, as stock aggregates it) on each flat run; for float32
-  sgd-momentum and adam on CPU also a numpy implementation in cache-sized chunks (many passes over memory, but
-  MXNet's CPU ``adam_update`` is compute-bound): each flat group times both on its first steps and keeps the
-  faster. Stock Gluon's 4-tensor ``multi_sgd_mom_update`` is much slower on CPU than either.
-- rmsprop (plain and centered): MXNet's per-tensor operator on each flat run; adagrad: the stock optimizer's own
-  NDArray expressions on each flat run.
-- float16 with ``multi_precision=True``: the ``mp_*`` operators for sgd/nag; the stock cast-update-cast recipe for
-  adam/rmsprop/adagrad; the float32 master weights live in a flat buffer too.
+- sgd (momentum or not), nag, adam, float32 and float64 on CPU: compiled kernels (``_kernels``, numba, imported at
+  the first CPU update) that walk the table's rows of addresses in one pass over memory, on ``threads.thread_count()``
+  threads (OMP_NUM_THREADS or the cores) that take the next of 8 shares per thread as they finish one (a thread the
+  OS holds back leaves its work to the others), with the operations, order and rounding of
+  MXNet's ``MultiSGDKernel``/``SGDMomKernel``, ``SGDKernel``, ``NAGMomKernel`` and ``AdamUpdateKernel``; lr and wd as
+  the stock operator receives them (a tuple of ``multi_sgd_*`` correctly rounded, a scalar ``float`` parameter
+  through dmlc's parser: ``base.param_float32``). ``bench/bench_step.py``, one run on 2 CPU cores shared with
+  other jobs (load average 5 to 7: figures move by tens of percent from run to run), minima of 9 steps, ratios within
+  the run: resnet50_v1 (25.6M float32 parameters in 193 tensors, all on this path) SGD-momentum 13.4 ms, 0.14x the
+  stock step and 1.32x the memory-bandwidth floor, Adam 24.6 ms, 0.24x and 1.53x (torch's fused optimizers: 16.6
+  and 22.6 ms); mobilenet_v2_1.0 (3.5M in 160 tensors, many small) 4.7 ms (0.34x) and 5.9 ms (0.26x); an MLP of 6
+  Dense(2048) layers (25.2M in 12 tensors) 12.5 ms (0.17x, 1.18x the floor) and 23.7 ms (0.18x). The first step of
+  a process also imports numba and loads the kernel's machine code from its cache (0.5 to 0.9 s on that loaded
+  machine, ``bench/bench_first_step.py``), or compiles it, 1.2 to 1.5 s, where no cache exists yet.
+- GPUs (and CPU without numba, a warning says so): MXNet's operators on the same tables, the ones the stock
+  optimizer calls: ``multi_sgd_update``/``multi_sgd_mom_update`` (and ``multi_mp_*``) on up to 60 tensors per call
+  for sgd, the per-tensor ``nag_mom_update``, ``adam_update``, ... otherwise (``mxnet_ops``). Without numba, float32
+  sgd-momentum and adam on CPU also have a numpy implementation in cache-sized chunks (``numpy_ops``): each table
+  times both on its first steps and keeps the faster.
+- rmsprop (plain and centered): MXNet's per-tensor operator; adagrad: the stock optimizer's own NDArray expressions.
+- float16 with ``multi_precision=True``: the ``multi_mp_sgd_*``/``mp_nag_*`` operators, the stock cast-update-cast
+  recipe for adam/rmsprop/adagrad, on the float32 master copies.
 
-Falls back to the stock loop (``gluon.Trainer._update``) for the whole step when: the kvstore updates the weights
-(``update_on_kvstore=True``); an AMP loss scaler is attached; numpy-array mode is on; the optimizer is not exactly
-one of ``SGD, NAG, Adam, RMSProp, AdaGrad`` (a subclass may change ``update``); an lr scheduler meets parameters
-with unequal update counts; or after the static_alloc case above. Falls back per parameter (the stock Updater updates
-it, in the same step) for: sparse storage, dtypes other than float32 and float64 (float16 only with
-``multi_precision=True``), uninitialized parameters, arrays replaced behind the trainer's back, states of another
-structure loaded by ``load_states``; ``grad_req='null'`` parameters are not updated.
+The whole step takes the stock loop (``gluon.Trainer._update``) when: the kvstore updates the weights
+(``update_on_kvstore=True``); an AMP loss scaler is attached; numpy-array mode is on; the optimizer is not exactly one
+of ``SGD, NAG, Adam, RMSProp, AdaGrad`` (a subclass may change ``update``); an lr scheduler meets parameters with
+unequal update counts. One parameter takes the stock Updater (in the same step, with its own state arrays) when it
+is sparse, of a dtype other than float32 and float64 (float16 only with ``multi_precision=True``), uninitialized, or
+holds optimizer state of another structure (``load_states``); ``grad_req='null'`` parameters are not updated.
+``FusedUpdate.paths`` (the ``update`` column of ``LrTrainer.explain()``) says which path each parameter takes.
 
-Modules: ``base`` (groups, packing, state structures), ``update`` (``FusedUpdate``, the driver), and one per back-end:
-``compiled`` (numba kernels in ``_kernels``), ``mxnet_ops`` (MXNet's operators), ``numpy_ops``; ``threads`` (the pool).
+Modules: ``table`` (routing, ``Route``, ``Table``), ``update`` (``FusedUpdate``, the driver), ``base`` (array
+addresses, waits, MXNet's float parsing, the timed choice), one module per back-end: ``compiled`` (numba kernels in
+``_kernels``), ``mxnet_ops``, ``numpy_ops``; ``threads`` (the pool and the shares).
 """
-from .update import FusedUpdate
+from .update import FusedUpdate, stock_paths
 
-__all__ = ["FusedUpdate"]
+__all__ = ["FusedUpdate", "stock_paths"]

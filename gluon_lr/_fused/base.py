@@ -1,21 +1,18 @@
-"""The shared base of the fast update path: flat groups of parameters, packing, and state structures.
+"""The shared base of the fast update path: raw memory of MXNet arrays, state structures, MXNet's float parsing, and
+the timed choice between implementations.
 
-A ``Group`` is one flat buffer per (context, dtype, state layout) holding weights, gradients and every optimizer state
-slot; each ``Member`` is one parameter's slice. The back-ends (``mxnet_ops``, ``numpy_ops``, ``compiled``) update
-runs of a group; ``update.FusedUpdate`` drives them.
+The compiled and numpy back-ends read and write NDArray memory directly, outside MXNet's engine: ``wait_all`` first
+lets every pending MXNet operation finish, then ``data_pointers`` gives each array's address in MXNet's default
+(row-major) layout.
 """
 import ctypes
-import functools
 
 import numpy as np
-import mxnet as mx
-from mxnet import autograd, nd
+from mxnet import nd
 from mxnet.base import _LIB, check_call
 
-from mxformats.optimizer_state import state_arrays
 
-
-#: ``Group.compiled`` before the first update looked the compiled kernels up.
+#: ``FusedUpdate``'s compiled-kernel module before the first CPU update looked it up.
 UNSET = object()
 
 
@@ -31,150 +28,40 @@ def state_signature(state):
     return None
 
 
-def _rebuild(state, leaves: list):
-    """``state`` with its NDArray leaves replaced, in order, by ``leaves`` (consumed from the front)."""
-    if isinstance(state, nd.NDArray):
-        return leaves.pop(0)
-    if isinstance(state, (tuple, list)):
-        return type(state)(_rebuild(item, leaves) for item in state)
-    return state
+def wait_all() -> None:
+    """Block until MXNet has finished every operation pushed so far (before memory is read or written directly).
+
+    One call: waiting on each array (``MXNDArrayWaitToWrite`` pushes an empty operation per array, about 7 us each on
+    2 cores) would cost milliseconds per step on a network of a few hundred tensors.
+    """
+    check_call(_LIB.MXNDArrayWaitAll())
 
 
-def _numpy_view(array: nd.NDArray) -> np.ndarray:
-    """A writable numpy view of a dense CPU NDArray's memory (no copy); the caller keeps ``array`` alive."""
-    array.wait_to_read()
-    ctype = np.ctypeslib.as_ctypes_type(np.dtype(array.dtype))
-    return np.ctypeslib.as_array((ctype * array.size).from_address(_data_pointer(array)))
+def data_pointers(arrays) -> list:
+    """The address of each dense NDArray's first element, its memory in MXNet's default (row-major) layout.
 
-
-def _data_pointer(array: nd.NDArray) -> int:
-    """The address of a dense NDArray's first element (views of one buffer differ by their offsets)."""
+    MXNet built with MKLDNN (oneDNN, the pip build) lets a convolution's inference forward reorder the weight array
+    in place into a blocked layout (and reallocate it when that layout is padded). ``MXNDArrayGetData`` brings such
+    an array back to the default layout first (MXNet 1.9.1 ``src/c_api/c_api.cc``: ``Reorder2DefaultAsync`` then
+    ``WaitToRead``), so the address it returns holds the values in row-major order
+    (``tests/gluon_lr/test_fused_cnn.py::TestMKLDNNLayout``). Ask again at every step: the address may change.
+    """
     pointer = ctypes.c_void_p()
-    check_call(_LIB.MXNDArrayGetData(array.handle, ctypes.byref(pointer)))
-    return pointer.value
+    reference, get_data = ctypes.byref(pointer), _LIB.MXNDArrayGetData
+    addresses = [get_data(array.handle, reference) or pointer.value for array in arrays]  # 0 is success, -1 failure
+    if -1 in addresses:
+        check_call(-1)  # raises MXNet's error message
+    return addresses
 
 
-def wait_to_write(arrays) -> None:
-    """Block until MXNet has finished every pending read and write of ``arrays`` (before numpy writes them)."""
-    for array in arrays:
-        check_call(_LIB.MXNDArrayWaitToWrite(array.handle))
-
-
-class Member:
-    """One parameter inside a flat group: where it lives and the view objects installed on it."""
-
-    __slots__ = ("index", "param", "offset", "size", "shape", "weight", "grad", "state", "old")
-
-    def __init__(self, index, param, offset, size, shape):
-        # shape: the array's, not param.shape (None on a SymbolBlock.imports parameter until the first forward)
-        self.index, self.param, self.offset, self.size, self.shape = index, param, offset, size, shape
-        self.weight = self.grad = self.state = self.old = None
-
-
-class Group:
-    """Flat buffers on one context for parameters sharing (dtype, state structure)."""
-
-    def __init__(self, ctx, dtype, members, template):
-        self.ctx, self.dtype, self.members, self.template = ctx, dtype, members, template
-        self.total = sum(m.size for m in members)
-        self.weight = nd.zeros((self.total,), ctx=ctx, dtype=dtype)
-        self.grad = nd.zeros((self.total,), ctx=ctx, dtype=dtype)
-        self.slots = [nd.zeros((self.total,), ctx=ctx, dtype=leaf.dtype) for leaf in state_arrays(template)]
-        self.choice = Choice()
-        self.compiled = UNSET
-        self._numpy = None
-
-    def view(self, flat: nd.NDArray, member: Member) -> nd.NDArray:
-        """The view of ``member`` in ``flat``, shaped like the parameter's array."""
-        return flat[member.offset:member.offset + member.size].reshape(member.shape)
-
-    def numpy(self) -> list:
-        """Numpy views of [weight, grad, *slots] (CPU only), made once."""
-        if self._numpy is None:
-            self._numpy = [_numpy_view(flat) for flat in [self.weight, self.grad] + self.slots]
-        return self._numpy
-
-
-@functools.lru_cache(maxsize=None)
-def _mkldnn() -> bool:
-    """Whether this MXNet build runs CPU convolutions through MKLDNN (oneDNN).
-
-    Its convolution, in an inference forward (autograd not recording), reorders the weight NDArray in place into
-    its blocked layout; on a view into a flat buffer it reorders the whole buffer, which corrupts every parameter
-    packed there (``tests/gluon_lr/test_fused_views.py``). Weights of 3 or more dimensions therefore keep arrays of
-    their own on CPU and are updated by the stock Updater.
-    """
-    return bool(mx.runtime.Features().is_enabled("MKLDNN"))
-
-
-def qualifies(param, k: int, optimizer) -> bool:
-    """Whether ``param``'s copy on context ``k`` can live in a flat buffer (else the stock Updater updates it)."""
-    if param.grad_req == "null" or param._data is None or param._grad is None or param._deferred_init:
-        return False
-    data, grad = param._data[k], param._grad[k]
-    if data.stype != "default" or grad.stype != "default":
-        return False
-    if data.ndim >= 3 and data.context.device_type == "cpu" and _mkldnn():
-        return False  # a convolution weight: MKLDNN's inference forward reorders it in place, whole buffer included
-    dtype = np.dtype(data.dtype)
-    return dtype in (np.float32, np.float64) or (dtype == np.float16 and bool(optimizer.multi_precision))
-
-
-def pack(ctx, k: int, entries: list, updater) -> Group:
-    """Build one group: copy weights, gradients and states in, then install the views on params and updater."""
-    entries = sorted(entries, key=lambda e: (e[1].lr_mult, e[1].wd_mult, e[0]))
-    members, offset = [], 0
-    for index, param in entries:
-        members.append(Member(index, param, offset, param._data[k].size, param._data[k].shape))
-        offset += param._data[k].size
-    group = Group(ctx, param._data[k].dtype, members, updater.states[entries[0][0]])
-    fresh = [m.param._data[k]._fresh_grad for m in members]
-    for m in members:
-        old_data, old_grad = m.param._data[k], m.param._grad[k]
-        group.weight[m.offset:m.offset + m.size] = old_data.reshape((-1,))
-        group.grad[m.offset:m.offset + m.size] = old_grad.reshape((-1,))
-        m.weight, m.grad = group.view(group.weight, m), group.view(group.grad, m)
-        m.old = (old_data, old_grad, old_grad.asnumpy())
-        m.param._data[k], m.param._grad[k] = m.weight, m.grad
-        leaves = state_arrays(updater.states[m.index])
-        views = [group.view(slot, m) for slot in group.slots]
-        for view, leaf in zip(views, leaves):
-            leaf.copyto(view)
-        m.state = _rebuild(updater.states[m.index], views)
-        updater.states[m.index] = m.state
-        updater.states_synced[m.index] = True
-    autograd.mark_variables([m.weight for m in members], [m.grad for m in members],
-                            [m.param.grad_req for m in members])
-    for m, flag in zip(members, fresh):
-        m.weight._fresh_grad = flag
-    return group
-
-
-def reinstall(k: int, m: Member) -> None:
-    """Give ``m``'s Parameter its views on context ``k`` back, with the values of the arrays it holds now.
-
-    For a ``grad_req`` that just left ``'null'``: MXNet then made a new gradient array and marked the detached data
-    with it (the detached data is the view's memory unless it was replaced while frozen). A Parameter whose data no
-    longer fits the view is left to the stock Updater (``FusedUpdate._live`` is False for it).
-    """
-    param = m.param
-    data, grad = param._data[k], param._grad[k]
-    if data is m.weight and grad is m.grad:
-        return
-    fits = data.shape == m.weight.shape and data.dtype == m.weight.dtype
-    if not fits or data.stype != "default" or grad.stype != "default":
-        return
-    fresh = data._fresh_grad
-    if _data_pointer(data) != _data_pointer(m.weight):
-        data.copyto(m.weight)
-    grad.copyto(m.grad)
-    param._data[k], param._grad[k], m.old = m.weight, m.grad, None
-    autograd.mark_variables([m.weight], [m.grad], [param.grad_req])
-    m.weight._fresh_grad = fresh
+def numpy_at(address: int, size: int, dtype) -> np.ndarray:
+    """A writable 1-D numpy array over ``size`` elements at ``address`` (no copy); the caller keeps the owner alive."""
+    ctype = np.ctypeslib.as_ctypes_type(np.dtype(dtype))
+    return np.ctypeslib.as_array((ctype * size).from_address(address))
 
 
 def kvstore_may_update(trainer) -> bool:
-    """Before the kvstore exists: whether it may update the weights (packing would then only cost memory).
+    """Before the kvstore exists: whether it may update the weights (the fast path then does not apply).
 
     Gluon's choice, mirrored from the settings: an explicit ``update_on_kvstore``; else no kvstore (None, or a non-dist
     name with one context) never updates, and any other kvstore may (Gluon's default is to update there).
@@ -192,25 +79,51 @@ def clip_of(optimizer):
     return param_float32(clip) if clip and clip >= 0 else None
 
 
-@functools.lru_cache(maxsize=4096)
-def _parsed(value: float) -> np.float32:
-    """``value`` as MXNet parses an operator's ``float`` parameter (see ``param_float32``)."""
-    echo = nd.sgd_update(nd.zeros(1), nd.ones(1), lr=value, wd=0.0, rescale_grad=1.0)  # 0 - lr * 1, exact
-    return np.float32(-echo.asnumpy()[0])
+#: value -> its float32 as MXNet parses it (``param_float32``); cleared when it reaches _PARSED_MAX entries.
+_PARSED = {}
+#: value -> the NDArray an echo operator is writing it into (``parse_floats(wait=False)``), not read yet.
+_PENDING = {}
+_PARSED_MAX = 4096
+
+
+def parse_floats(values, wait: bool = True) -> None:
+    """Have MXNet parse every value not parsed yet, in one round trip: one operator call each, one wait for all.
+
+    ``param_float32`` then finds them. An operator call goes through MXNet's engine; waiting for each separately
+    costs a round trip per value (0.1 ms on an idle machine, several ms on a loaded one), and Adam's bias-corrected
+    lr takes new values at every step. ``wait=False`` only pushes the calls (for values needed later: the next step's
+    lr), and the first ``param_float32`` of such a value reads it.
+    """
+    values = {float(v) for v in values} - {0.0}
+    todo = values - _PARSED.keys() - _PENDING.keys()
+    if len(_PARSED) + len(_PENDING) + len(todo) > _PARSED_MAX:
+        _PARSED.clear()
+        _PENDING.clear()
+    if todo:
+        zero, one = nd.zeros(1), nd.ones(1)
+        for value in todo:
+            _PENDING[value] = nd.sgd_update(zero, one, lr=value, wd=0.0, rescale_grad=1.0)  # 0 - lr * 1, exact
+    if wait:
+        for value in values & _PENDING.keys():
+            _PARSED[value] = np.float32(-_PENDING.pop(value).asnumpy()[0])
 
 
 def param_float32(value) -> np.float32:
     """``value`` as an MXNet operator's ``float`` parameter holds it: MXNet passes ``str(value)`` and parses the
     decimal with dmlc's own parser, which is not correctly rounded: for some values (Adam's bias-corrected lr at
     lr_mult 0.1, step 3, for one) it lands one unit in the last place away from ``np.float32(value)``. So an
-    operator is asked (once per value, cached) to echo it.
+    operator is asked (once per value, cached; ``parse_floats`` asks for many at once) to echo it.
 
     Example:
         >>> param_float32(2.0201059743896793e-05) == np.nextafter(np.float32(2.0201059743896793e-05), 1)
         True
     """
     value = float(value)
-    return np.float32(0.0) if value == 0.0 else _parsed(value)
+    if value == 0.0:
+        return np.float32(0.0)
+    if value not in _PARSED:
+        parse_floats([value])
+    return _PARSED[value]
 
 
 def mx_float(dtype: np.dtype):
@@ -220,7 +133,7 @@ def mx_float(dtype: np.dtype):
 
 
 class Choice:
-    """The faster implementation for one flat group, picked by timing each on the first few steps.
+    """The faster implementation for one table, picked by timing each on the first few steps.
 
     Every implementation gives the same result (tests check each against the stock trainer); only speed differs,
     and on a CPU it depends on the load: MXNet's OpenMP kernels lose most when cores are oversubscribed.

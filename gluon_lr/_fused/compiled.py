@@ -1,11 +1,13 @@
-"""Back-end: compiled numba kernels (``_kernels``) for sgd, sgd-momentum, nag and adam on CPU, one share per core."""
+"""Back-end: compiled numba kernels (``_kernels``) for sgd, sgd-momentum, nag and adam on CPU: one launch per table,
+cut into one share per core."""
 import warnings
 
 import numpy as np
 from mxnet import optimizer as mxopt
 
-from .base import UNSET, Group, clip_of, mx_float
-from .threads import MIN_SPLIT, pool, shares, thread_count
+from .base import clip_of, mx_float
+from .table import Table
+from .threads import MIN_SPLIT, SHARES_PER_THREAD, run_shares, shares, thread_count
 
 
 def _sgd_consts(optimizer, dtype: np.dtype) -> list:
@@ -41,13 +43,23 @@ def _clip_value(optimizer) -> float:
     return -1.0 if clip is None else clip
 
 
-#: (optimizer class, number of state slots) -> (name in ``_kernels``, constants). Adam's lr is bias-corrected before.
-_COMPILED = {(mxopt.SGD, 0): ("sgd", _sgd_consts), (mxopt.SGD, 1): ("sgd_mom", _mom_consts),
-             (mxopt.NAG, 0): ("sgd_single", _sgd_single_consts), (mxopt.NAG, 1): ("nag_mom", _mom_consts),
-             (mxopt.Adam, 2): ("adam", _adam_consts_compiled)}
+def _tuple_float(dtype: np.dtype):
+    """A value of an MXNet operator's ``Tuple<float>`` parameter (``lrs``/``wds`` of ``multi_sgd_*``) as it reaches
+    a kernel on ``dtype`` data: read by a C++ stream, correctly rounded to float32, then cast (unlike a scalar
+    ``float`` parameter, ``base.mx_float``)."""
+    return lambda value: dtype.type(np.float32(value))
 
 
-def _load_kernels():
+#: (optimizer class, number of state slots) -> (name in ``_kernels``, constants, how lr/wd reach the kernel). Adam's
+#: lr is bias-corrected before. Stock SGD calls ``multi_sgd_update``/``multi_sgd_mom_update`` (lr and wd in tuples);
+#: NAG and Adam call per-tensor operators (lr and wd scalar ``float`` parameters).
+_COMPILED = {(mxopt.SGD, 0): ("sgd", _sgd_consts, _tuple_float), (mxopt.SGD, 1): ("sgd_mom", _mom_consts, _tuple_float),
+             (mxopt.NAG, 0): ("sgd_single", _sgd_single_consts, mx_float),
+             (mxopt.NAG, 1): ("nag_mom", _mom_consts, mx_float),
+             (mxopt.Adam, 2): ("adam", _adam_consts_compiled, mx_float)}
+
+
+def load_kernels():
     """The ``_kernels`` module (imports numba, loads or compiles the kernels), or None with a warning if numba is
     missing: the numpy and MXNet implementations then run."""
     try:
@@ -59,27 +71,24 @@ def _load_kernels():
     return _kernels
 
 
-def compiled_kernel(optimizer, group: Group):
-    """(kernel, constants) for this optimizer and group (CPU, float32 or float64, no float16 master copy), or None."""
-    spec = _COMPILED.get((type(optimizer), len(group.slots)))
-    if spec is None or group.ctx.device_type != "cpu" or group.dtype not in (np.float32, np.float64):
-        return None
-    if group.compiled is UNSET:
-        group.compiled = _load_kernels()
-    return None if group.compiled is None else (getattr(group.compiled, spec[0]), spec[1])
+def compiled_applies(optimizer, ctx, dtype: np.dtype, slot_count: int) -> bool:
+    """Whether a compiled kernel exists for this optimizer, context, dtype and number of state arrays (CPU, float32 or
+    float64; not float16, whose update runs on a float32 master copy)."""
+    return (type(optimizer), slot_count) in _COMPILED and ctx.device_type == "cpu" and dtype in (np.float32, np.float64)
 
 
-def compiled_update(compiled, group: Group, optimizer, runs: list) -> None:
-    """One compiled pass over ``runs`` [(start, stop, lr, wd)], cut into one share per thread (``thread_count()``); the
-    calling thread runs the first share."""
-    kernel, consts_of = compiled
-    dtype = np.dtype(group.dtype)
+def compiled_update(kernels, table: Table, optimizer) -> None:
+    """Update every tensor of ``table`` (after ``compiled_applies`` and ``base.wait_all``) with one launch of the
+    compiled kernel of ``kernels`` (the loaded ``_kernels`` module) on ``thread_count()`` threads, the calling thread
+    included, each taking the next of ``SHARES_PER_THREAD`` shares per thread as it finishes one."""
+    name, consts_of, floats = _COMPILED[(type(optimizer), table.slot_count)]
+    kernel, dtype = getattr(kernels, name), table.dtype
     consts = np.array(consts_of(optimizer, dtype), dtype=dtype)
     use_clip = bool(consts[1] >= 0)
-    arrays = group.numpy()
-    parts = thread_count() if sum(hi - lo for lo, hi, _, _ in runs) >= MIN_SPLIT else 1
-    calls = [(*arrays, *share, consts, use_clip) for share in shares(runs, parts, dtype)]
-    futures = [pool(len(calls) - 1).submit(kernel, *call) for call in calls[1:]]
-    kernel(*calls[0])
-    for future in futures:
-        future.result()
+    f = floats(dtype)
+    lrs = np.array([f(t.lr) for t in table.tensors], dtype=dtype)
+    wds = np.array([f(t.wd) for t in table.tensors], dtype=dtype)
+    addresses, lengths = table.addresses()
+    threads = thread_count() if int(lengths.sum()) >= MIN_SPLIT else 1
+    parts = threads * SHARES_PER_THREAD if threads > 1 else 1
+    run_shares(kernel, [(*share, consts, use_clip) for share in shares(addresses, lengths, lrs, wds, parts)], threads)

@@ -2,7 +2,8 @@
 import numpy as np
 from mxnet import optimizer as mxopt
 
-from .base import clip_of, param_float32
+from .base import clip_of, numpy_at, param_float32
+from .table import Table
 from .threads import pool, split_segments, thread_count
 
 
@@ -83,13 +84,26 @@ def numpy_update(chunk_fn, consts, segments: list) -> None:
         future.result()
 
 
-#: numpy implementations: optimizer class -> (constants, chunk kernel, number of state slots it needs).
-NUMPY_KERNELS = {mxopt.SGD: (_sgd_mom_consts, _sgd_mom_chunk, 1), mxopt.Adam: (_adam_consts, _adam_chunk, 2)}
+#: numpy implementations: optimizer class -> (constants, chunk kernel, number of state slots it needs, lr/wd as the
+#: stock operator gets them: ``multi_sgd_mom_update``'s tuples correctly rounded, ``adam_update``'s scalars by dmlc).
+NUMPY_KERNELS = {mxopt.SGD: (_sgd_mom_consts, _sgd_mom_chunk, 1, np.float32),
+                 mxopt.Adam: (_adam_consts, _adam_chunk, 2, param_float32)}
 
 
-def numpy_applies(optimizer, group) -> bool:
-    """Whether a numpy implementation exists for this optimizer and group (float32 on CPU, no master copy)."""
+def numpy_applies(optimizer, table: Table) -> bool:
+    """Whether a numpy implementation exists for this optimizer and table (float32 on CPU, no master copy)."""
     spec = NUMPY_KERNELS.get(type(optimizer))
-    if spec is None or group.ctx.device_type != "cpu" or group.dtype != np.float32 or len(group.slots) != spec[2]:
+    if spec is None or table.ctx.device_type != "cpu" or table.dtype != np.float32 or table.slot_count != spec[2]:
         return False
     return type(optimizer) is not mxopt.SGD or optimizer.momentum > 0
+
+
+def numpy_table_update(optimizer, table: Table) -> None:
+    """Update every tensor of ``table`` (after ``numpy_applies`` and ``base.wait_all``) with the numpy
+    implementation."""
+    consts, chunk_fn, _, f = NUMPY_KERNELS[type(optimizer)]
+    addresses, lengths = table.addresses()
+    segments = [([numpy_at(address, n, table.dtype) for address in row], f(t.lr), f(t.wd))
+                for row, n, t in zip(addresses.tolist(), lengths.tolist(), table.tensors) if n]
+    if segments:
+        numpy_update(chunk_fn, consts(optimizer), segments)

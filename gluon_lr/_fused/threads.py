@@ -1,17 +1,19 @@
-"""The thread pool of the numpy and compiled back-ends, and how runs are cut into shares for it."""
+"""The thread pool of the numpy and compiled back-ends, and how a table is cut into shares for it."""
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
-
-from .base import mx_float
 
 
 _POOL = {}
 
 
-#: Flat runs shorter than this (elements, in all) run on the calling thread only.
+#: Tables smaller than this (elements, in all) run on the calling thread only.
 MIN_SPLIT = 1 << 16
+
+#: Shares per thread for the compiled kernels: each thread takes the next share when it finishes one, so a thread
+#: that the OS holds back (other jobs on the cores) leaves the rest of the work to the others.
+SHARES_PER_THREAD = 8
 
 
 def pool(threads: int) -> ThreadPoolExecutor:
@@ -47,22 +49,47 @@ def split_segments(segments: list, parts: int) -> list:
     return out + [current] if current else out
 
 
-def shares(runs: list, parts: int, dtype: np.dtype) -> list:
-    """``runs`` [(start, stop, lr, wd)] cut into at most ``parts`` shares of near-equal element counts (cuts on
-    16-element boundaries), each as the kernels take it: (starts, stops, lrs, wds) arrays, lr and wd as ``mx_float``
-    makes them."""
-    total = sum(hi - lo for lo, hi, _, _ in runs)
-    size = (-(-total // parts) + 15) // 16 * 16
-    out, current, filled = [], [], 0
-    for lo, hi, lr, wd in runs:
-        while lo < hi:
-            stop = min(hi, lo + size - filled)
-            current.append((lo, stop, lr, wd))
-            filled, lo = filled + stop - lo, stop
+def shares(addresses: np.ndarray, lengths: np.ndarray, lrs: np.ndarray, wds: np.ndarray, parts: int) -> list:
+    """A table (``Table.addresses`` rows and lengths, per-tensor lrs and wds) cut into at most ``parts`` shares of
+    near-equal element counts, as the kernels take them: [(addresses, lengths, lrs, wds)]. A tensor is cut where a
+    share ends inside it, on a 16-element boundary from its start; the rows of a cut piece point at its first element.
+    """
+    size = (-(-int(lengths.sum()) // parts) + 15) // 16 * 16
+    out, pieces, filled = [], [], 0
+    for row, n in enumerate(lengths.tolist()):
+        start = 0
+        while start < n:
+            stop = min(n, (start + size - filled + 15) // 16 * 16)
+            pieces.append((row, start, stop))
+            filled, start = filled + stop - start, stop
             if filled >= size:
-                out.append(current)
-                current, filled = [], 0
-    f = mx_float(dtype)
-    return [(np.array([r[0] for r in part], np.int64), np.array([r[1] for r in part], np.int64),
-             np.array([f(r[2]) for r in part], dtype), np.array([f(r[3]) for r in part], dtype))
-            for part in out + ([current] if current else [])]
+                out.append(pieces)
+                pieces, filled = [], 0
+    itemsize = lrs.dtype.itemsize
+    return [_share(addresses, lrs, wds, share, itemsize) for share in out + ([pieces] if pieces else [])]
+
+
+def _share(addresses: np.ndarray, lrs: np.ndarray, wds: np.ndarray, pieces: list, itemsize: int) -> tuple:
+    """The kernel arguments of one share: [(row, start, stop)] pieces of table rows."""
+    rows = np.array([p[0] for p in pieces], dtype=np.int64)
+    starts = np.array([p[1] for p in pieces], dtype=np.int64)
+    lengths = np.array([p[2] - p[1] for p in pieces], dtype=np.int64)
+    return addresses[rows] + starts[:, None] * itemsize, lengths, lrs[rows], wds[rows]
+
+
+def run_shares(kernel, calls: list, threads: int) -> None:
+    """``kernel(*call)`` for every call (the kernel releases the GIL): the calling thread and ``threads - 1`` pool
+    threads each take the next call as they finish one; returns when all are done."""
+    pending = iter(calls)  # next() on a list iterator holds the GIL: each call is taken once
+
+    def drain():
+        for call in pending:
+            kernel(*call)
+
+    futures = [pool(threads - 1).submit(drain) for _ in range(min(threads, len(calls)) - 1)]
+    try:
+        drain()
+    finally:
+        wait(futures)
+    for future in futures:
+        future.result()

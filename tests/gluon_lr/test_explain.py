@@ -29,7 +29,7 @@ class TestExplain:
         explanation = _trainer().explain()
         lines = str(explanation).splitlines()
         assert lines[0].split() == ["name", "shape", "lr_mult", "lr", "from", "wd_mult", "wd", "from", "shadowed",
-                                     "frozen", "masked", "depth"]  # [freeze] columns
+                                     "update", "frozen", "masked", "depth"]
         assert len(lines) == 2 + len(explanation)
         row = next(line for line in lines if line.startswith("mlp_dense0_weight"))
         assert "4x3" in row and "0.1" in row and "rules[0] '*'" in row

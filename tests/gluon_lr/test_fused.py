@@ -6,7 +6,7 @@ Tolerance: 0 (bit-identical) everywhere. On CPU, sgd (with or without momentum),
 (``gluon_lr._fused._kernels``), which reproduce MXNet's operators operation by operation (``TestCompiledKernels`` checks
 each against its operator on random data, NaN and inf included); without numba (``test_without_numba``) the numpy
 and MXNet implementations run, each timed on steps 1-4 (numpy on 1 and 3, MXNet on 2 and 4), so a 20-step comparison
-checks both; rmsprop, adagrad and float16 master copies run MXNet's operators on the flat runs.
+checks both; rmsprop, adagrad and float16 master copies run MXNet's operators on each tensor.
 """
 import math
 
@@ -206,15 +206,16 @@ class TestConfigurations:
         assert trainer.fused_params == ()
 
     def test_static_alloc_graph(self):
-        """A graph hybridized with static_alloc/static_shape (built before the arrays become views) trains alike."""
+        """A graph hybridized with static_alloc/static_shape trains alike (the fast path replaces no array it binds)."""
         hyper = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}
         stock, _ = train(lambda p: gluon.Trainer(p, "sgd", dict(hyper)), static=True)
         fast, trainer = train(lambda p: LrTrainer(p, "sgd", dict(hyper)), static=True)
         assert_close(stock, fast, 0.0)
         assert len(trainer.fused_params) == 6
 
-    def test_static_alloc_with_deferred_init_falls_back(self):
-        """Deferred init + static_alloc: the graph binds arrays before packing; detected, warned, stock results."""
+    def test_static_alloc_with_deferred_init(self, recwarn):
+        """Deferred init + static_alloc, the graph bound before the first step: stock results, on the fast path,
+        no warning (nothing is repacked, so the arrays the graph bound stay the ones updated)."""
         def run(cls):
             mx.random.seed(3)
             net = gluon.nn.HybridSequential(prefix="net_")
@@ -228,10 +229,10 @@ class TestConfigurations:
             return {(n, ""): p.data().asnumpy() for n, p in net.collect_params().items()}, trainer
 
         stock, _ = run(gluon.Trainer)
-        with pytest.warns(UserWarning, match="static_alloc graph .* was built before the fast update path packed"):
-            fast, trainer = run(LrTrainer)
+        fast, trainer = run(LrTrainer)
         assert_close(stock, fast, 0.0)
-        assert trainer.fused_params == ()
+        assert len(trainer.fused_params) == 4
+        assert [str(w.message) for w in recwarn if "LrTrainer" in str(w.message)] == []
 
     def test_lr_scheduler(self):
         """A FactorScheduler halves lr every 5 updates on both trainers alike."""
@@ -359,9 +360,6 @@ class TestErrors:
 
 #: Freeze/unfreeze schedule over 8 steps, applied before the step's forward: p_dense0_weight first keeps its gradient
 #: buffer (its bias trains; see gluon_lr/freeze.py), then goes to grad_req 'null' with its bias.
-# MKLDNN's inference forward reorders convolution weights in place: on CPU they keep arrays of their own
-# (gluon_lr._fused.base.qualifies; tests/gluon_lr/test_fused_views.py)
-CONV_OFF_FAST_PATH = {"p_conv0_weight"} if mx.runtime.Features().is_enabled("MKLDNN") else set()
 SCHEDULE = {1: ("freeze", ["p_conv0_weight", "p_dense0_weight"]), 3: ("freeze", ["p_dense0_bias"]),
             4: ("unfreeze", ["p_conv0_weight"]), 6: ("unfreeze", ["p_dense0_weight", "p_dense0_bias"])}
 SCHEDULE_STEPS = 8
@@ -413,23 +411,23 @@ class TestGradReqChanges:
         fast = self._run(True, hybrid, opt, n_ctx)
         self._assert_same_trace(stock, fast)
         everything = {"p_conv0_weight", "p_conv0_bias", "p_dense0_weight", "p_dense0_bias", "p_dense1_weight",
-                      "p_dense1_bias"} - CONV_OFF_FAST_PATH
+                      "p_dense1_bias"}
         assert fast[4][2] == everything - {"p_dense0_weight", "p_dense0_bias"}, "unfrozen conv0 weight not fused"
         assert fast[-1][2] == everything, "after the last unfreeze every parameter is on the fast path again"
 
     def test_frozen_by_rule_then_unfrozen_joins_fast_path(self):
-        """Frozen from the start by a Rule (never packed), unfrozen at step 3: packed then, bit-identical results."""
+        """Frozen from the start by a Rule, unfrozen at step 3: on the fast path from then, bit-identical results."""
         rules = [Rule("p_conv0_*", freeze=True)]
         schedule = {3: ("unfreeze", ["p_conv0_weight", "p_conv0_bias"])}
         stock = self._run(False, "static_alloc", "adam", 1, rules, schedule)
         fast = self._run(True, "static_alloc", "adam", 1, rules, schedule)
         self._assert_same_trace(stock, fast)
         assert "p_conv0_bias" not in fast[2][2]
-        assert {"p_conv0_weight", "p_conv0_bias"} - CONV_OFF_FAST_PATH <= fast[3][2]
+        assert {"p_conv0_weight", "p_conv0_bias"} <= fast[3][2]
 
-    def test_grad_req_set_directly_goes_to_stock_updater(self):
-        """grad_req toggled on the Parameter itself (not trainer.freeze) under static_shape: stock results, and that
-        parameter leaves the fast path (its new arrays may be bound by the graph); the others stay."""
+    def test_grad_req_set_directly_stays_on_fast_path(self):
+        """grad_req toggled on the Parameter itself (not trainer.freeze) under static_shape: stock results, and every
+        parameter stays on the fast path (each step reads the arrays the Parameter holds then)."""
         def run(cls):
             from .test_freeze_partial import backward, batches as conv_batches, build_net
             net = build_net([mx.cpu()])
@@ -447,11 +445,12 @@ class TestGradReqChanges:
         stock, _ = run(gluon.Trainer)
         fast, trainer = run(LrTrainer)
         self._assert_same_trace(stock, fast)
-        assert len(trainer.fused_params) == 5 - len(CONV_OFF_FAST_PATH) and "p_conv0_bias" not in trainer.fused_params
+        assert len(trainer.fused_params) == 6
 
 
 class TestMXNetStaticShape:
-    """The MXNet behaviour the fast path's packing rules rest on (``gluon_lr._fused.FusedUpdate``)."""
+    """Why the fast path replaces no Parameter array (``gluon_lr._fused.FusedUpdate``): a static_shape graph keeps
+    writing the gradient arrays it bound until its gradient requests change."""
 
     @staticmethod
     def _written_after_replacing_bias_grad(static_shape, change_requests):
@@ -481,17 +480,27 @@ class TestMXNetStaticShape:
                                                                              written):
         """static_shape keeps writing the gradient array it bound, until a grad_req in the graph changes.
 
-        If a later MXNet rebinds always, the fast path could repack freely; if it never rebinds, ``regrad`` breaks.
+        A trainer that replaced gradient arrays (an earlier design packed them into flat buffers) had to follow this
+        rule exactly; the fast path now reads the arrays the Parameters hold at each step.
         """
         got = self._written_after_replacing_bias_grad(static_shape, change_requests)
         assert got == {"new": written == "new", "old": written == "old"}, f"backward wrote {got}"
 
 
 # ------------------------------------------------------------------------------------------- compiled kernels
+#: Adam's bias-corrected lr at lr_mult 0.1, step 3: dmlc's parser gives one ulp above np.float32's rounding.
+DMLC_ROUNDS_UP = 2.0201059743896793e-05
+
 def _mx_float(value, dtype):
     """A hyperparameter as MXNet's operators hand it to a kernel: a float32 parameter, cast to the data's dtype."""
     from gluon_lr._fused.base import param_float32
     return np.dtype(dtype).type(param_float32(value))
+
+
+def _lr_float(name, value, dtype):
+    """lr or wd as the kernel's operator gets it: ``multi_sgd_*`` (sgd, sgd_mom) reads its ``lrs``/``wds`` tuples
+    correctly rounded to float32; the per-tensor operators parse a scalar ``float`` with dmlc's parser."""
+    return np.dtype(dtype).type(np.float32(value)) if name in ("sgd", "sgd_mom") else _mx_float(value, dtype)
 
 
 def _kernel_case(name, dtype, clip):
@@ -520,11 +529,11 @@ def _mxnet_reference(name, arrays, kwargs, segments, dtype):
     nds = [nd.array(a, dtype=dtype) for a in arrays]
     for start, stop, lr, wd in segments:
         part = [a[start:stop] for a in nds]
-        if name == "sgd":
-            nd.multi_sgd_update(*part, out=part[0], lrs=(lr,), wds=(wd,), num_weights=1, **kwargs)
+        if name in ("sgd", "sgd_mom"):  # what stock SGD calls
+            op = nd.multi_sgd_update if name == "sgd" else nd.multi_sgd_mom_update
+            op(*part, out=[part[0]], lrs=[lr], wds=[wd], num_weights=1, **kwargs)
         else:
-            op = {"sgd_single": nd.sgd_update, "sgd_mom": nd.sgd_mom_update, "nag_mom": nd.nag_mom_update,
-                  "adam": nd.adam_update}[name]
+            op = {"sgd_single": nd.sgd_update, "nag_mom": nd.nag_mom_update, "adam": nd.adam_update}[name]
             op(*part, out=part[0], lr=lr, wd=wd, **kwargs)
     return [a.asnumpy() for a in nds]
 
@@ -536,16 +545,19 @@ class TestCompiledKernels:
     @pytest.mark.parametrize("dtype", ["float32", "float64"])
     @pytest.mark.parametrize("name", ["sgd", "sgd_single", "sgd_mom", "nag_mom", "adam"])
     def test_kernel_equals_operator(self, name, dtype, clip):
-        """Three segments with their own lr/wd (one wd 0), a gap left alone, NaN/inf gradients: max diff 0.0."""
+        """Three table rows (addresses of a segment in each array) with their own lr/wd (one wd 0, one lr that
+        dmlc's parser rounds one ulp away from np.float32), a gap left alone, NaN/inf gradients: max diff 0.0."""
         from gluon_lr._fused import _kernels
         arrays, kwargs, consts = _kernel_case(name, dtype, clip)
-        segments = [(0, 4000, 0.05, 1e-3), (4000, 7001, 0.3, 0.0), (7500, 10007, 0.011, 0.02)]
+        segments = [(0, 4000, 0.05, 1e-3), (4000, 7001, 0.3, 0.0), (7500, 10007, DMLC_ROUNDS_UP, DMLC_ROUNDS_UP)]
         expected = _mxnet_reference(name, arrays, kwargs, segments, dtype)
         got = [a.copy() for a in arrays]
-        starts, stops = np.array([s[0] for s in segments]), np.array([s[1] for s in segments])
-        lrs = np.array([_mx_float(s[2], dtype) for s in segments], dtype=dtype)
-        wds = np.array([_mx_float(s[3], dtype) for s in segments], dtype=dtype)
-        getattr(_kernels, name)(*got, starts, stops, lrs, wds, consts, clip is not None)
+        itemsize = np.dtype(dtype).itemsize
+        addresses = np.array([[a.ctypes.data + s[0] * itemsize for a in got] for s in segments], dtype=np.int64)
+        lengths = np.array([s[1] - s[0] for s in segments], dtype=np.int64)
+        lrs = np.array([_lr_float(name, s[2], dtype) for s in segments], dtype=dtype)
+        wds = np.array([_lr_float(name, s[3], dtype) for s in segments], dtype=dtype)
+        getattr(_kernels, name)(addresses, lengths, lrs, wds, consts, clip is not None)
         for label, want, have in zip(["weight", "grad", "state0", "state1"], expected, got):
             same = (want == have) | (np.isnan(want) & np.isnan(have))
             with np.errstate(invalid="ignore"):  # inf - inf where both hold the same infinity
@@ -557,6 +569,7 @@ class TestCompiledKernels:
 
 FLOAT64 = [("sgd", {"learning_rate": 0.1, "wd": 1e-3}),
            ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3, "clip_gradient": 0.05}),
+           ("sgd", {"learning_rate": DMLC_ROUNDS_UP, "momentum": 0.9, "wd": DMLC_ROUNDS_UP}),  # lrs/wds tuples
            ("nag", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}),
            ("nag", {"learning_rate": 0.1, "wd": 1e-3}),
            ("adam", {"learning_rate": 0.01, "wd": 1e-3, "clip_gradient": 0.05})]
