@@ -3,16 +3,18 @@ whole `migrate all` command for chains of big Dense/Linear layers, each stage of
 with the growth exponent of each time against size.
 
 Run: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_scale.py [--sizes 10,25,50,100] [--width 2048]
-         [--stages map,convert,write,all] [--resnet50]
+         [--stages map,convert,file,write,all] [--resnet50]
 
-"all" writes the MXNet files (symbol, params, LrTrainer settings) in one process, then runs `migrate all` on them
-in another: its "peak" is that process's whole peak RSS (the MXNet params it reads and the torch model it builds
-included), "exit" its exit code. ``--resnet50`` first prints the mapping time of resnet50 (exports included).
+"file" converts from a ``.params`` file (``mx.nd.save`` of the same weights) instead of the live NDArrays: read
+without MXNet, one array at a time. "all" writes the MXNet files (symbol, params, LrTrainer settings) in one process,
+then runs `migrate all` on them in another: its "peak" is that process's whole peak RSS (the MXNet params it reads and
+the torch model it builds included), "exit" its exit code. ``--resnet50`` first prints the mapping time of resnet50
+(exports included).
 
 Sizes are in millions of parameters (depth = size / width^2); each stage runs in its own fresh process.
 "models" is the RSS of the two built models (MXNet and torch) over the bare interpreter; each stage's "+peak"
 is its peak RSS above what was resident before it, in
-GiB, and "/weights" that peak over the weights' bytes (the target for conversion is <= 1.25). RSS is sampled
+GiB, and "/weights" that peak over the weights' bytes (the target for conversion is <= 1.1). RSS is sampled
 every 5 ms from /proc/self/status, so very short peaks can be missed. Check `free -g` before large sizes: a size
 of N million needs about 8*N bytes for the two models alone.
 """
@@ -112,6 +114,14 @@ def _one(millions, width, stage_name, folder, queue):
             converted = convert_weights(params, mapping, model)
         row.update(convert_s=stage.seconds, convert_GiB=stage.above, convert_x=stage.above * GIB / weights)
         del converted
+    elif stage_name == "file":
+        mapping = NameMapping.load(mapping_path)
+        path = os.path.join(folder, "chain-0000.params")
+        mx.nd.save(path, {"arg:" + name: value for name, value in params.items()})
+        with _Peak() as stage:
+            from_file = convert_weights(path, mapping, model)
+        row.update(file_s=stage.seconds, file_GiB=stage.above, file_x=stage.above * GIB / weights)
+        del from_file
     else:
         mapping = NameMapping.load(mapping_path)
         with tempfile.TemporaryDirectory(dir=folder) as out:
@@ -209,7 +219,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,25,50,100", help="millions of parameters, comma separated")
     parser.add_argument("--width", type=int, default=2048)
-    parser.add_argument("--stages", default="map,convert,write", help="of map, convert, write, all")
+    parser.add_argument("--stages", default="map,convert,write", help="of map, convert, file, write, all")
     parser.add_argument("--resnet50", action="store_true", help="also time resnet50's mapping (target <= 0.5 s)")
     args = parser.parse_args()
     stages = args.stages.split(",")
@@ -219,11 +229,12 @@ def main():
               f"(target <= 0.5 s: {'met' if seconds <= 0.5 else 'NOT met'})")
     rows = []
     print(f"{'params':>8} {'depth':>5} {'models':>7} | {'map s':>7} {'+peak':>6} | {'convert s':>9} {'+peak':>6} "
-          f"{'/weights':>8} | {'write s':>7} {'+peak':>6} {'/weights':>8} | {'all s':>7} {'peak':>6} {'exit':>4}")
+          f"{'/weights':>8} | {'file s':>7} {'+peak':>6} {'/weights':>8} | {'write s':>7} {'+peak':>6} {'/weights':>8} "
+          f"| {'all s':>7} {'peak':>6} {'exit':>4}")
     for size in [float(s) for s in args.sizes.split(",")]:
         r, failed = {}, None
         with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as folder:
-            for stage_name in [s for s in ("map", "convert", "write") if s in stages]:
+            for stage_name in [s for s in ("map", "convert", "file", "write") if s in stages]:
                 if stage_name != "map" and "map_s" not in r:  # convert/write read the mapping map wrote
                     part = _in_child(_one, size, args.width, "map", folder)
                     r.update({k: v for k, v in (part or {}).items() if not k.startswith("map")})
@@ -246,13 +257,14 @@ def main():
         print(f"{r['params_M']:>7.1f}M {r['depth']:>5} {_fmt(r, 'models_GiB', '>6.2f', 6)}G | "
               f"{_fmt(r, 'map_s', '>7.2f', 7)} {_fmt(r, 'map_GiB', '>5.2f', 5)}G | "
               f"{_fmt(r, 'convert_s', '>9.2f', 9)} {_fmt(r, 'convert_GiB', '>5.2f', 5)}G "
-              f"{_fmt(r, 'convert_x', '>8.2f', 8)} | {_fmt(r, 'write_s', '>7.2f', 7)} "
+              f"{_fmt(r, 'convert_x', '>8.2f', 8)} | {_fmt(r, 'file_s', '>7.2f', 7)} "
+              f"{_fmt(r, 'file_GiB', '>5.2f', 5)}G {_fmt(r, 'file_x', '>8.2f', 8)} | {_fmt(r, 'write_s', '>7.2f', 7)} "
               f"{_fmt(r, 'write_GiB', '>5.2f', 5)}G {_fmt(r, 'write_x', '>8.2f', 8)} | "
               f"{_fmt(r, 'all_s', '>7.1f', 7)} {_fmt(r, 'all_GiB', '>5.1f', 5)}G {_fmt(r, 'all_code', '>4d', 4)}",
               flush=True)
     if len(rows) >= 2:
         xs = [r["params_M"] for r in rows]
-        keys = [k for k in ("map_s", "convert_s", "write_s", "all_s") if all(k in r for r in rows)]
+        keys = [k for k in ("map_s", "convert_s", "file_s", "write_s", "all_s") if all(k in r for r in rows)]
         print("growth exponent of time against size: " + ", ".join(
             f"{k[:-2]} {_exponent(xs, [r[k] for r in rows]):.2f}" for k in keys))
 

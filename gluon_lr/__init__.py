@@ -16,8 +16,8 @@ import_mxnet("gluon_lr (LrTrainer, export_settings: the MXNet side of gluon-lr)"
 from .decay import DecayRule, discriminative, even_mults, layer_decay, layer_groups
 from .errors import (DistributedError, DuplicateParameterError, HyperparameterError, KVStoreConfigError,
                      LrTrainerError, MaskError, MultiplierError, ParamsTypeError, PatternError, RuleMatchError,
-                     ScheduleError, SettingsFileError, SettingsSourceError, StatesFileError, UnknownParameterError,
-                     UnsafeStatesError)
+                     ScheduleError, SettingsFileError, SettingsSourceError, StatesFileError, UnknownOptimizerError,
+                     UnknownParameterError, UnsafeStatesError)
 from .explain import Explanation
 from mxformats.settings import load_settings
 from .rules import KINDS, Rule
@@ -31,4 +31,5 @@ __all__ = [
     "LrTrainerError", "MultiplierError", "PatternError", "RuleMatchError", "UnknownParameterError",
     "DuplicateParameterError", "KVStoreConfigError", "ParamsTypeError", "SettingsFileError", "SettingsSourceError",
     "StatesFileError", "MaskError", "ScheduleError", "DistributedError", "HyperparameterError", "UnsafeStatesError",
+    "UnknownOptimizerError",
 ]

@@ -10,7 +10,7 @@ from mxformats.errors import (HyperparameterError, LrTrainerError, MultiplierErr
 __all__ = ["LrTrainerError", "MultiplierError", "PatternError", "RuleMatchError", "UnknownParameterError",
            "DuplicateParameterError", "ParamsTypeError", "KVStoreConfigError", "SettingsFileError", "StatesFileError",
            "MaskError", "ScheduleError", "DistributedError", "UnsafeStatesError", "HyperparameterError",
-           "SettingsSourceError", "MXNetRequiredError"]
+           "SettingsSourceError", "MXNetRequiredError", "UnknownOptimizerError"]
 
 
 class PatternError(LrTrainerError, ValueError):
@@ -53,3 +53,7 @@ class DistributedError(LrTrainerError, ValueError):
 class SettingsSourceError(LrTrainerError, ValueError):
     """``gluon_lr.export_settings`` got a source it cannot read: not a Module/Trainer, a Module not bound or before
     ``init_optimizer``, or an optimizer ``migrate`` has no translation for."""
+
+
+class UnknownOptimizerError(LrTrainerError, ValueError):
+    """An optimizer name is not one MXNet registers (the nearest registered names are listed)."""

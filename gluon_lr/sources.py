@@ -11,15 +11,20 @@ what MXNet really applies to each parameter:
   ``moving_mean``/``moving_var``) follow, frozen: MXNet never trains them, and a Gluon Trainer's settings list
   running statistics the same way;
 - a stock ``gluon.Trainer``: each ``Parameter.lr_mult``/``wd_mult`` (what its optimizer reads through param_dict).
+  The parameter names by index are also recorded on its optimizer (``mxformats.optimizer_state.PARAM_NAMES``), so
+  the states files it saves from then on say which index is which: ``migrate`` refuses states saved by a trainer
+  built on another parameter order instead of giving equal-shaped tensors each other's momentum.
 """
 import numpy as np
-from mxnet import gluon
 from mxnet import module as _module
+from mxnet.gluon.trainer import Trainer as _GluonTrainer
 
+from mxformats.optimizer_state import record_param_names
 from mxformats.settings import write_settings
+from mxformats.validate import check_output_file
 
 from . import settings as _settings
-from .errors import SettingsSourceError
+from .errors import SettingsFileError, SettingsSourceError
 from .trainer import LrTrainer
 
 __all__ = ["TRANSLATED_OPTIMIZERS", "export_settings"]
@@ -75,7 +80,7 @@ def _module_records(module) -> list:
     return records
 
 
-def _trainer_records(trainer: gluon.Trainer) -> list:
+def _trainer_records(trainer: _GluonTrainer) -> list:
     """Per parameter of a stock Trainer, in index order, the settings record."""
     records = []
     for param in trainer._params:
@@ -100,7 +105,8 @@ def export_settings(source, path) -> dict:
     Raises:
         SettingsSourceError: the source is of another type, a Module is unbound or has no optimizer, or the optimizer
             has no translation in ``migrate``. Nothing is written then.
-        SettingsFileError: the folder is not writable, or the lr scheduler has no representation in the format.
+        SettingsFileError: ``path`` is not a file path, its folder is missing or not writable, or the lr scheduler
+            has no representation in the format.
 
     Example:
         >>> mod.init_optimizer(optimizer="sgd", optimizer_params={"learning_rate": 0.1, "momentum": 0.9})
@@ -113,10 +119,11 @@ def export_settings(source, path) -> dict:
     """
     if isinstance(source, LrTrainer):
         return source.export_settings(path)
+    path = check_output_file(path, "export_settings(path)", SettingsFileError)
     if isinstance(source, _module.Module):
         records = _module_records(source)
         optimizer, what = source._optimizer, "Module"
-    elif isinstance(source, gluon.Trainer):
+    elif isinstance(source, _GluonTrainer):
         records, optimizer, what = _trainer_records(source), source._optimizer, "gluon.Trainer"
     else:
         raise SettingsSourceError(f"export_settings reads an mx.mod.Module, a gluon.Trainer or an LrTrainer, got "
@@ -124,4 +131,16 @@ def export_settings(source, path) -> dict:
     _check_optimizer(optimizer, what)
     document = _settings.settings_document(optimizer, records, optimizer.num_update)
     write_settings(path, document)
+    if what == "gluon.Trainer":
+        _record_order(source)
     return document
+
+
+def _record_order(trainer) -> None:
+    """Record the parameter names by index on every optimizer a stock Trainer holds (see the module docstring)."""
+    names = [param.name for param in trainer._params]
+    kvstore_updater = getattr(getattr(trainer, "_kvstore", None), "_updater", None)
+    for holder in [trainer, *trainer._updaters, kvstore_updater]:
+        optimizer = getattr(holder, "_optimizer", None) or getattr(holder, "optimizer", None)
+        if optimizer is not None:
+            record_param_names(optimizer, names)

@@ -8,16 +8,19 @@ import numpy as np
 from mxnet import gluon
 
 from mxformats import validate as _validate
+from mxformats.optimizer_state import record_param_names
 from mxformats.settings import write_settings
 
 from . import _dist
+from . import arguments as _arguments
 from . import freeze as _freeze
 from . import rules as _rules
 from . import _fused
 from . import settings as _settings
 from . import trainer_states as _states
 from .explain import Explanation
-from .errors import KVStoreConfigError, MaskError, MultiplierError, ParamsTypeError, UnknownParameterError
+from .errors import (MaskError, MultiplierError, ParamsTypeError, SettingsFileError, StatesFileError,
+                     UnknownParameterError)
 
 __all__ = ["LrTrainer"]
 
@@ -37,15 +40,6 @@ def _own_multipliers(param: gluon.Parameter) -> tuple:
     own = getattr(param, _OWN) if getattr(param, _APPLIED, None) == current else current
     return (_rules.check_multiplier(own[0], f"Parameter {param.name!r}.lr_mult"),
             _rules.check_multiplier(own[1], f"Parameter {param.name!r}.wd_mult"))
-
-
-def _optimizer_values(optimizer) -> dict:
-    """The numeric settings of an optimizer object, by MXNet's argument names (for validation)."""
-    names = ("wd", "rescale_grad", "clip_gradient", "momentum", "beta1", "beta2", "epsilon", "rho", "gamma1",
-             "gamma2")
-    values = {name: getattr(optimizer, name) for name in names if hasattr(optimizer, name)}
-    values["learning_rate"] = optimizer.learning_rate if optimizer.lr_scheduler is None else None
-    return values
 
 
 class LrTrainer(gluon.Trainer):
@@ -80,12 +74,17 @@ class LrTrainer(gluon.Trainer):
             parameter's path.
 
     Raises:
-        ParamsTypeError: ``params`` or ``rules`` hold something of the wrong type, or ``fused`` is not a bool.
+        ParamsTypeError: ``params``, ``rules``, ``optimizer`` or ``optimizer_params`` hold something of the wrong
+            type, or ``fused`` is not a bool.
+        UnknownOptimizerError: no MXNet optimizer has that name (the nearest registered names are listed).
+        HyperparameterError: an optimizer argument the optimizer does not take, or out of its range.
         DuplicateParameterError: two different Parameters share a name.
         RuleMatchError: a rule selects nothing, or selects by a kind that needs the Block.
         MultiplierError: a Parameter carries an invalid lr_mult/wd_mult, or lr_mult is 0 under FTRL, FTML or SGLD
             (they break at lr 0: freeze with grad_req='null' instead).
-        KVStoreConfigError: ``update_on_kvstore=True`` with ``kvstore=None``.
+        KVStoreConfigError: ``kvstore`` is not a kvstore name, KVStore or None; ``compression_params`` not a dict;
+            ``update_on_kvstore`` not a bool; or ``update_on_kvstore=True`` with ``kvstore=None``.
+        Every argument is checked before the trainer or any Parameter changes.
 
     Example:
         >>> net = mx.gluon.model_zoo.vision.resnet18_v1(classes=10)
@@ -113,15 +112,11 @@ class LrTrainer(gluon.Trainer):
         if not isinstance(rules, (list, tuple)):
             raise ParamsTypeError(f"rules must be a list of gluon_lr.Rule, got {type(rules).__name__}; "
                                   f"pass e.g. rules=[Rule('*_bias', wd_mult=0.0)].")
-        if kvstore is None and update_on_kvstore:
-            raise KVStoreConfigError("update_on_kvstore=True needs a kvstore, got kvstore=None; pass kvstore='device' "
-                                     "(or 'local'), or leave update_on_kvstore=None to update on the workers.")
         if not isinstance(fused, bool):
             raise ParamsTypeError(f"LrTrainer(fused=...) must be True or False, got {type(fused).__name__} "
                                   f"{fused!r:.40}; pass fused=False to always run the stock update loop.")
-        _validate.check_optimizer_params(dict(optimizer_params or {}), "optimizer_params")
-        if isinstance(optimizer, mx.optimizer.Optimizer):
-            _validate.check_optimizer_params(_optimizer_values(optimizer), f"{type(optimizer).__name__} optimizer")
+        _arguments.check_optimizer(optimizer, optimizer_params)
+        _arguments.check_kvstore(kvstore, compression_params, update_on_kvstore)
         param_list, kinds = _rules.collect_params(params)
         matched = _rules.match_rules(rules, kinds)
         base = {p.name: _own_multipliers(p) for p in param_list}
@@ -256,7 +251,9 @@ class LrTrainer(gluon.Trainer):
 
         - each Parameter's ``lr_mult``/``wd_mult`` (read first by Gluon's optimizer through ``param_dict``);
         - every optimizer object this trainer holds (its own, its updaters', a local kvstore's), index-keyed via
-          ``set_lr_mult``/``set_wd_mult`` with the FULL table, since those calls rebuild the dict from scratch.
+          ``set_lr_mult``/``set_wd_mult`` with the FULL table, since those calls rebuild the dict from scratch; and
+          the parameter names by index (``mxformats.optimizer_state.PARAM_NAMES``), which MXNet pickles with the
+          optimizer into states files.
           The index-keyed table is what a dist kvstore server sees: it receives the optimizer pickled without
           ``param_dict`` when the kvstore is initialised (the first step). LATER changes reach dist servers before
           the next push, without resetting their states: ``_dist.sync`` in ``_allreduce_grads``.
@@ -271,6 +268,7 @@ class LrTrainer(gluon.Trainer):
         for optimizer in self._optimizers():
             optimizer.set_lr_mult(dict(lr))
             optimizer.set_wd_mult(dict(wd))
+            record_param_names(optimizer, self._names)  # MXNet's states files then say which index is which
 
     def _optimizers(self) -> list:
         """Every distinct optimizer object this trainer (and a local kvstore) holds."""
@@ -315,6 +313,35 @@ class LrTrainer(gluon.Trainer):
         _dist.attach(self)  # dist kvstore with update_on_kvstore: install optimizer + table on the servers
 
     # ------------------------------------------------------------------------------------------------ updates
+    def step(self, batch_size, ignore_stale_grad=False) -> None:
+        """One optimization step, as ``gluon.Trainer.step``, after checking the arguments.
+
+        Args:
+            batch_size: The gradients are scaled by ``1 / batch_size`` (a finite number > 0).
+            ignore_stale_grad: As for ``gluon.Trainer.step``.
+
+        Raises:
+            HyperparameterError: ``batch_size`` is not a finite number > 0 (a string, 0, a negative, NaN).
+            ParamsTypeError: ``ignore_stale_grad`` is not a bool.
+
+        Example:
+            >>> loss.backward(); trainer.step(batch_size=32)
+        """
+        super().step(_arguments.check_batch_size(batch_size, "step(batch_size)"),
+                     _validate.check_bool(ignore_stale_grad, "step(ignore_stale_grad=...)"))
+
+    def update(self, batch_size, ignore_stale_grad=False) -> None:
+        """The update half of ``step`` (after ``allreduce_grads``), as ``gluon.Trainer.update``, arguments checked.
+
+        Raises:
+            HyperparameterError, ParamsTypeError: as for ``step``.
+
+        Example:
+            >>> trainer.allreduce_grads(); trainer.update(batch_size=32)
+        """
+        super().update(_arguments.check_batch_size(batch_size, "update(batch_size)"),
+                       _validate.check_bool(ignore_stale_grad, "update(ignore_stale_grad=...)"))
+
     def _update(self, ignore_stale_grad=False):
         """One parameter update: the single place to add a step before or after the stock update loop.
 
@@ -386,13 +413,15 @@ class LrTrainer(gluon.Trainer):
             The document written.
 
         Raises:
-            SettingsFileError: the folder is not writable, or the lr scheduler has no representation in the format.
+            SettingsFileError: ``path`` is not a file path (None, empty, a folder or ending in '/'), its folder is
+                missing or not writable, or the lr scheduler has no representation in the format. Nothing is written.
 
         Example:
             >>> trainer.export_settings("out/settings.json")
             >>> gluon_lr.load_settings("out/settings.json")["optimizer"]["name"]
             'sgd'
         """
+        path = _validate.check_output_file(path, "export_settings(path)", SettingsFileError)
         document = _settings.settings_document(self._optimizer, self._param_records(), self._optimizer.num_update)
         write_settings(path, document)
         return document
@@ -404,7 +433,8 @@ class LrTrainer(gluon.Trainer):
             fname: Destination file; read it back with ``LrTrainer.load_states``.
 
         Raises:
-            StatesFileError: the folder is not writable.
+            StatesFileError: ``fname`` is not a file path (None, empty, a folder or ending in '/'), or its folder is
+                missing or not writable. Nothing is written.
 
         Example:
             >>> trainer.save_states("trainer.states")
@@ -412,7 +442,7 @@ class LrTrainer(gluon.Trainer):
         Note:
             Stock ``gluon.Trainer.save_states`` drops every lr_mult/wd_mult; this file keeps them.
         """
-        _states.save_trainer_states(self, fname)
+        _states.save_trainer_states(self, _validate.check_output_file(fname, "save_states(fname)", StatesFileError))
 
     def load_states(self, fname) -> list:
         """Load a file written by ``save_states``: optimizer states by name, and the multiplier table.
@@ -429,13 +459,14 @@ class LrTrainer(gluon.Trainer):
             a warning lists them too.
 
         Raises:
-            StatesFileError: the file is missing, corrupt, foreign (e.g. a stock Trainer states file), or a state's
-                shape does not fit the parameter of the same name. The trainer is unchanged then.
+            StatesFileError: the file is missing, corrupt, foreign (e.g. a stock Trainer states file), lists no
+                parameter or none of this trainer's, or a state's shape does not fit the parameter of the same name.
+                The trainer is unchanged then.
 
         Example:
             >>> missing = trainer.load_states("trainer.states")
         """
-        return _states.load_trainer_states(self, fname)
+        return _states.load_trainer_states(self, _validate.check_path(fname, "load_states(fname)", StatesFileError))
 
     # ---------------------------------------------------------------------------------------------- freezing
     def freeze(self, select, mask=None, hold_norm_stats: bool = True) -> list:

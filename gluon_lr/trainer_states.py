@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import warnings
 
-from mxnet import gluon
+from mxnet.gluon.trainer import Trainer as _GluonTrainer
 
 from mxformats.atomic import remove_stale, temp_prefix
 from mxformats.optimizer_state import state_arrays
@@ -21,6 +21,10 @@ from mxformats.validate import check_multiplier
 from .errors import MultiplierError, StatesFileError
 
 __all__ = ["remap_states", "save_trainer_states", "load_trainer_states"]
+
+#: MXNet's own Trainer, taken at import: code that swaps ``mx.gluon.Trainer`` for ``LrTrainer`` (to run an existing
+#: script with it) would otherwise send ``gluon.Trainer.save_states(trainer, ...)`` back into ``LrTrainer.save_states``.
+STOCK_TRAINER = _GluonTrainer
 
 
 def remap_states(path, states: dict, optimizer, old_names: list, new_params: list) -> bytes:
@@ -81,7 +85,7 @@ def save_trainer_states(trainer, fname) -> None:
     if trainer._update_on_kvstore:
         with _scratch_folder(os.path.dirname(os.path.abspath(fname)), StatesFileError) as tmp:
             raw_path = os.path.join(tmp, "mx.states")
-            gluon.Trainer.save_states(trainer, raw_path)
+            STOCK_TRAINER.save_states(trainer, raw_path)
             with open(raw_path, "rb") as source:
                 raw = source.read()
     else:
@@ -111,6 +115,7 @@ def load_trainer_states(trainer, fname) -> list:
     """
     header, raw = read_states(fname)
     _check_header(str(fname), header)
+    _check_names_shared(str(fname), header, trainer)
     trainer._freezer.check_records(header, str(fname))
     states, optimizer = unpickle_states(raw, str(fname))
     _check_optimizer(str(fname), optimizer, trainer._optimizer)
@@ -124,7 +129,7 @@ def load_trainer_states(trainer, fname) -> list:
         raw_path = os.path.join(tmp, "mx.states")
         with open(raw_path, "wb") as out:
             out.write(raw)
-        gluon.Trainer.load_states(trainer, raw_path)
+        STOCK_TRAINER.load_states(trainer, raw_path)
     trainer._cap_aggregation()
     for field, values in restored.items():
         trainer._set_explicit(field, values, replace=False, source="load_states")
@@ -151,6 +156,19 @@ def _check_header(source: str, header: list) -> None:
                 check_multiplier(record[field], f"{record['name']!r}.{field}")
             except MultiplierError as exc:
                 raise StatesFileError(f"States file {source!r}: {exc}") from None
+
+
+def _check_names_shared(source: str, header: list, trainer) -> None:
+    """The file lists parameters, and at least one of them is the trainer's (else loading would wipe every state
+    the trainer holds and move its update count, keeping nothing)."""
+    if not header:
+        raise StatesFileError(f"States file {source!r} lists no parameter; the file is damaged or was saved by a "
+                              f"trainer without parameters: load the states saved with this model.")
+    if not any(record["name"] in trainer._table for record in header):
+        theirs, ours = [r["name"] for r in header[:3]], list(trainer._table)[:3]
+        raise StatesFileError(f"States file {source!r} holds none of this trainer's {len(trainer._table)} parameters "
+                              f"(the file has {theirs}..., this trainer {ours}...); it belongs to another model (or "
+                              f"the same model under another name prefix): load the states saved with this model.")
 
 
 def _check_optimizer(source: str, saved, current) -> None:

@@ -5,7 +5,8 @@ The pipeline: ``mapping`` (MXNet names -> torch names: ``name_mapping``, ``verif
 ``convert_optimizer_state``, ``convert_stock_optimizer_state``), ``torch_control`` (``TorchControl``, ``control_from_mxnet``: freezing, element masks,
 held norm statistics and layer rates in torch after the migration), ``migration_folder`` (``load_migration``),
 ``generate`` (``generate_torch``: a torch module written from the MXNet graph, for models with no torch twin) and
-``cli`` (the ``migrate`` command). ``load_settings`` reads the settings file gluon_lr wrote (``mxformats.settings``).
+``cli`` (the ``migrate`` command), ``check`` (``check_training``: a training step compared between MXNet and
+torch tensor by tensor). ``load_settings`` reads the settings file gluon_lr wrote (``mxformats.settings``).
 ``data`` reads MXNet's RecordIO datasets (``RecordFile``, ``RecordDataset``, ``convert_records``; ``migrate data`` on
 the command line).
 
@@ -13,9 +14,13 @@ Nothing here imports MXNet: the torch side runs where MXNet cannot be installed 
 reads a live MXNet model (``name_mapping``, ``verify``, ``generate_torch`` of a Gluon block or MXNet files, and the
 CLI commands that do so) needs it, and raises ``MXNetRequiredError`` without it.
 """
-from mxformats.settings import load_settings
+from migrate.cli import interrupts as _interrupts
 
-from migrate.data import RecordDataset, RecordFile, RecordHeader, convert_records
+_interrupts.watch_startup()  # `python -m migrate`: Ctrl-C while the libraries below import ends in one line
+
+from mxformats.settings import load_settings  # noqa: E402 (after the handler above)
+
+from migrate.check import TensorCheck, TrainingReport, check_training
 from migrate.generate import generate_torch
 from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.table import NameMapping
@@ -28,19 +33,23 @@ from migrate.optim.stock_state import StockStateConversion, convert_stock_optimi
 from migrate.optim.translate import (MXNetLRScheduler, StockTranslation, stock_torch_optimizer, torch_lr_scheduler,
                                      torch_optimizer)
 from migrate.torch_control import TorchControl, control_from_mxnet
+from migrate.data import RecordDataset, RecordFile, RecordHeader, convert_records
 
 __all__ = [
     "MXNetLRScheduler",
     "NameMapping",
     "NodeCheck",
+    "ParamGroups",
     "RecordDataset",
     "RecordFile",
     "RecordHeader",
-    "ParamGroups",
     "StockStateConversion",
     "StockTranslation",
+    "TensorCheck",
     "TorchControl",
+    "TrainingReport",
     "VerifyReport",
+    "check_training",
     "control_from_mxnet",
     "convert_optimizer_state",
     "convert_records",

@@ -1,7 +1,5 @@
 """``python -m migrate``: the ``migrate`` command."""
-import sys
-
-from migrate.cli import main
+from migrate.cli import command_line
 
 if __name__ == "__main__":
-    sys.exit(main())
+    command_line()

@@ -81,6 +81,7 @@ class InsufficientMemoryError(MigrateError, MemoryError):
 class OutputWriteError(MigrateError, OSError):
     """An output file could not be written (disk full, no permission); names the file and the bytes needed."""
 
+
 class RecordIOError(MigrateError, ValueError):
     """A RecordIO ``.rec``/``.idx`` file is not what MXNet writes: wrong magic, a record cut short, an index offset
     past the end, a label count the record cannot hold, a payload that is no image (names the file and the byte offset).
@@ -101,3 +102,25 @@ class RecordKeyError(RecordIOError, KeyError):
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
+
+class LabelsError(MigrateError, ValueError):
+    """Labels given to ``migrate.check_training`` do not fit the models' output (names the shape, dtype or values
+    expected and received)."""
+
+
+class UnsupportedLossError(MigrateError, ValueError):
+    """A loss ``migrate.check_training`` cannot run identically in MXNet and torch (names it and the ones it can)."""
+
+
+class OutputMismatchError(MappingError):
+    """The two models' outputs do not correspond in number or shape (names both sides)."""
+
+
+class ArgumentError(MigrateError, ValueError):
+    """An argument of a migrate function is malformed: a number out of range or not finite, a flag that is not a bool,
+    a path that is no path, an object of another kind (names the argument, what was expected and what was received)."""
+
+
+class StatesOrderWarning(UserWarning):
+    """MXNet states that name no parameters (a stock ``gluon.Trainer``'s file saved before ``gluon_lr.export_settings``
+    recorded its order, a Module's) were matched to the settings by index, assuming the settings' order."""

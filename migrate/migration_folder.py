@@ -10,6 +10,7 @@ import os
 import torch
 
 from mxformats.atomic import atomic_write
+from migrate import arguments
 from migrate.errors import InputFileError
 from migrate.optim.groups import settings_with_held_frozen
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
@@ -78,7 +79,11 @@ def load_migration(out_dir, torch_model, rescale_grad=None):
         ``(optimizer, scheduler)``: call ``optimizer.step()`` then ``scheduler.step()`` after each backward.
 
     Raises:
-        InputFileError: a file is missing or not what ``migrate`` writes, or the weights do not fit the model.
+        InputFileError: ``out_dir`` is not a folder, a file is missing or not what ``migrate`` writes, or the weights
+            do not fit the model.
+        ModelTypeError: ``torch_model`` is not a ``torch.nn.Module`` instance (a class, a name, ...).
+        ArgumentError: ``rescale_grad`` is not None or a finite number > 0.
+        Nothing is loaded into the model unless every argument and file passes.
 
     Example:
         >>> model = MyNet()
@@ -89,7 +94,12 @@ def load_migration(out_dir, torch_model, rescale_grad=None):
         MXNet adds the gradients of a batch (``loss.backward()`` on a vector loss) and divides by the batch size
         through ``rescale_grad``; compute a summed loss in torch, or pass ``rescale_grad=1.0`` with a mean loss.
     """
-    folder = os.fspath(out_dir)
+    folder = arguments.path(out_dir, "load_migration(out_dir)", InputFileError)
+    if not os.path.isdir(folder):
+        raise InputFileError(f"load_migration(out_dir) {folder!r}: not a folder; pass the folder `migrate all --out` "
+                             f"wrote (it holds {WEIGHTS_SAFETENSORS} or {WEIGHTS}, and {OPTIMIZER})")
+    arguments.torch_model(torch_model, "load_migration(torch_model)")
+    rescale_grad = arguments.rescale_grad(rescale_grad, "load_migration(rescale_grad)")
     weights_name = WEIGHTS_SAFETENSORS if os.path.isfile(os.path.join(folder, WEIGHTS_SAFETENSORS)) else WEIGHTS
     weights = _load_safetensors(folder) if weights_name == WEIGHTS_SAFETENSORS else _load(folder, WEIGHTS, dict)
     document = _load(folder, OPTIMIZER, dict)
@@ -103,7 +113,7 @@ def load_migration(out_dir, torch_model, rescale_grad=None):
     TorchControl(torch_model, optimizer, document["mapping"]).load_records(document.get("control") or {})
     for group in optimizer.param_groups:
         if rescale_grad is not None:
-            group["rescale_grad"] = float(rescale_grad)
+            group["rescale_grad"] = rescale_grad
     scheduler = torch_lr_scheduler(optimizer, document["settings"], num_update=document["num_update"])
     return optimizer, scheduler
 

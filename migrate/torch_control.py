@@ -27,6 +27,7 @@ import torch
 
 from mxformats.settings import as_settings
 from mxformats.states import split_states, states_bytes
+from migrate import arguments
 from migrate.errors import InputFileError, MappingError, SettingsError, UnsupportedOptimizerError
 
 __all__ = ["TorchControl", "control_from_mxnet"]
@@ -42,7 +43,10 @@ class TorchControl:
         mapping: MXNet name -> torch name, so selectors may use MXNet names too; None for torch names only.
 
     Raises:
-        MappingError: a parameter of the optimizer is not one of the model's.
+        MappingError: a parameter of the optimizer is not one of the model's, or ``mapping`` is not None or a
+            name -> name mapping.
+        ModelTypeError: ``model`` is not a ``torch.nn.Module`` instance.
+        ArgumentError: ``optimizer`` is not a ``torch.optim.Optimizer``.
 
     Example:
         >>> control = TorchControl(model, optimizer, mapping)
@@ -51,6 +55,10 @@ class TorchControl:
     """
 
     def __init__(self, model, optimizer, mapping=None):
+        arguments.torch_model(model, "TorchControl(model)")
+        arguments.torch_optimizer(optimizer, "TorchControl(optimizer)")
+        if mapping is not None:
+            arguments.name_table(mapping, "TorchControl(mapping)")
         self.model, self.optimizer = model, optimizer
         self._named = dict(model.named_parameters())
         self._names = {id(p): n for n, p in self._named.items()}
@@ -372,10 +380,14 @@ def control_from_mxnet(model, optimizer, settings, mapping, states=None) -> tupl
 
     Raises:
         InputFileError: the states file cannot be read.
+        ModelTypeError, ArgumentError, MappingError: ``model``, ``optimizer`` or ``mapping`` is of another kind.
 
     Example:
         >>> control, lost = control_from_mxnet(model, opt, "settings.json", mapping, "trainer.states")
     """
+    arguments.torch_model(model, "control_from_mxnet(model)")
+    arguments.torch_optimizer(optimizer, "control_from_mxnet(optimizer)")
+    arguments.name_table(mapping, "control_from_mxnet(mapping)")
     settings = as_settings(settings, SettingsError)
     header = None
     if states is not None:

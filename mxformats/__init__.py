@@ -3,8 +3,9 @@
 One module each: ``settings`` (the settings file: schema, reader, validator, writer), ``states`` (the trainer states
 file: header and MXNet's pickled optimizer states), ``safe_pickle`` (unpickling those states without running code
 from the file: as live MXNet objects, or as plain data where MXNet is absent), ``ndarray`` (MXNet's NDArray
-serialization, decoded to numpy), ``atomic`` (the one atomic writer of the project), ``reading`` (opening input
-files), ``validate`` (the checks of numbers and flags both halves share) and ``errors``.
+serialization and ``.params`` files, decoded to numpy), ``symbol`` (MXNet's symbol JSON, read into a plain graph),
+``atomic`` (the one atomic writer of the project), ``reading`` (opening input files), ``validate`` (the checks of
+numbers and flags both halves share) and ``errors``.
 
 ``gluon_lr`` (the MXNet side) writes these files; ``migrate`` (the torch side) reads them where MXNet cannot be
 installed (numpy 2, Python 3.12+).
@@ -12,7 +13,9 @@ installed (numpy 2, Python 3.12+).
 Example:
     >>> import mxformats
     >>> settings = mxformats.load_settings("out/settings.json")  # doctest: +SKIP
-    >>> states, optimizer = mxformats.load_states_data("out/trainer.states")  # doctest: +SKIP
+    >>> from mxformats.states import read_states, unpickle_states
+    >>> header, raw = read_states("out/trainer.states")  # doctest: +SKIP
+    >>> states, optimizer = unpickle_states(raw, "out/trainer.states", as_data=True)  # doctest: +SKIP
 """
 from mxformats.errors import (HyperparameterError, LrTrainerError, MultiplierError, MXNetRequiredError,
                               ParamsTypeError, SettingsFileError, StatesFileError, UnsafeStatesError)

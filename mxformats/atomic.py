@@ -91,8 +91,11 @@ def atomic_write(path, content, *, error=None) -> None:
         raise (error or TypeError)(problem)
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        problem = f"Cannot write {path!r}: it is a folder; pass a file path inside it (e.g. {path!r}/name)."
+    if not path:
+        raise (error or FileNotFoundError)("Cannot write to '': an empty path; pass a file path such as 'out/name'.")
+    if os.path.isdir(path) or path.endswith((os.sep, "/")):
+        problem = (f"Cannot write {path!r}: it is a folder path; pass a file path inside it (e.g. "
+                   f"{os.path.join(path, 'name')!r}, the folder created first).")
         raise (error or IsADirectoryError)(problem)
     remove_stale(folder)
     try:

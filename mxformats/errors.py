@@ -7,7 +7,8 @@ expected, what was received, and the fix.
 import sys
 
 __all__ = ["LrTrainerError", "MultiplierError", "ParamsTypeError", "HyperparameterError", "SettingsFileError",
-           "StatesFileError", "UnsafeStatesError", "MXNetFileError", "MXNetRequiredError", "MXNET_INSTALL"]
+           "StatesFileError", "UnsafeStatesError", "MXNetFileError", "SymbolFileError", "MXNetRequiredError",
+           "MXNET_INSTALL"]
 
 #: How to install the MXNet side (the trainer, and migrate's MXNet exporter), for messages.
 MXNET_INSTALL = 'pip install "gluon-lr[mxnet]"'
@@ -44,6 +45,11 @@ class UnsafeStatesError(StatesFileError):
 class MXNetFileError(ValueError):
     """A file MXNet wrote (NDArray bytes, a ``.params`` file) is truncated, corrupt, of another format, or holds what
     cannot be read without MXNet (a sparse array); names the file and the byte offset."""
+
+
+class SymbolFileError(MXNetFileError):
+    """A symbol JSON file (``NAME-symbol.json``) is not JSON, not an MXNet symbol, damaged, or of a version newer than
+    MXNet 1.x; names the file and what is wrong where."""
 
 
 class MXNetRequiredError(ModuleNotFoundError):

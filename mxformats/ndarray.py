@@ -1,40 +1,92 @@
 """MXNet's NDArray serialization, read into numpy without MXNet.
 
-The layout (MXNet 1.x ``src/ndarray/ndarray.cc``, little-endian): an array starts with a 4-byte magic: ``0xF993FAC9``
-(version 2, what MXNet 1.x writes), ``0xF993FACA`` (version 3, written under numpy shape semantics), ``0xF993FAC8``
-(version 1), or, in the legacy format before those, the number of dimensions itself. Then, for versions 2 and 3, the
-storage type (int32: 0 dense, 1 row_sparse, 2 csr) and, for a sparse array, its storage shape; the shape (int32 ndim,
-then int64 dims; the legacy format has uint32 ndim and uint32 dims); nothing more for an empty ("none") array; the
+The layout (MXNet 1.x ``src/ndarray/ndarray.cc``, ``NDArray::Load``/``LegacyLoad``, little-endian): an array starts
+with a 4-byte magic: ``0xF993FAC9`` (version 2, what MXNet 1.x writes), ``0xF993FACA`` (version 3, written under
+numpy shape semantics, ``mx.util.np_shape(True)``), ``0xF993FAC8`` (version 1), or, in the legacy format before
+those, the number of dimensions itself. Then, for versions 2 and 3, the storage type (int32: 0 dense, 1 row_sparse,
+2 csr) and, for a sparse array, its storage shape; the shape (int32 ndim, then int64 dims; the legacy format has the
+uint32 dims after its uint32 ndim); nothing more for a version-2 ndim-0 array (MXNet's empty "none" array); the
 context (int32 device type, int32 device id); the dtype flag (int32: 0 float32, 1 float64, 2 float16, 3 uint8,
-4 int32, 5 int8, 6 int64, 7 bool); then the values, C order.
+4 int32, 5 int8, 6 int64, 7 bool, 12 bfloat16); for a sparse array, each auxiliary array's dtype flag and shape; then
+the values, C order (and a sparse array's auxiliary arrays). A 0-d array (ndim 0) is a scalar in versions 3, 1 and
+legacy.
 
 A pickled NDArray (optimizer states, ``Trainer.save_states``) holds exactly one such array
 (``MXNDArraySaveRawBytes``); an ``mx.nd.save`` file (``.params``) holds a list of them: ``uint64 0x112``, a
 reserved ``uint64``, the ``uint64`` count and the arrays, then the ``uint64`` count of names and each name
 (``uint64`` length + UTF-8 bytes; no names for a saved list).
 
+Where MXNet's own loader is more lenient, this reader refuses: bytes after the last name, two arrays of the same
+name (``mx.nd.load`` keeps the last), a shape with an unknown (-1) dimension count. Every refusal is an
+``MXNetFileError`` naming the file and the byte offset; every size is checked against the bytes left before anything
+is allocated, so a damaged dimension never makes numpy allocate more than the file holds.
+
 Example:
     >>> array = decode_ndarray(raw_bytes, "trainer.states")  # doctest: +SKIP
     >>> weights = load_ndarrays("net-0000.params")  # doctest: +SKIP
+    >>> params = index_ndarrays("net-0000.params")  # doctest: +SKIP
+    >>> params.info("arg:conv0_weight").shape, params["arg:conv0_weight"].dtype  # one array read  # doctest: +SKIP
+    ((64, 3, 7, 7), dtype('float32'))
 """
 import io
+import math
 import os
 import struct
+import threading
+from collections.abc import Mapping
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from .errors import MXNetFileError
+from .reading import special_kind
 
-__all__ = ["DTYPES", "decode_ndarray", "read_ndarray", "load_ndarrays"]
+try:  # numpy's switch of its huge-page advice (numpy 2 moved it; private, so optional)
+    from numpy._core.multiarray import _set_madvise_hugepage
+except ImportError:  # numpy 1.x
+    try:
+        from numpy.core.multiarray import _set_madvise_hugepage
+    except ImportError:
+        _set_madvise_hugepage = None
+
+__all__ = ["DTYPES", "V1_MAGIC", "V2_MAGIC", "V3_MAGIC", "LIST_MAGIC", "NDArrayInfo", "NDArrayFile",
+           "decode_ndarray", "read_ndarray", "index_ndarrays", "load_ndarrays"]
 
 V1_MAGIC, V2_MAGIC, V3_MAGIC = 0xF993FAC8, 0xF993FAC9, 0xF993FACA
 LIST_MAGIC = 0x112
-#: MXNet's dtype flags (mshadow's type enum) -> numpy dtypes, little-endian.
+#: MXNet's dtype flags (mshadow's type enum) -> numpy dtypes, little-endian; bfloat16 as MXNet's own Python API
+#: gives it (``mx.nd.load(...).dtype``: a structured dtype over uint16).
 DTYPES = {0: np.dtype("<f4"), 1: np.dtype("<f8"), 2: np.dtype("<f2"), 3: np.dtype("u1"), 4: np.dtype("<i4"),
-          5: np.dtype("i1"), 6: np.dtype("<i8"), 7: np.dtype("?")}
-_NAMED_FLAGS = {8: "int16", 9: "uint16", 10: "uint32", 11: "uint64", 12: "bfloat16"}
-_STORAGE = {0: "default (dense)", 1: "row_sparse", 2: "csr"}
+          5: np.dtype("i1"), 6: np.dtype("<i8"), 7: np.dtype("?"), 12: np.dtype([("bfloat16", "<u2")])}
+#: Flags mshadow knows but MXNet 1.9.1's loader refuses ("Unknown type enum"), with their item sizes.
+_REFUSED_FLAGS = {8: ("int16", 2), 9: ("uint16", 2), 10: ("uint32", 4), 11: ("uint64", 8)}
+_STORAGE = {0: "default", 1: "row_sparse", 2: "csr"}
+_AUX_ARRAYS = {"row_sparse": 1, "csr": 2}  # indices; indptr and indices
 _MAX_NDIM = 32
+_SMALLEST_ARRAY = 12  # bytes: magic, storage type, ndim 0 (a version-2 "none" array)
+_SMALLEST_NAME = 8  # bytes: its length
+_HUGE_PAGE_ADVICE_FROM = 1 << 22  # numpy advises huge pages for arrays of 4 MiB and more
+_ADVICE_LOCK = threading.Lock()
+
+
+class NDArrayInfo(NamedTuple):
+    """One array of an NDArray file, as its header describes it.
+
+    Attributes:
+        start: Byte offset of the array's header (its magic).
+        offset: Byte offset of its values.
+        shape: Its shape (``()`` for a 0-d array); None for MXNet's empty "none" array.
+        dtype: Its numpy dtype; None for a "none" array or a sparse one.
+        storage: ``"default"`` (dense), ``"row_sparse"`` or ``"csr"``.
+        nbytes: Bytes of values after ``offset`` (a sparse array's auxiliary arrays included).
+    """
+
+    start: int
+    offset: int
+    shape: Optional[tuple]
+    dtype: Optional[np.dtype]
+    storage: str
+    nbytes: int
 
 
 class _Stream:
@@ -44,13 +96,20 @@ class _Stream:
         self.handle, self.source, self.error, self.size = handle, source, error, size
         self.offset = handle.tell()
 
+    @property
+    def left(self) -> int:
+        return max(self.size - self.offset, 0)
+
     def fail(self, what: str, offset=None):
         return self.error(f"{self.source}: {what} at byte {self.offset if offset is None else offset}; the file is "
                           f"damaged, truncated or not written by MXNet: save it again from MXNet.")
 
+    def need(self, count: int, what: str) -> None:
+        if count > self.left:
+            raise self.fail(f"{what} needs {count} bytes but only {self.left} are left")
+
     def read(self, count: int, what: str) -> bytes:
-        if count > self.size - self.offset:
-            raise self.fail(f"{what} needs {count} bytes but only {max(self.size - self.offset, 0)} are left")
+        self.need(count, what)
         data = self.handle.read(count)
         if len(data) != count:
             raise self.fail(f"{what} ended after {len(data)} of {count} bytes")
@@ -61,25 +120,46 @@ class _Stream:
         values = struct.unpack(fmt, self.read(struct.calcsize(fmt), what))
         return values if len(values) > 1 else values[0]
 
+    def skip(self, count: int, what: str) -> None:
+        self.need(count, what)
+        self.offset = self.handle.seek(self.offset + count)
+
     def read_into(self, array: np.ndarray, what: str) -> None:
         """Fill ``array`` (C-contiguous) with the next ``array.nbytes`` bytes, without an intermediate copy."""
-        if array.nbytes > self.size - self.offset:
-            raise self.fail(f"{what} needs {array.nbytes} bytes but only {max(self.size - self.offset, 0)} are left")
-        view = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
-        got = self.handle.readinto(view) if array.nbytes else 0
-        if got != array.nbytes:
-            raise self.fail(f"{what} ended after {got} of {array.nbytes} bytes")
+        self.need(array.nbytes, what)
+        view = memoryview(array.reshape(-1).view(np.uint8)) if array.nbytes else memoryview(b"")
+        got = 0
+        while got < array.nbytes:  # one read() returns at most ~2 GiB on Linux
+            count = self.handle.readinto(view[got:])
+            if not count:
+                raise self.fail(f"{what} ended after {got} of {array.nbytes} bytes")
+            got += count
         self.offset += array.nbytes
 
 
+def _empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """``np.empty`` for values about to be read from a file, without numpy's huge-page advice (``madvise``): where the
+    kernel defragments memory for such advice (transparent huge pages, ``defrag`` = ``madvise``, a common default),
+    faulting in the pages stalls on a busy machine: reading 2.5 GiB took 7.2 s with the advice (median of 5 runs;
+    0.8 s at best, when huge pages were at hand) against 1.8 s without it and 2.0 s for ``mx.nd.load``
+    (``bench/bench_params_read.py``). The advice is off only while the array is allocated."""
+    if _set_madvise_hugepage is None or math.prod(shape) * dtype.itemsize < _HUGE_PAGE_ADVICE_FROM:
+        return np.empty(shape, dtype=dtype)
+    with _ADVICE_LOCK:
+        advised = _set_madvise_hugepage(False)
+        try:
+            return np.empty(shape, dtype=dtype)
+        finally:
+            _set_madvise_hugepage(advised)
+
+
 def _shape(stream: _Stream, what: str, legacy_ndim=None) -> tuple:
-    """A TShape: int32 ndim + int64 dims, or (legacy) the given uint32 ndim + uint32 dims; -1 marks unknown."""
+    """A TShape: int32 ndim + int64 dims, or (legacy) the given uint32 ndim + uint32 dims."""
     start = stream.offset
     ndim = legacy_ndim if legacy_ndim is not None else stream.unpack("<i", f"{what} ndim")
-    if ndim == -1:
-        return None
     if not 0 <= ndim <= _MAX_NDIM:
-        raise stream.fail(f"{what} has {ndim} dimensions (expected 0..{_MAX_NDIM})", start)
+        raise stream.fail(f"{what} has {ndim} dimensions (expected 0..{_MAX_NDIM}; MXNet cannot load -1, an "
+                          f"unknown shape)", start)
     dims = stream.unpack(f"<{ndim}{'I' if legacy_ndim is not None else 'q'}", f"{what} dims") if ndim else ()
     dims = (dims,) if isinstance(dims, int) else tuple(dims)
     if any(d < 0 for d in dims):
@@ -87,45 +167,101 @@ def _shape(stream: _Stream, what: str, legacy_ndim=None) -> tuple:
     return dims
 
 
+def _dtype(stream: _Stream, what: str):
+    """The numpy dtype of the next dtype flag; refuses the flags MXNet 1.x cannot load."""
+    flag = stream.unpack("<i", f"{what} dtype flag")
+    if flag in DTYPES:
+        return DTYPES[flag]
+    if flag in _REFUSED_FLAGS:
+        raise stream.error(f"{stream.source}: {what} has dtype {_REFUSED_FLAGS[flag][0]} (flag {flag}) at byte "
+                           f"{stream.offset - 4}, which MXNet 1.x's own mx.nd.load refuses too; cast it to a "
+                           f"supported dtype (float32, int32, ...) where it was written and save it again.")
+    raise stream.fail(f"{what} has dtype flag {flag}, which MXNet 1.x never writes", stream.offset - 4)
+
+
+def _item_size(stream: _Stream, what: str) -> int:
+    """The item size of the next dtype flag, for skipping a sparse array's values (any flag mshadow knows)."""
+    start = stream.offset
+    flag = stream.unpack("<i", f"{what} dtype flag")
+    if flag in DTYPES:
+        return DTYPES[flag].itemsize
+    if flag in _REFUSED_FLAGS:
+        return _REFUSED_FLAGS[flag][1]
+    raise stream.fail(f"{what} has dtype flag {flag}, which MXNet 1.x never writes", start)
+
+
+def _header(stream: _Stream, what: str, skip_sparse: bool = False) -> NDArrayInfo:
+    """The next array's header, leaving ``stream`` at its values; their size is checked against the bytes left.
+    A sparse array is refused at once, or (``skip_sparse``) described so that a list can be read past it."""
+    start = stream.offset
+    magic = stream.unpack("<I", f"{what} magic")
+    if magic in (V2_MAGIC, V3_MAGIC):
+        code = stream.unpack("<i", f"{what} storage type")
+        if code not in _STORAGE:
+            raise stream.fail(f"{what} has storage type {code} (MXNet writes 0 dense, 1 row_sparse, 2 csr)", start + 4)
+        if code != 0 and not skip_sparse:
+            raise _sparse_error(stream, [_sparse_label(what, _STORAGE[code], start)])
+        if code != 0:
+            return _sparse_header(stream, what, start, _STORAGE[code])
+        shape = _shape(stream, f"{what} shape")
+        if magic == V2_MAGIC and shape == ():
+            return NDArrayInfo(start, stream.offset, None, None, "default", 0)
+    elif magic == V1_MAGIC:
+        shape = _shape(stream, f"{what} shape")
+    elif magic <= _MAX_NDIM:
+        shape = _shape(stream, f"{what} shape", legacy_ndim=magic)
+    else:
+        raise stream.fail(f"{what} starts with 0x{magic:08X}, which is neither an NDArray magic number nor a "
+                          f"dimension count", start)
+    stream.unpack("<ii", f"{what} context")
+    dtype = _dtype(stream, what)
+    info = NDArrayInfo(start, stream.offset, shape, dtype, "default", math.prod(shape) * dtype.itemsize)
+    stream.need(info.nbytes, f"{what} values ({math.prod(shape)} x {dtype.name})")
+    return info
+
+
+def _sparse_header(stream: _Stream, what: str, start: int, storage: str) -> NDArrayInfo:
+    """A sparse array's header (storage shape, shape, context, dtype, auxiliary dtypes and shapes), with the size of
+    all its values, so that a list can be read past it. As MXNet's loader (``Chunk::CheckAndAlloc``), the values'
+    size follows from the auxiliary shapes (the storage shape can be stale: MXNet writes it before the array is
+    computed)."""
+    _shape(stream, f"{what} storage shape")
+    shape = _shape(stream, f"{what} shape")
+    stream.unpack("<ii", f"{what} context")
+    item, aux = _item_size(stream, what), []
+    for i in range(_AUX_ARRAYS[storage]):
+        size = _item_size(stream, f"{what} auxiliary array {i}")
+        aux.append((size, _shape(stream, f"{what} auxiliary array {i} shape")))
+    if any(len(dims) != 1 for _, dims in aux) or (storage == "row_sparse" and not shape):
+        raise stream.fail(f"{what}: a {storage} array of shape {shape} with auxiliary shapes {[d for _, d in aux]}",
+                          start)
+    values = aux[0][1][0] * math.prod(shape[1:]) if storage == "row_sparse" else aux[1][1][0]
+    nbytes = values * item + sum(size * dims[0] for size, dims in aux)
+    stream.need(nbytes, f"{what} {storage} values")
+    return NDArrayInfo(start, stream.offset, shape, None, storage, nbytes)
+
+
+def _sparse_label(what: str, storage: str, start: int) -> str:
+    return f"{what} (a {storage} sparse array at byte {start})"
+
+
+def _sparse_error(stream: _Stream, labels: list):
+    return stream.error(f"{stream.source}: {', '.join(labels)}: only dense arrays are read without MXNet; convert "
+                        f"{'it' if len(labels) == 1 else 'them'} with `.tostype('default')` in MXNet and save again.")
+
+
 def read_ndarray(stream: _Stream, what: str):
     """The next array of ``stream`` as a numpy array (None for MXNet's empty "none" array).
 
     Raises:
-        stream.error: a sparse array, a dtype numpy cannot hold, or bytes that are not an NDArray (names the offset).
+        stream.error: a sparse array, a dtype MXNet cannot load, or bytes that are not an NDArray (names the offset).
     """
-    start = stream.offset
-    magic = stream.unpack("<I", f"{what} magic")
-    if magic in (V2_MAGIC, V3_MAGIC):
-        storage = stream.unpack("<i", f"{what} storage type")
-        if storage != 0:
-            raise stream.error(f"{stream.source}: {what} (at byte {start}) is a {_STORAGE.get(storage, storage)} "
-                               f"sparse array; only dense arrays are read without MXNet: convert it with "
-                               f"`.tostype('default')` in MXNet and save it again.")
-        shape = _shape(stream, f"{what} shape")
-        if shape is None or (magic == V2_MAGIC and shape == ()):
-            return None
-    else:
-        shape = _shape(stream, f"{what} shape") if magic == V1_MAGIC else _legacy_shape(stream, magic, what, start)
-        if not shape:
-            return None
-    stream.unpack("<ii", f"{what} context")
-    flag = stream.unpack("<i", f"{what} dtype flag")
-    if flag not in DTYPES:
-        name = _NAMED_FLAGS.get(flag)
-        raise stream.error(f"{stream.source}: {what} (at byte {start}) has dtype "
-                           f"{name or f'flag {flag}'}, which " + ("numpy cannot hold; cast it to float32 in MXNet "
-                           "and save it again." if name else "MXNet 1.x never writes: the file is damaged."))
-    array = np.empty(shape, dtype=DTYPES[flag])
+    info = _header(stream, what)
+    if info.shape is None:
+        return None
+    array = _empty(info.shape, info.dtype)
     stream.read_into(array, f"{what} values ({array.size} x {array.dtype.name})")
     return array
-
-
-def _legacy_shape(stream: _Stream, ndim: int, what: str, start: int):
-    """The legacy format's shape (no magic: the first word is ndim), with a check that it is one."""
-    if ndim > _MAX_NDIM:
-        raise stream.fail(f"{what} starts with 0x{ndim:08X}, which is neither an NDArray magic number nor a "
-                          f"dimension count", start)
-    return _shape(stream, f"{what} shape", legacy_ndim=ndim)
 
 
 def decode_ndarray(data, source: str, error=MXNetFileError):
@@ -151,6 +287,122 @@ def decode_ndarray(data, source: str, error=MXNetFileError):
     return array
 
 
+class NDArrayFile(Mapping):
+    """An ``mx.nd.save`` file (a ``.params`` file), indexed: each array read from the file when asked for.
+
+    A Mapping in file order: name -> numpy array for a file saved with names, index -> numpy array for a saved list.
+    ``file[key]`` reads that one array (a new numpy array each time); ``info(key)`` tells its shape, dtype and
+    offset without reading it. MXNet's empty "none" arrays read as None.
+
+    Example:
+        >>> params = index_ndarrays("net-0000.params")  # doctest: +SKIP
+        >>> for name in params: weight = params[name]  # one array in memory at a time  # doctest: +SKIP
+    """
+
+    def __init__(self, path: str, infos: list, names: Optional[list], size: int, error=MXNetFileError):
+        self.path, self.size, self._error = path, size, error
+        self.named = names is not None
+        self._infos = dict(zip(names, infos)) if self.named else dict(enumerate(infos))
+
+    def __len__(self):
+        return len(self._infos)
+
+    def __iter__(self):
+        return iter(self._infos)
+
+    def __contains__(self, key):
+        return key in self._infos
+
+    def info(self, key) -> NDArrayInfo:
+        """Where ``key``'s array lies and what it holds (shape, dtype), from the index; nothing is read."""
+        return self._infos[key]
+
+    def __getitem__(self, key):
+        return self.read([key])[key]
+
+    def read(self, keys=None) -> dict:
+        """``{key: numpy array}`` for ``keys`` (all, in file order, when None), read through one open file.
+
+        Raises:
+            error: the file changed or shrank since it was indexed (names the file and the offset).
+        """
+        wanted = list(self._infos) if keys is None else list(keys)
+        infos = [self._infos[key] for key in wanted]  # KeyError for a key the file does not hold
+        with _open(self.path, self._error) as handle:
+            stream = _Stream(handle, repr(self.path), self._error, os.fstat(handle.fileno()).st_size)
+            if stream.size != self.size:
+                raise self._error(f"{self.path!r} is {stream.size} bytes now, {self.size} when it was indexed; "
+                                  f"it changed while being read: index it again.")
+            return {key: _read_values(stream, info, key) for key, info in zip(wanted, infos)}
+
+    def __repr__(self):
+        return f"NDArrayFile({self.path!r}, {len(self)} {'named ' if self.named else ''}arrays)"
+
+
+def _read_values(stream: _Stream, info: NDArrayInfo, key):
+    if info.shape is None:
+        return None
+    if stream.offset != info.offset:
+        stream.offset = stream.handle.seek(info.offset)
+    array = _empty(info.shape, info.dtype)
+    stream.read_into(array, f"array {key!r} values ({array.size} x {array.dtype.name})")
+    return array
+
+
+def _open(path: str, error):
+    kind = special_kind(path)
+    if kind is not None:
+        raise error(f"Cannot read {path!r}: it is {kind}, not a regular file; pass a file written by mx.nd.save or "
+                    f"Block.save_parameters.")
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise error(f"Cannot read {path!r}: {exc.strerror}; pass a file written by mx.nd.save or "
+                    f"Block.save_parameters.") from None
+
+
+def index_ndarrays(path, error=MXNetFileError) -> NDArrayFile:
+    """Index an ``mx.nd.save`` file (a ``.params`` file): every header and name read, no values.
+
+    Args:
+        path: The file.
+        error: The exception class raised for a file that is not an NDArray list.
+
+    Returns:
+        The ``NDArrayFile``: a Mapping name (or index, for a saved list) -> array, each read when asked for.
+
+    Raises:
+        error: the file is missing, not a regular file, truncated or corrupt, or holds sparse arrays (names the file,
+            the byte offset, and the sparse arrays by name).
+
+    Example:
+        >>> params = index_ndarrays("resnet-0000.params")  # doctest: +SKIP
+        >>> params.info("arg:conv0_weight").shape  # doctest: +SKIP
+        (64, 3, 7, 7)
+    """
+    source = os.fspath(path)
+    with _open(source, error) as handle:
+        stream = _Stream(handle, repr(source), error, os.fstat(handle.fileno()).st_size)
+        magic, _ = stream.unpack("<QQ", "header")
+        if magic != LIST_MAGIC:
+            raise stream.fail(f"the header is 0x{magic:X}, not MXNet's NDArray list magic 0x{LIST_MAGIC:X} (not an "
+                              f"mx.nd.save file)", 0)
+        infos = []
+        for i in range(_count(stream, "array count", _SMALLEST_ARRAY)):
+            infos.append(_header(stream, f"array {i}", skip_sparse=True))
+            stream.skip(infos[-1].nbytes, f"array {i} values")
+        names_at = stream.offset
+        names = [_name(stream, i) for i in range(_count(stream, "name count", _SMALLEST_NAME))]
+        if stream.offset != stream.size:
+            raise stream.fail(f"{stream.size - stream.offset} bytes follow the {'names' if names else 'arrays'}")
+        _check_names(stream, names, len(infos), names_at)
+        sparse = [_sparse_label(repr(names[i]) if names else f"array {i}", info.storage, info.start)
+                  for i, info in enumerate(infos) if info.storage != "default"]
+        if sparse:
+            raise _sparse_error(stream, sparse)
+        return NDArrayFile(source, infos, names or None, stream.size, error)
+
+
 def load_ndarrays(path, error=MXNetFileError):
     """The arrays of an ``mx.nd.save`` file (a ``.params`` file): a dict by name, or a list when saved unnamed.
 
@@ -171,36 +423,16 @@ def load_ndarrays(path, error=MXNetFileError):
         >>> weights["arg:conv0_weight"].shape  # doctest: +SKIP
         (64, 3, 7, 7)
     """
-    source = os.fspath(path)
-    try:
-        handle = open(source, "rb")
-    except OSError as exc:
-        raise error(f"Cannot read {source!r}: {exc.strerror}; pass a file written by mx.nd.save or "
-                    f"Block.save_parameters.") from None
-    with handle:
-        stream = _Stream(handle, repr(source), error, os.fstat(handle.fileno()).st_size)
-        magic, _ = stream.unpack("<QQ", "header")
-        if magic != LIST_MAGIC:
-            raise stream.fail(f"the header is 0x{magic:X}, not MXNet's NDArray list magic 0x{LIST_MAGIC:X} (not an "
-                              f"mx.nd.save file)", 0)
-        count = _count(stream, "array count")
-        arrays = [read_ndarray(stream, f"array {i}") for i in range(count)]
-        names = [_name(stream, i) for i in range(_count(stream, "name count"))]
-        if stream.offset != stream.size:
-            raise stream.fail(f"{stream.size - stream.offset} bytes follow the names")
-    if not names:
-        return arrays
-    if len(names) != count or len(set(names)) != count:
-        raise error(f"{source!r}: {count} arrays but {len(names)} names ({len(set(names))} distinct); the file is "
-                    f"damaged: save it again from MXNet.")
-    return dict(zip(names, arrays))
+    arrays = index_ndarrays(path, error)
+    values = arrays.read()
+    return values if arrays.named else list(values.values())
 
 
-def _count(stream: _Stream, what: str) -> int:
+def _count(stream: _Stream, what: str, smallest: int) -> int:
     start = stream.offset
     count = stream.unpack("<Q", what)
-    if count > stream.size - stream.offset:  # every entry takes at least one byte
-        raise stream.fail(f"{what} {count} exceeds the bytes left", start)
+    if count * smallest > stream.left:
+        raise stream.fail(f"{what} {count} exceeds what the {stream.left} bytes left can hold", start)
     return count
 
 
@@ -211,3 +443,11 @@ def _name(stream: _Stream, index: int) -> str:
         return stream.read(length, f"name {index}").decode("utf-8")
     except UnicodeDecodeError:
         raise stream.fail(f"name {index} is not UTF-8", start) from None
+
+
+def _check_names(stream: _Stream, names: list, count: int, at: int) -> None:
+    if names and len(names) != count:
+        raise stream.fail(f"{count} arrays but {len(names)} names", at)
+    if len(set(names)) != len(names):
+        twice = sorted({name for name in names if names.count(name) > 1})
+        raise stream.fail(f"the names {twice[:5]} occur more than once (MXNet writes a dict)", at)

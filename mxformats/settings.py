@@ -13,7 +13,7 @@ from .errors import SettingsFileError
 from .validate import MAX_NUM_UPDATE, check_multiplier, check_optimizer_params
 from .reading import read_regular_file
 
-__all__ = ["FORMAT", "SCHEMA_VERSION", "SCHEDULERS", "WARMUP", "SettingsDocument", "as_settings", "check_settings",
+__all__ = ["FORMAT", "SCHEMA_VERSION", "SCHEDULERS", "WARMUP", "DTYPES", "MAX_ELEMENTS", "SettingsDocument", "as_settings", "check_settings",
            "load_settings", "write_settings", "OPTIMIZER_ALIASES"]
 
 FORMAT = "gluon-lr-settings"
@@ -27,11 +27,26 @@ SCHEDULERS = {
 }
 #: The warmup arguments every scheduler record holds.
 WARMUP = ("warmup_steps", "warmup_begin_lr", "warmup_mode")
+#: The dtype names a parameter record may hold: the dtypes MXNet 1.9.1 arrays take (``_DTYPE_NP_TO_MX``).
+DTYPES = ("float16", "float32", "float64", "bfloat16", "uint8", "int8", "int16", "uint16", "int32", "uint32", "int64",
+          "uint64", "bool")
+#: A parameter's element count must fit MXNet's int64 sizes.
+MAX_ELEMENTS = 2 ** 63 - 1
 
 
 def _is_number(value) -> bool:
     """A real number that is not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_shape(value) -> bool:
+    """A list of ints >= 0 (not bools) whose product fits MXNet's int64 sizes."""
+    if not isinstance(value, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value):
+        return False
+    elements = 1
+    for dim in value:
+        elements *= dim
+    return elements <= MAX_ELEMENTS and all(d <= MAX_ELEMENTS for d in value)
 
 
 _OPTIMIZER_FIELDS = {
@@ -45,8 +60,8 @@ _OPTIMIZER_FIELDS = {
 }
 _PARAM_FIELDS = {
     "index": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
-    "shape": (lambda v: isinstance(v, list) and all(isinstance(d, int) and d >= 0 for d in v), "a list of ints"),
-    "dtype": (lambda v: isinstance(v, str) and v != "", "a dtype name such as 'float32'"),
+    "shape": (_is_shape, "a list of ints >= 0 whose product fits MXNet's sizes (below 2**63)"),
+    "dtype": (lambda v: v in DTYPES, f"one of MXNet's dtype names {list(DTYPES)}"),
     "lr_mult": (_is_number, "a number"),
     "wd_mult": (_is_number, "a number"),
     "frozen": (lambda v: isinstance(v, bool), "true or false"),

@@ -7,8 +7,10 @@ Layout: the magic line ``GLUON-LR-STATES\\n``, an 8-byte big-endian length, a UT
 States are matched to parameters BY NAME when loading, so a trainer whose parameters are ordered differently, or
 that lacks some of them, still gets each parameter's own state.
 """
+import io
 import json
 import os
+import pickletools
 
 from .atomic import atomic_write
 from .errors import MXNetFileError, StatesFileError, UnsafeStatesError
@@ -113,6 +115,17 @@ def split_states(data: bytes, source: str, error=StatesFileError) -> tuple:
     return params, data[len(MAGIC) + 8 + size:]
 
 
+def _pickle_end(data: bytes) -> int:
+    """How far ``data`` reads as pickle opcodes (scanned by ``pickletools``, nothing run): where it is cut or broken."""
+    stream = io.BytesIO(data)
+    try:
+        for _ in pickletools.genops(stream):
+            pass
+    except Exception:  # the opcode at the stream's position is cut short or unknown
+        pass
+    return stream.tell()
+
+
 def unpickle_states(mx_states: bytes, source: str, error=StatesFileError, as_data: bool = False) -> tuple:
     """``(states by index, optimizer or None)`` from the bytes MXNet's ``save_states`` wrote, unpickled safely.
 
@@ -138,8 +151,10 @@ def unpickle_states(mx_states: bytes, source: str, error=StatesFileError, as_dat
     except MXNetFileError as exc:
         raise error(f"States file {source!r}: {exc}") from None
     except Exception as exc:  # pickle raises many types on corrupt input
+        end = _pickle_end(mx_states)
+        where = f"cut short at byte {end}" if end >= len(mx_states) else f"broken at byte {end} of {len(mx_states)}"
         raise error(f"States file {source!r}: the MXNet optimizer states are corrupt: they could not be unpickled "
-                    f"({type(exc).__name__}: {exc}); save the states again.") from None
+                    f"({type(exc).__name__}: {exc}); their pickle is {where}; save the states again.") from None
     states, optimizer = loaded if isinstance(loaded, tuple) and len(loaded) == 2 else (loaded, None)
     if not isinstance(states, dict):
         raise error(f"States file {source!r}: expected MXNet optimizer states (a dict index -> state), "

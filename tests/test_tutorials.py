@@ -218,3 +218,26 @@ class TestT06Generate:
         assert summary["eval_output_rel_gap"] <= 1e-5, summary
         assert summary["first_loss_rel_gap"] <= 1e-5 and max(summary["loss_gaps"]) <= 1e-4, summary
         assert summary["weight_gap"] <= 1e-5 and summary["tensors"] == 27, summary
+
+
+class TestT08Check:
+    def test_wrong_twin_fixed_step_by_step(self, tmp_path, capsys):
+        """--fast: the wrong twin's first divergence is the conv after the pooling (count_include_pad); with the
+        pooling fixed, the first BatchNorm's running mean at step 1 (momentum read inverted); with both fixed only
+        running variances differ (torch's unbiased update); the generated module passes every tensor (exit 0)."""
+        from tutorials import t08_check
+        assert t08_check.main(["--fast", "--out", str(tmp_path)]) == 0
+        runs = _summary(tmp_path)["runs"]
+        assert [r["exit_code"] for r in runs] == [1, 1, 1, 0]
+        firsts = [r["first_divergence"] for r in runs[:3]]
+        assert [(f["kind"], f["name"], f["step"]) for f in firsts] == [
+            ("forward", "small_conv1_fwd", 1), ("running statistic", "small_batchnorm0_running_mean", 1),
+            ("running statistic", "small_batchnorm0_running_var", 1)]
+        assert [f["cause"].split(":")[0] for f in firsts] == ["average pooling over padding",
+                                                              "BatchNorm momentum read inverted",
+                                                              "unbiased running variance"]
+        assert runs[1]["diverged_kinds"] == runs[2]["diverged_kinds"] == ["running statistic"]
+        assert runs[3]["diverged"] == 0 and runs[3]["compared"] == runs[0]["compared"] == 55
+        printed = capsys.readouterr().out
+        assert "--kwargs '{\"momentum\": 0.9, \"count_include_pad\": false}'" in printed
+        assert (tmp_path / "check-1.txt").read_text().count("DIVERGES") == runs[0]["diverged"]

@@ -1,5 +1,33 @@
 """The ``migrate`` command line: ``commands`` (subcommands and exit codes), ``inputs`` (reading and checking the flags'
-files), ``report`` (the one report object that decides the exit code)."""
-from migrate.cli.commands import main
+files), ``report`` (the one report object that decides the exit code), ``interrupts`` (Ctrl-C and SIGTERM: exit 130,
+one line), ``staged_folder`` (the all-or-nothing output folder of ``all``).
 
-__all__ = ["main"]
+This package imports nothing heavy itself: ``import migrate`` loads ``interrupts`` first, so that Ctrl-C while torch
+and MXNet import already ends in one line.
+"""
+from migrate.cli import interrupts
+
+__all__ = ["main", "command_line"]
+
+
+def main(argv=None) -> int:
+    """Run the ``migrate`` command line in this program and return its exit code (``commands.main``).
+
+    Example:
+        >>> main(["map", "--symbol", "net-symbol.json", "--params", "net-0000.params", "--torch",
+        ...       "mypkg.models:net", "--input-shape", "1,3,32,32", "--out", "mapping.json"])  # doctest: +SKIP
+        0
+    """
+    from migrate.cli.commands import main as run
+    return run(argv)
+
+
+def command_line(argv=None) -> None:
+    """The ``migrate`` program (``python -m migrate``, the ``migrate`` script): run ``main`` and end the process with
+    its code (``interrupts.exit_process``); a signal at any point ends it with exit 130 and one line.
+
+    Example:
+        >>> command_line(["all", "--help"])  # doctest: +SKIP
+    """
+    interrupts.mark_command_line(argv)
+    interrupts.exit_process(main(argv))

@@ -3,6 +3,7 @@
 Subcommands: ``map`` (name mapping + verification), ``groups`` (param groups), ``weights`` (state_dict), ``optim``
 (optimizer and scheduler with the MXNet state), ``verify`` (numeric check of a mapping), ``all`` (everything into
 a folder with a report; ``--torch generate`` writes the torch model too) and ``generate`` (a torch module's source).
+``check`` trains both models K steps on one batch and compares them tensor by tensor (``all --check-training K``).
 ``data`` (``migrate data convert|index``: MXNet RecordIO datasets without MXNet) lives in ``data_commands``.
 Real output goes to stdout (``--json``: one document with ``schema_version``), messages and progress bars to stderr.
 Exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO error, 130 interrupted (Ctrl-C or
@@ -18,17 +19,21 @@ import contextlib
 import json
 import math
 import os
-import signal
 import sys
-import threading
+import tempfile
+import warnings
+
+import numpy as np
 
 from mxformats.errors import LrTrainerError
 from mxformats import atomic
 from migrate import migration_folder
-from migrate.cli import data_commands, inputs
+from migrate.check.training import check_training
+from migrate.cli import data_commands, inputs, interrupts
 from migrate.cli.report import Report
 from migrate.cli.staged_folder import StagedFolder, pause_point
-from migrate.errors import InputFileError, MigrateError, MXNetRequiredError, OutputPathError
+from migrate.errors import (CliUsageError, InputFileError, LabelsError, MigrateError, MXNetRequiredError,
+                            OutputPathError, StatesOrderWarning)
 from migrate.generate import generate_torch
 from migrate.mapping.export import load_mxnet
 from migrate.mapping.name_mapping import name_mapping
@@ -54,12 +59,23 @@ _FLAGS = {  # flag -> argparse keywords; each subcommand takes the flags named i
     "--states": dict(metavar="FILE", help="optimizer states (LrTrainer.save_states, "
                      "Trainer.save_states or Module.save_optimizer_states)"),
     "--torch": dict(metavar="MODULE:CALLABLE|FILE|generate", help="torch model: a factory such as "
-                    "torchvision.models:resnet18, a TorchScript file (torch.jit.save), or 'generate' (`all` "
-                    "only: write OUT/model.py from the MXNet graph with migrate.generate_torch and use it)"),
+                    "torchvision.models:resnet18, a TorchScript file (torch.jit.save), or 'generate' (`all` and "
+                    "`check` only: write OUT/model.py from the MXNet graph with migrate.generate_torch and use it)"),
     "--kwargs": dict(default="{}", metavar="JSON", help="JSON object of keyword arguments for the factory"),
     "--input-shape": dict(action="append", metavar="N,C,H,W", help="input shape; repeat for several inputs "
                           "(integer inputs: append ':int64')"),
     "--mapping": dict(metavar="FILE", help="mapping file from `migrate map`: skips matching the models"),
+    "--steps": dict(type=int, default=1, metavar="K", help="optimizer steps to compare: weights, optimizer states and "
+                    "running statistics after each (default 1)"),
+    "--labels": dict(metavar="FILE.npy", help="labels of the batch (numpy.save): integer class ids of shape (B,) "
+                     "(softmax cross-entropy) or float targets of the output's shape (squared error); default: a "
+                     "fixed random projection of the outputs"),
+    "--loss": dict(choices=("sum", "mean"), default="sum", help="how the torch training reduces the loss over the "
+                   "batch: sum (MXNet's convention, gradients then times rescale_grad 1/B; default) or mean"),
+    "--float64": dict(action="store_true", help="train both models in float64: float32 rounding, which training "
+                      "amplifies in deep nets, then neither hides nor fakes a difference"),
+    "--check-training": dict(type=int, default=None, metavar="K", help="also train both models K steps on one batch "
+                             "of --input-shape and compare them tensor by tensor (as `migrate check`)"),
     "--format": dict(choices=("pt", "safetensors"), default=None, help="weights file format: safetensors "
                      "(default; written tensor by tensor, loads zero-copy: weights.safetensors) or pt (a torch.save "
                      "pickle, weights.pt; `weights --out NAME.pt` picks it too)"),
@@ -79,8 +95,12 @@ _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
                ("--symbol", "--params", "--torch", "--input-shape"), ("--kwargs", "--mapping"), None),
     "all": ("everything into one folder: mapping, weights, param groups, optimizer, report",
             ("--symbol", "--params", "--settings", "--torch", "--input-shape"),
-            ("--states", "--kwargs", "--mapping", "--format"),
+            ("--states", "--kwargs", "--mapping", "--format", "--check-training"),
             "output folder: built under a temporary name beside it and renamed when complete (its parent must exist)"),
+    "check": ("train both models K steps on one batch of --input-shape and compare forward outputs, loss, gradients, "
+              "weights, optimizer states and running statistics; name the first difference and its likely cause",
+              ("--symbol", "--params", "--settings", "--torch", "--input-shape"),
+              ("--states", "--kwargs", "--mapping", "--steps", "--labels", "--loss", "--float64"), None),
     "generate": ("write a standalone torch module (readable source, MXNet's training semantics) for the MXNet model",
                  ("--symbol", "--params", "--input-shape"), (), "model.py to write"),
 }
@@ -103,33 +123,45 @@ def main(argv=None) -> int:
         ...       "--input-shape", "1,3,32,32", "--out", "migrated"])  # doctest: +SKIP
         0
     """
+    if not (sys.argv[1:] if argv is None else argv):  # no subcommand: the usage, each subcommand on one line
+        parser = _parser()
+        parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=1000)
+        parser.print_help(sys.stderr)
+        return 2
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return 0 if exc.code in (0, None) else 2
     report = Report(args.command)
-    with _progress(args), _terminate_as_interrupt():
-        try:
-            _check_flags(args)
-            _RUN[args.command](args, report)
-        except (MigrateError, LrTrainerError, MXNetRequiredError, OSError) as exc:  # typed input errors;
-            # OSError: the system refused
-            report.error = str(exc)
+    with interrupts.Interrupts(args.command, getattr(args, "out", None)) as guard, _progress(args):
+        try:  # a signal raises KeyboardInterrupt from guard.work() until guard.finish(), then none (interrupts)
+            try:
+                guard.work()
+                _check_flags(args)
+                _RUN[args.command](args, report)
+                guard.finish()
+            except (MigrateError, LrTrainerError, MXNetRequiredError, OSError) as exc:  # typed input errors;
+                guard.finish()  # OSError: the system refused
+                report.error = str(exc)
+            except Exception as exc:  # last resort: a bug or a library's raw error still ends in one line, exit 2
+                guard.finish()
+                report.error = (f"unexpected {type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0][:300] if str(exc) else ''} (inputs are unchanged and "
+                                f"nothing was written; please report this with the command)")
         except KeyboardInterrupt:
+            guard.finish()
             report.interrupted = True
-        except Exception as exc:  # last resort: a bug or a library's raw error still ends in one line, exit 2
-            report.error = (f"unexpected {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-                            f" (inputs are unchanged and nothing was written; please report this with the command)")
-    if report.error is not None or report.interrupted:
-        report.outputs = []  # single files are written last and atomically; `all` removed its staged folder
-    _emit(args, report)
+        if report.error is not None or report.interrupted:
+            report.outputs = []  # single files are written last and atomically; `all` removed its staged folder
+        _emit(args, report)
     return report.exit_code
 
 
 _WHAT = {"--symbol": "the NAME-symbol.json HybridBlock.export wrote",
          "--params": "the NAME-0000.params HybridBlock.export wrote",
          "--settings": "the JSON file LrTrainer.export_settings wrote",
-         "--states": "the file LrTrainer.save_states wrote", "--mapping": "the mapping file `migrate map` wrote"}
+         "--states": "the file LrTrainer.save_states wrote", "--mapping": "the mapping file `migrate map` wrote",
+         "--labels": "a .npy file numpy.save wrote"}
 
 
 def _check_flags(args) -> None:
@@ -140,26 +172,15 @@ def _check_flags(args) -> None:
     if getattr(args, "input_shape", None):
         inputs.input_shapes(args.input_shape)
     inputs.kwargs_object(getattr(args, "kwargs", "{}"))
+    for flag in ("--steps", "--check-training"):
+        steps = getattr(args, flag[2:].replace("-", "_"), None)
+        if steps is not None and steps < 1:
+            raise CliUsageError(f"{flag} {steps}: expected a number of optimizer steps >= 1")
     for flag, path in _inputs(args).items():
         if flag != "--torch":
             inputs.existing_file(flag, path, _WHAT[flag])
-    if getattr(args, "out", None) and args.command != "all":
+    if getattr(args, "out", None) is not None and args.command != "all":
         inputs.output_paths([args.out], _inputs(args), args.force)
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt():
-    """SIGTERM raises KeyboardInterrupt while the command runs, so a staged folder is removed as on Ctrl-C."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -251,6 +272,8 @@ def _run_all(args, report):
             report.outputs.append(os.path.join(args.out, GENERATED))
         mapping = _mapping(args, model, report, document, show=True)
         _verify(args, model, mapping, report)
+        if args.check_training is not None:
+            _training_check(args, model, mapping, document, report, args.check_training)
         writes = {migration_folder.MAPPING: mapping.save}
         if _equivalent(report):  # no weights or optimizer for a model that is not equivalent
             state_dict = _weights(args, model, mapping, report)
@@ -277,6 +300,44 @@ def _equivalent(report) -> bool:
             and report.sections.get("verify", {}).get("ok", False))
 
 
+def _run_check(args, report):
+    document, labels = inputs.settings(args.settings), _labels(args)
+    with tempfile.TemporaryDirectory(prefix="migrate-check-") as folder:  # --torch generate: model.py lives here
+        model = _generated_model(args, os.path.join(folder, GENERATED)) if args.torch == "generate" else _model(args)
+        mapping = _mapping(args, model, report, document)
+        try:
+            _training_check(args, model, mapping, document, report, args.steps, labels, args.loss, args.float64)
+        except LabelsError as exc:
+            raise LabelsError(f"--labels {args.labels!r}: {str(exc).removeprefix('labels: ')}") from None
+
+
+def _training_check(args, model, mapping, document, report, steps, labels=None, loss="sum", float64=False):
+    """``check_training`` of the MXNet files against ``model``: its table, and the ``training`` check (exit 1 when a
+    tensor diverges). Skipped while names are unmapped."""
+    if report.names_unmapped:
+        report.text.append("training check skipped: names are unmapped, the weights cannot be copied")
+        return
+    shapes, dtypes = inputs.input_shapes(args.input_shape)
+    with _stage(args, f"training both models {steps} step(s) and comparing"):
+        result = check_training(_mx_source(args), model, shapes, input_dtypes=dtypes, labels=labels, loss=loss,
+                                settings=document, states=_states_path(args), mapping=mapping, steps=steps,
+                                float64=float64)
+    report.checks["training"] = result.ok
+    report.sections["check"] = result.to_dict()
+    report.text.append(str(result))
+
+
+def _labels(args):
+    """The array of --labels (a .npy file, read without pickles), or None."""
+    if not getattr(args, "labels", None):
+        return None
+    try:
+        return np.load(args.labels, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise InputFileError(f"--labels {args.labels!r}: not a .npy array numpy.save writes ({str(exc)[:150]}); save "
+                             f"the labels with numpy.save") from None
+
+
 def _run_generate(args, report):
     inputs.output_paths([args.out], _inputs(args), args.force)
     model = _generated_model(args, args.out)
@@ -286,7 +347,7 @@ def _run_generate(args, report):
 
 
 _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim": _run_optim,
-        "verify": _run_verify, "all": _run_all, "generate": _run_generate}
+        "verify": _run_verify, "all": _run_all, "generate": _run_generate, "check": _run_check}
 _RUN["data"] = data_commands.run
 
 
@@ -308,7 +369,7 @@ def _generated_model(args, path):
 
 def _inputs(args) -> dict:
     """Flag -> path of every input file given (outputs must not be one of them)."""
-    flags = ("--symbol", "--params", "--settings", "--states", "--mapping", "--torch")
+    flags = ("--symbol", "--params", "--settings", "--states", "--mapping", "--torch", "--labels")
     return {flag: getattr(args, flag[2:], None) for flag in flags if getattr(args, flag[2:], None)}
 
 
@@ -407,20 +468,26 @@ def _groups(model, document, mapping, report) -> dict:
 
 def _optimizer(args, model, document, mapping, report) -> dict:
     """The exact torch optimizer with the converted MXNet state and its scheduler, as ``optimizer.pt`` holds them."""
-    optimizer, filled = torch_optimizer(model, document, mapping), 0
+    optimizer, filled, notes = torch_optimizer(model, document, mapping), 0, []
     if getattr(args, "states", None):
         with _stage(args, "converting the optimizer state"):
             path = inputs.existing_file("--states", args.states, "the file LrTrainer.save_states wrote")
             try:
-                filled = convert_optimizer_state(path, document, mapping, optimizer)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always", StatesOrderWarning)
+                    filled = convert_optimizer_state(path, document, mapping, optimizer)
             except MigrateError as exc:
                 raise InputFileError(f"--states {args.states!r}: {exc}") from None
+            notes = [f"--states {args.states}: {w.message}" for w in caught  # matched by index
+                     if issubclass(w.category, StatesOrderWarning)]
+            report.text += [f"note: {note}" for note in notes]
     control, report.lost = control_from_mxnet(model, optimizer, document, mapping, _states_path(args))
     scheduler = torch_lr_scheduler(optimizer, document)
     lrs, rescale = [group["lr"] for group in optimizer.param_groups], document["optimizer"]["rescale_grad"]
     report.sections["optimizer"] = {"class": f"migrate.{type(optimizer).__name__}", "mxnet": document["optimizer"]
                                     ["name"], "states": getattr(args, "states", None), "states_converted": filled,
-                                    "num_update": scheduler.num_update, "next_lr": lrs, "rescale_grad": rescale}
+                                    "num_update": scheduler.num_update, "next_lr": lrs, "rescale_grad": rescale,
+                                    "notes": notes}
     report.text.append(f"optimizer: migrate {type(optimizer).__name__} (MXNet {document['optimizer']['name']}, "
                        f"exact); {filled} parameter states converted; resumes at update {scheduler.num_update}; "
                        f"next lr per group: {', '.join(f'{lr:.4g}' for lr in lrs)}; gradients times "

@@ -216,6 +216,8 @@ def output_paths(paths, inputs, force: bool, check_folder: bool = True) -> None:
     is missing or not writable (checked by creating and removing a file there)."""
     given = {os.path.realpath(p): flag for flag, p in inputs.items() if p and os.path.exists(p)}
     for path in paths:
+        if not str(path).strip():
+            raise CliUsageError(f"--out {path!r}: an empty path; give the file to write, such as ./out.json")
         if check_folder:
             writable_folder(os.path.dirname(os.path.abspath(path)), "--out")
         real = os.path.realpath(path)

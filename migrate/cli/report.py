@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from migrate.cli.interrupts import INTERRUPTED
+
 SCHEMA_VERSION = 1
 
 
@@ -50,7 +52,7 @@ class Report:
     def status(self) -> str:
         """One line: OK, or what failed."""
         if self.interrupted:
-            return "INTERRUPTED: each output is complete or absent (the previous one where it was not replaced)"
+            return INTERRUPTED
         if self.error is not None:
             return f"ERROR: {self.error}"
         failed = [name for name, passed in self.checks.items() if not passed]

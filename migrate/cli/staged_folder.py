@@ -6,7 +6,12 @@ folder: with ``--force`` the old folder is swapped out only once the new one is 
 ``RENAME_EXCHANGE`` on Linux; elsewhere two renames, the old folder kept as ``<temp>.previous`` in between and put
 back by the next run if the process died there). Temporary folders are named
 ``.tmp-migrate-<out name, 40 characters at most>-<pid>-<random>``; those of a process that no longer runs are removed
-by the next run into the same parent folder, those of a running process are left alone.
+by the next run into the same parent folder, whatever ``--out`` name they were for; those of a running process are
+left alone.
+
+Two runs into the same ``--out`` at once never mix: a new folder is put in place only where nothing is
+(``RENAME_NOREPLACE``), so the run that comes second fails with ``OutputExistsError`` (or, with ``--force``, swaps
+in its own complete folder whole).
 
 ``pause_point`` is the fault tests' hook: with ``MIGRATE_PAUSE_AT=<stage>`` in the environment the command prints
 ``migrate: paused at <stage>`` on stderr and sleeps there (``MIGRATE_PAUSE_SECONDS``, default 60) so a test can
@@ -23,16 +28,20 @@ import sys
 import tempfile
 import time
 
-from mxformats.atomic import process_running
-from migrate.errors import CliUsageError, OutputExistsError
+from mxformats.atomic import process_running, temp_prefix
+from migrate.errors import CliUsageError, OutputExistsError, OutputPathError
 from migrate.cli.inputs import writable_folder
 
-__all__ = ["StagedFolder", "pause_point", "PAUSE_VARIABLE", "STAGING_PREFIX"]
+__all__ = ["StagedFolder", "pause_point", "remove_leftovers", "PAUSE_VARIABLE", "STAGING_PREFIX"]
 
 STAGING_PREFIX = ".tmp-migrate-"
 PAUSE_VARIABLE = "MIGRATE_PAUSE_AT"
 _PREVIOUS = ".previous"
-_RENAME_EXCHANGE = 2
+_STEM_CHARACTERS = 40
+#: ``.tmp-migrate-<out name>-<pid>-<random>[.previous]`` (mkdtemp's random part holds no '-').
+_STAGING = re.compile(rf"{re.escape(STAGING_PREFIX)}(?P<name>.*)-(?P<pid>\d+)-[A-Za-z0-9_]+(?P<previous>"
+                      rf"{re.escape(_PREVIOUS)})?")
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 _AT_FDCWD = -100
 
 
@@ -58,15 +67,20 @@ class StagedFolder:
     """
 
     def __init__(self, target, names, force: bool):
-        self.target = os.path.abspath(os.fspath(target))
+        self.given = os.fspath(target)
+        self.target = os.path.abspath(self.given)
         self.parent, self.name = os.path.split(self.target)
-        self._stem = STAGING_PREFIX + self.name[:40]  # temporary names stay within NAME_MAX (255 bytes)
+        self._stem = STAGING_PREFIX + self.name[:_STEM_CHARACTERS]  # temporary names stay within NAME_MAX (255 bytes)
         self.names, self.force = tuple(names), force
         self.path, self.committed = None, False
 
     def check(self) -> None:
-        """Refuse, before any work, a target that is a file, holds foreign files, or exists without --force; and a
-        parent folder that is missing or not writable. Cleans up after dead runs first (``_remove_stale``)."""
+        """Refuse, before any work, an empty path, a target that is a file, holds foreign files, exists without
+        --force or cannot be replaced (not writable, immutable); and a parent folder that is missing or not writable.
+        Cleans up after dead runs first (``remove_leftovers``)."""
+        if not self.given.strip():
+            raise CliUsageError(f"--out {self.given!r}: an empty path; give the folder to create, such as ./migrated "
+                                f"(an empty --out would name the current folder)")
         if not self.name or self.name in (".", "..") or len(os.fsencode(self.name)) > 255:
             raise CliUsageError(f"--out {self.target[-300:]!r}: give a folder path with a name of 1 to 255 bytes, "
                                 f"such as ./migrated")
@@ -78,6 +92,12 @@ class StagedFolder:
         writable_folder(self.parent, "--out")
         self._remove_stale()
         present = sorted(os.listdir(self.target)) if os.path.isdir(self.target) else []
+        fixed = [path for path in [self.target] + [os.path.join(self.target, p) for p in present]
+                 if os.path.lexists(path) and not os.access(path, os.W_OK, follow_symlinks=False)]
+        if fixed:
+            raise OutputPathError(f"--out {self.target!r}: {fixed[0]!r} cannot be replaced (not writable, or "
+                                  f"immutable: lsattr shows 'i'); choose another --out, or make it writable (chmod "
+                                  f"u+w, chattr -i)")
         foreign = [entry for entry in present if entry not in self.names]
         if foreign:
             listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
@@ -111,28 +131,39 @@ class StagedFolder:
                 os.rename(previous, self.target)  # interrupted between the two renames: the old folder goes back
 
     def commit(self) -> None:
-        """Put the staged folder at ``target`` in one step (the old one, if any, is removed afterwards)."""
+        """Put the staged folder at ``target`` in one step (the old one, if any, is removed afterwards).
+
+        Raises:
+            OutputExistsError: another run put a folder at ``target`` meanwhile and --force was not given (that
+                folder is left whole).
+            OutputPathError: the system refused the rename (names --out and the fix).
+        """
         pause_point("before-rename")
-        if not os.path.lexists(self.target):
-            os.rename(self.path, self.target)
-        elif not _exchange(self.path, self.target):
-            os.rename(self.target, self.path + _PREVIOUS)
-            os.rename(self.path, self.target)
+        try:
+            if not self._put_in_place():
+                raise OutputExistsError(f"--out {self.target!r}: another run wrote this folder while this one worked "
+                                        f"(it is complete and was left as it is); pass --force to replace it, or "
+                                        f"choose another --out")
+        except OSError as exc:
+            raise OutputPathError(f"--out {self.target!r}: cannot put the new folder in place ({exc.strerror or exc});"
+                                  f" choose another --out, or make its folder writable (nothing was changed)") from None
         self.committed = True
         pause_point("after-rename")
 
+    def _put_in_place(self) -> bool:
+        """Rename the staged folder to ``target``; False when a non-empty folder is there and --force was not given."""
+        if not os.path.lexists(self.target) and _rename_noreplace(self.path, self.target):
+            return True
+        if not self.force and os.path.isdir(self.target) and os.listdir(self.target):
+            return False  # a folder another run completed meanwhile: never replaced without --force
+        if not _exchange(self.path, self.target):
+            os.rename(self.target, self.path + _PREVIOUS)
+            os.rename(self.path, self.target)
+        return True
+
     def _remove_stale(self) -> None:
-        """Remove the temporary folders of earlier runs into the same target whose process has died."""
-        pattern = re.compile(rf"{re.escape(self._stem)}-(\d+)-[A-Za-z0-9_]+({re.escape(_PREVIOUS)})?")
-        for entry in os.listdir(self.parent):
-            match = pattern.fullmatch(entry)
-            path = os.path.join(self.parent, entry)
-            if not match or not os.path.isdir(path) or os.path.islink(path) or _in_use(int(match.group(1))):
-                continue
-            if match.group(2) and not os.path.lexists(self.target):
-                os.rename(path, self.target)  # a previous complete folder that was never put back
-            else:
-                shutil.rmtree(path, ignore_errors=True)
+        """Remove the temporary folders of earlier runs in the parent folder whose process has died."""
+        remove_leftovers(self.target, own=False)
 
 
 def _in_use(pid: int) -> bool:
@@ -140,16 +171,108 @@ def _in_use(pid: int) -> bool:
     return pid != os.getpid() and process_running(pid)
 
 
-def _exchange(source: str, target: str) -> bool:
-    """Swap two folders atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False when the system cannot."""
+def remove_leftovers(out, own: bool = True) -> list:
+    """Remove, in the folder that holds ``out``, the staged folders of ``migrate all`` runs that died (whatever --out
+    name they were for) and this process's own (called before a run stages, or once its outcome is decided: nothing
+    of ours is being written then); with ``own``, this process's temporary files of atomic writes too. A previous
+    complete folder set aside (``.previous``) is put back where its folder is missing, else removed; one whose folder
+    cannot be told (another --out's name cut at 40 characters) is left.
+
+    Args:
+        out: The ``--out`` path (a folder for ``all``, a file for the other subcommands).
+        own: Remove this process's temporary files too (``Interrupts.finish``); False at the start of a run.
+
+    Returns:
+        The paths removed or put back.
+
+    Example:
+        >>> remove_leftovers("/data/runs/migrated")  # doctest: +SKIP
+        []
+    """
+    target = os.path.abspath(os.fspath(out))
+    parent = os.path.dirname(target)
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return []
+    done = []
+    for entry in entries:
+        path = os.path.join(parent, entry)
+        if own and entry.startswith(temp_prefix()) and os.path.isfile(path):
+            _remove(path, done)  # an atomic write of ours cut short
+            continue
+        match = _STAGING.fullmatch(entry)
+        if not match or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        if _in_use(int(match["pid"])):
+            continue
+        if match["previous"]:
+            _restore_previous(path, parent, match["name"], target, done)
+        else:
+            _remove(path, done)
+    return done
+
+
+def _restore_previous(path: str, parent: str, name: str, target: str, done: list) -> None:
+    """A previous complete folder set aside between two renames: back to its folder if missing, else removed."""
+    folder = target if os.path.basename(target)[:_STEM_CHARACTERS] == name else (
+        os.path.join(parent, name) if len(name) < _STEM_CHARACTERS else None)
+    if folder is None:
+        return  # its --out name was cut: which folder it was is unknown, so it is kept
+    if os.path.lexists(folder):
+        _remove(path, done)
+    else:
+        os.rename(path, folder)
+        done.append(folder)
+
+
+def _remove(path: str, done: list) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.remove(path)
+        except OSError:
+            return
+    done.append(path)
+
+
+def _rename_noreplace(source: str, target: str) -> bool:
+    """Rename ``source`` to ``target`` unless something is there (Linux ``renameat2(RENAME_NOREPLACE)``, atomic);
+    False when something is. Where the system has no such call, a plain rename (which fails on a non-empty folder)."""
+    result = _renameat2(source, target, _RENAME_NOREPLACE)
+    if result is None:
+        try:
+            os.rename(source, target)
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                return False
+            raise
+        return True
+    if result == 0:
+        return True
+    if result in (errno.EEXIST, errno.ENOTEMPTY):
+        return False
+    raise OSError(result, os.strerror(result), target)
+
+
+def _renameat2(source: str, target: str, flags: int):
+    """``renameat2``'s errno (0 on success), or None where the system has no such call or refuses the flag."""
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):
-        return False
-    result = renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), _RENAME_EXCHANGE)
-    if result == 0:
-        return True
+        return None
+    if renameat2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), flags) == 0:
+        return 0
     code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+    return None if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP) else code
+
+
+def _exchange(source: str, target: str) -> bool:
+    """Swap two folders atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False when the system cannot."""
+    result = _renameat2(source, target, _RENAME_EXCHANGE)
+    if result is None:
         return False
-    raise OSError(code, os.strerror(code), target)
+    if result:
+        raise OSError(result, os.strerror(result), target)
+    return True

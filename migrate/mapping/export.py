@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import numbers
 import io
 import json
 import os
@@ -67,25 +68,38 @@ def normalize_shapes(input_shapes, input_dtypes=None) -> tuple[list[tuple], list
         A list of shape tuples and a list of numpy dtypes of the same length.
 
     Raises:
-        InputShapeError: a shape is empty or holds something other than positive integers.
+        InputShapeError: a shape is empty or holds something other than positive integers (a float, a bool), the
+            shapes are not a tuple or a list of tuples, or a dtype is not one numpy knows.
 
     Example:
         >>> normalize_shapes((1, 3, 8, 8))
         ([(1, 3, 8, 8)], [dtype('float32')])
     """
+    def is_dim(d):
+        return isinstance(d, (int, np.integer)) and not isinstance(d, bool)
+    fix = "pass one shape tuple of positive integers such as (1, 3, 32, 32), or a list of them"
     shapes = input_shapes
-    if isinstance(shapes, tuple) and all(isinstance(d, (int, np.integer)) for d in shapes):
-        shapes = [shapes]
+    if isinstance(shapes, (tuple, list)) and shapes and all(isinstance(d, (numbers.Number, np.number)) for d in shapes):
+        shapes = [shapes]  # one shape
+    if not isinstance(shapes, (tuple, list)) or not shapes or not all(isinstance(s, (tuple, list)) for s in shapes):
+        raise InputShapeError(f"input_shapes: expected a tuple of positive integers or a list of them, received "
+                              f"{input_shapes!r:.80}; {fix}")
     shapes = [tuple(s) for s in shapes]
     for s in shapes:
-        if not s or not all(isinstance(d, (int, np.integer)) and d > 0 for d in s):
-            raise InputShapeError(f"input shape {s!r}: expected a tuple of positive integers such as (1, 3, 32, 32); "
-                                  f"received {input_shapes!r}; pass one shape tuple or a list of them")
+        bad = [d for d in s if not (is_dim(d) and d > 0)]
+        if not s or bad:
+            what = f"{bad[0]!r:.20} ({type(bad[0]).__name__}) is not one" if bad else "it is empty"
+            raise InputShapeError(f"input shape {s!r:.80}: expected a tuple of positive integers, {what}; received "
+                                  f"{input_shapes!r:.80}; {fix}")
     dtypes = input_dtypes if isinstance(input_dtypes, (list, tuple)) else [input_dtypes] * len(shapes)
     if len(dtypes) != len(shapes):
         raise InputShapeError(f"input_dtypes: expected {len(shapes)} dtypes (one per input shape), received "
                               f"{len(dtypes)}; give one dtype per shape or a single dtype for all")
-    return shapes, [np.dtype(d if d is not None else np.float32) for d in dtypes]
+    try:
+        return shapes, [np.dtype(d if d is not None else np.float32) for d in dtypes]
+    except TypeError as exc:
+        raise InputShapeError(f"input_dtypes {input_dtypes!r:.80}: not numpy dtypes ({exc}); pass e.g. 'float32' "
+                              f"or 'int64'") from None
 
 
 def load_mxnet(mx_model, shapes, dtypes) -> MxSource:
@@ -399,7 +413,9 @@ def export_torch(module, shapes, dtypes, *, with_weights=False, progress=None):
     buffers = dict(module.named_buffers())  # a training-mode trace updates BatchNorm running statistics
     saved = {k: v.detach().clone() for k, v in buffers.items()}
     hookable = progress is not None and not isinstance(module, torch.jit.ScriptModule)  # TorchScript: no hooks
-    hooks = [m.register_forward_hook(lambda *_: progress(1)) for m in module.modules()] if hookable else []
+    def counted(*_):  # returns None: a forward hook's return value would replace the module's output
+        progress(1)
+    hooks = [m.register_forward_hook(counted) for m in module.modules()] if hookable else []
     try:
         with warnings.catch_warnings(), _shape_inference_without_values(not with_weights):
             warnings.simplefilter("ignore")

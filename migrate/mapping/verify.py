@@ -7,7 +7,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from migrate import arguments
 from migrate.mapping.export import load_mxnet, node_output_shapes, normalize_shapes
+from migrate.mapping.node_outputs import (captured_module_outputs, max_diff, mxnet_executor, node_pairs,
+                                          packing_consumers, seeded_inputs, torch_inputs, without_folded_bias)
 from migrate.mapping.table import NameMapping
 from migrate.mapping.weights import load_mxnet_weights
 
@@ -138,17 +141,23 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
         A ``VerifyReport``.
 
     Raises:
-        MappingError, WeightShapeError: the weights cannot be copied by this mapping.
-        InputShapeError: a model rejects the shapes.
+        MappingError, WeightShapeError: ``mapping`` is not a name -> name mapping, or the weights cannot be copied by
+            it.
+        InputShapeError: the shapes are malformed, or a model rejects them.
+        ModelTypeError: ``torch_model`` is not a ``torch.nn.Module`` instance.
+        ArgumentError: ``atol`` is not a finite number >= 0, or ``in_place`` is not a bool.
 
     Example:
         >>> report = verify(net, torchvision.models.resnet18(), mapping, (1, 3, 64, 64))  # doctest: +SKIP
         >>> report.ok, report.max_abs_diff < 1e-5
         (True, True)
     """
+    arguments.torch_model(torch_model, "verify(torch_model)")
+    arguments.name_table(mapping, "verify(mapping)")
+    atol = arguments.tolerance(atol, "verify(atol)")
     shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
     source = load_mxnet(mx_model, shapes, dtypes)
-    model = torch_model if in_place else copy.deepcopy(torch_model)
+    model = torch_model if arguments.flag(in_place, "verify(in_place=...)") else copy.deepcopy(torch_model)
     load_mxnet_weights(model, source.params, mapping)
     was_training = model.training
     model.eval()
@@ -159,17 +168,17 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
 
 
 def _compare_all(source, model, mapping, shapes, dtypes, atol, seed, budget, progress) -> VerifyReport:
-    inputs = _inputs(shapes, dtypes, mapping, seed)
-    nodes = _node_pairs(source, mapping)
+    inputs = seeded_inputs(shapes, dtypes, mapping, seed)
+    nodes = node_pairs(source, mapping)
     sizes = _output_bytes(source, [n[0] for n in nodes], shapes, dtypes)
     passes = _passes(nodes, sizes, budget)
-    packed = _packing_consumers(source.symbol)
+    packed = packing_consumers(source.symbol)
     rows, mx_final, torch_final = [], [], []
     for index, part in enumerate(passes):
         last = index == len(passes) - 1
         mx_outs, mx_final = _run_mxnet(source, inputs, [n[0] for n in part], with_final=last)
         torch_outs, torch_final = _run_torch(model, inputs, [n[1] for n in part])
-        rows += [_compare(mx_node, t_node, _unbiased(mx_outs.get(mx_node), source.params.get(bias)),
+        rows += [_compare(mx_node, t_node, without_folded_bias(mx_outs.get(mx_node), source.params.get(bias)),
                           torch_outs.get(t_node), atol, bias) if mx_node not in packed else
                  NodeCheck(mx_node, t_node, None, 0.0, True, f"skipped: MXNet packs the tensor with others through "
                                                             f"{packed[mx_node]} (checked at the final output)")
@@ -177,7 +186,7 @@ def _compare_all(source, model, mapping, shapes, dtypes, atol, seed, budget, pro
         del mx_outs, torch_outs
         if progress is not None:
             progress(len(part))
-    final = [_max_diff(a, b) for a, b in zip(mx_final, torch_final)]
+    final = [max_diff(a, b) for a, b in zip(mx_final, torch_final)]
     diff = max((d for d, _ in final), default=float("inf")) if len(mx_final) == len(torch_final) else float("inf")
     final_ok = all(d <= atol * max(1.0, s) for d, s in final) and len(mx_final) == len(torch_final)
     first = next((r for r in rows if not r.ok), None)
@@ -208,73 +217,10 @@ def _passes(nodes, sizes, budget) -> list:
     return parts + [part] if part or not parts else parts
 
 
-def _inputs(shapes, dtypes, mapping: NameMapping, seed: int) -> list:
-    rng = np.random.default_rng(seed)
-    vocab = [mapping.entry(k)["mx_shape"][0] for k in mapping if mapping.entry(k).get("kind") == "embed"]
-    high = min(vocab) if vocab else 10
-    return [rng.integers(0, high, size=s).astype(d) if np.issubdtype(d, np.integer)
-            else rng.standard_normal(s).astype(d) for s, d in zip(shapes, dtypes)]
-
-
-def _node_pairs(source, mapping: NameMapping) -> list:
-    """(MXNet op name, torch module path, note) per matched node, in the mapping's canonical order."""
-    consumer = _mx_consumers(source.symbol)
-    folded = {consumer.get(k): k for k in mapping if mapping.entry(k).get("fold")}
-    seen, out = set(), []
-    for name in mapping:
-        e = mapping.entry(name)
-        if e.get("fold") or consumer.get(name) is None:
-            continue
-        op, module = consumer[name], e["torch"].rsplit(".", 1)[0] if "." in e["torch"] else ""
-        if (op, module) in seen:
-            continue
-        seen.add((op, module))
-        out.append((op, module, folded.get(op)))
-    return out
-
-
-def _mx_consumers(symbol) -> dict:
-    """MXNet parameter name -> name of the op that consumes it."""
-    nodes = json.loads(symbol.tojson())["nodes"]
-    out = {}
-    for n in nodes:
-        if n["op"] != "null":
-            for src, *_ in n["inputs"]:
-                if nodes[src]["op"] == "null":
-                    out.setdefault(nodes[src]["name"], n["name"])
-    return out
-
-
-_PACKING = frozenset({"Reshape", "reshape", "_rnn_param_concat", "Concat", "concat", "stack", "expand_dims",
-                      "transpose", "SliceChannel", "split"})
-
-
-def _packing_consumers(symbol) -> dict:
-    """MXNet op name -> op type, for the ops that only repack parameters (gluon.rnn's blob, GluonNLP's q/k/v)."""
-    return {n["name"]: n["op"] for n in json.loads(symbol.tojson())["nodes"] if n["op"] in _PACKING}
-
-
 def _run_mxnet(source, inputs, ops, with_final=True) -> tuple[dict, list]:
-    import os
-
     import mxnet as mx
-    internals = source.symbol.get_internals()
-    available = set(internals.list_outputs())
-    wanted = [op for op in dict.fromkeys(ops) if f"{op}_output" in available]
-    finals = list(source.symbol) if with_final or not wanted else []
-    group = mx.sym.Group([internals[f"{op}_output"] for op in wanted] + finals)
-    args = {n: mx.nd.array(x, dtype=x.dtype) for n, x in zip(source.input_names, inputs)}
-    values = {**source.params, **args}
-    saved = os.environ.get("MXNET_SUBGRAPH_BACKEND")
-    os.environ["MXNET_SUBGRAPH_BACKEND"] = "NONE"  # the MKLDNN subgraph pass breaks binding internal outputs
-    try:
-        executor = group.bind(mx.cpu(), args=[values[k] for k in group.list_arguments()],
-                              aux_states=[values[k] for k in group.list_auxiliary_states()], grad_req="null")
-    finally:
-        if saved is None:
-            del os.environ["MXNET_SUBGRAPH_BACKEND"]
-        else:
-            os.environ["MXNET_SUBGRAPH_BACKEND"] = saved
+    values = {**source.params, **{n: mx.nd.array(x, dtype=x.dtype) for n, x in zip(source.input_names, inputs)}}
+    executor, wanted = mxnet_executor(source.symbol, values, ops, with_final=with_final)
     outs = [o.asnumpy() for o in executor.forward(is_train=False)]
     del executor
     return dict(zip(wanted, outs)), outs[len(wanted):]
@@ -282,63 +228,11 @@ def _run_mxnet(source, inputs, ops, with_final=True) -> tuple[dict, list]:
 
 def _run_torch(model, inputs, modules) -> tuple[dict, list]:
     import torch
-    found, handles = {}, []
-    named = dict(model.named_modules())
-    hookable = not isinstance(model, torch.jit.ScriptModule)  # TorchScript has no forward hooks: final output only
-    for path in dict.fromkeys(modules) if hookable else ():
-        if path in named:
-            handles.append(named[path].register_forward_hook(
-                lambda _m, _i, out, path=path: found.__setitem__(path, _detached(out))))
-    recording = hookable and hasattr(model, "recorded")  # a module from migrate.generate_torch: layers as code
-    if recording:
-        model.recorded = {}
-    try:
-        with torch.no_grad():
-            final = model(*[torch.from_numpy(x).long() if np.issubdtype(x.dtype, np.integer)
-                            else torch.from_numpy(x) for x in inputs])
-        if recording:
-            found.update({path: out for path, out in model.recorded.items() if path in set(modules)})
-    finally:
-        for h in handles:
-            h.remove()
-        if recording:
-            model.recorded = None
+    with captured_module_outputs(model, modules) as found, torch.no_grad():
+        final = model(*torch_inputs(inputs))
     final = list(final) if isinstance(final, (tuple, list)) else [final]
     as_np = {k: v.detach().numpy() for k, v in found.items() if isinstance(v, torch.Tensor)}
     return as_np, [f.detach().numpy() for f in final]
-
-
-def _detached(out):
-    """A copy of a module output: an in-place op after the module (ReLU(inplace=True)) would change it."""
-    return out.detach().clone() if hasattr(out, "detach") else out
-
-
-def _max_diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    if a.shape != b.shape:
-        if a.size != b.size:
-            return float("inf"), 0.0
-        return min(_max_diff(a, c) for c in _layouts(b, a.shape))
-    scale = float(np.max(np.abs(a))) if a.size else 0.0
-    return float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0, scale
-
-
-def _layouts(b: np.ndarray, shape: tuple) -> list:
-    """``b`` read in ``shape``: reshaped, and as each axis permutation with that shape (GluonNLP's encoder runs
-    time-major (T, N, C) inside where HF runs (N, T, C)); the closest one is compared."""
-    import itertools
-    out = [b.reshape(shape)]
-    if b.ndim == len(shape) and b.ndim <= 4:
-        out += [b.transpose(p) for p in itertools.permutations(range(b.ndim))
-                if tuple(b.shape[k] for k in p) == tuple(shape) and p != tuple(range(b.ndim))]
-    return out
-
-
-def _unbiased(output, bias):
-    """The output of an MXNet conv whose bias was folded into the next BatchNorm, without that bias."""
-    if output is None or bias is None:
-        return output
-    b = bias.asnumpy() if hasattr(bias, "asnumpy") else np.asarray(bias)
-    return output - b.reshape((1, -1) + (1,) * (output.ndim - 2))
 
 
 def _compare(mx_node, torch_node, a, b, atol, folded_bias) -> NodeCheck:
@@ -346,7 +240,7 @@ def _compare(mx_node, torch_node, a, b, atol, folded_bias) -> NodeCheck:
     if a is None or b is None:
         side = "MXNet output not found" if a is None else "torch module output not captured"
         return NodeCheck(mx_node, torch_node, None, 0.0, True, f"skipped: {side}")
-    diff, scale = _max_diff(a, b)
+    diff, scale = max_diff(a, b)
     if not np.isfinite(diff):
         return NodeCheck(mx_node, torch_node, None, scale, False,
                          f"output shapes differ: {a.shape} vs {tuple(b.shape)}")

@@ -1,8 +1,8 @@
 """torch.optim param groups that carry the per-parameter lr, weight decay and freezing of a gluon-lr settings file."""
 import warnings
-from collections.abc import Mapping
 
 from mxformats.settings import as_settings
+from migrate import arguments
 from migrate.errors import MappingError, SettingsError
 
 _DEFAULT_LR = {"sgd": 0.01, "nag": 0.01, "adam": 0.001, "rmsprop": 0.001, "adagrad": 0.01, "adadelta": 0.01,
@@ -67,8 +67,9 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
 
     Raises:
         SettingsError: The settings lack a key, or ``unmapped`` is not one of the choices.
-        MappingError: The mapping names an MXNet parameter the settings lack or a torch key the model lacks, or
-            (with ``unmapped="error"``) trainable torch parameters have no MXNet source.
+        MappingError: The mapping is not a name -> name mapping, names an MXNet parameter the settings lack or a
+            torch key the model lacks, or (with ``unmapped="error"``) trainable torch parameters have no MXNet source.
+        ModelTypeError: ``torch_model`` is not a ``torch.nn.Module`` instance.
 
     Example:
         >>> groups = param_groups(model, "settings.json", {"dense0_weight": "fc.weight", "dense0_bias": "fc.bias"})
@@ -80,6 +81,7 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
         the settings). A tensor the mapping holds at a constant (``NameMapping.held``: a BatchNorm scale under
         MXNet's ``fix_gamma=True``) is frozen, as MXNet never trains it.
     """
+    arguments.torch_model(torch_model, "param_groups(torch_model)")
     settings = as_settings(settings, SettingsError)
     if unmapped not in _UNMAPPED:
         raise SettingsError(f"param_groups got unmapped={unmapped!r}; expected one of {list(_UNMAPPED)}")
@@ -132,9 +134,7 @@ def settings_with_held_frozen(settings, mapping) -> dict:
 
 def _torch_sources(torch_model, settings, mapping):
     """(torch parameter, MXNet name, settings entry) in MXNet index order, checking the mapping both ways."""
-    if not isinstance(mapping, Mapping):
-        raise MappingError(f"mapping must be a Mapping from MXNet name to torch key, got {type(mapping).__name__}; "
-                           f"pass migrate.NameMapping or a dict")
+    arguments.name_table(mapping)
     named = dict(torch_model.named_parameters())
     buffers = dict(torch_model.named_buffers())
     unknown_mx = sorted(name for name in mapping if name not in settings["params"] and mapping[name] not in buffers)

@@ -5,13 +5,15 @@ torch tensor for its parameter.
 share these steps; the optimizer records' ``extra_state`` converters use ``StateTargets`` and ``state_tensor``.
 """
 import os
+import warnings
 from typing import Mapping, NamedTuple
 
 import numpy as np
 import torch
 
+from mxformats.optimizer_state import recorded_param_names
 from mxformats.states import split_states, states_bytes, unpickle_states
-from migrate.errors import InputFileError, StateConversionError
+from migrate.errors import InputFileError, StateConversionError, StatesOrderWarning
 
 __all__ = ["StateTargets", "check_state_names", "load_states", "mx_name_of", "param_targets", "state_tensor"]
 
@@ -46,19 +48,41 @@ def load_states(mx_states):
     return (None if names is None else [param["name"] for param in names]), states, optimizer
 
 
-def check_state_names(header_names, by_index) -> None:
-    """StateConversionError unless the states file's parameter names (LrTrainer files) match the settings'.
+def check_state_names(header_names, by_index, mx_optimizer=None) -> None:
+    """StateConversionError unless the parameter order the states carry is the settings' (a trainer built on another
+    parameter order would give equal-shaped tensors each other's state); a ``StatesOrderWarning`` when they carry none.
+
+    The order comes from LrTrainer's header, else from the names gluon_lr recorded on the pickled optimizer
+    (``mxformats.optimizer_state.PARAM_NAMES``: a stock Trainer's file saved after ``gluon_lr.export_settings``).
+    A stock Trainer's file without them is matched by index, assuming the settings' order, and warned about; a
+    Module's file (no optimizer: its order is the symbol's, as the settings') passes silently.
 
     Args:
-        header_names: The names the states file holds (None: a ``gluon.Trainer`` file, which holds none).
+        header_names: The names LrTrainer's header holds, or None (a ``gluon.Trainer`` or Module file).
         by_index: MXNet parameter index -> name, from the settings.
+        mx_optimizer: The optimizer pickled in the file (live or read as data), or None.
+
+    Example:
+        >>> check_state_names(["w", "b"], {0: "w", 1: "b"})
     """
-    if header_names is None:
+    names = header_names if header_names is not None else recorded_param_names(mx_optimizer)
+    if names is None:
+        if mx_optimizer is not None:
+            warnings.warn(StatesOrderWarning(
+                "the MXNet states name no parameters (a stock gluon.Trainer's file saved before "
+                "gluon_lr.export_settings(trainer) recorded its order): they were matched by index, assuming the "
+                "settings' order; export the settings before save_states to have the order checked"), stacklevel=3)
         return
-    wrong = [f"{i}: {name!r} in the states, {by_index.get(i)!r} in the settings"
-             for i, name in enumerate(header_names) if by_index.get(i) != name]
+    wrong = [(i, name, by_index.get(i)) for i, name in enumerate(names) if by_index.get(i) != name]
+    if wrong and sorted(names) == sorted(by_index.values()):
+        moved = [f"index {i}: {name!r} in the states, {theirs!r} in the settings" for i, name, theirs in wrong[:5]]
+        raise StateConversionError(f"the states were saved by a trainer built on another parameter order than the "
+                                   f"settings' ({len(wrong)} of {len(names)} indices differ: {moved}); converted by "
+                                   f"index, equal-shaped tensors would get each other's state: pass the settings "
+                                   f"exported from the trainer that saved these states")
     if wrong:
-        raise StateConversionError(f"the states file names other parameters than the settings ({wrong[:5]}); these "
+        listed = [f"{i}: {name!r} in the states, {theirs!r} in the settings" for i, name, theirs in wrong[:5]]
+        raise StateConversionError(f"the states file names other parameters than the settings ({listed}); these "
                                    f"states belong to another model: pass the settings exported with them")
 
 

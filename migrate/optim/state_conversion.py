@@ -8,6 +8,7 @@ import torch
 
 from mxformats.settings import OPTIMIZER_ALIASES, as_settings
 from mxformats.optimizer_state import state_arrays
+from migrate import arguments
 from migrate.errors import SettingsError, StateConversionError
 from migrate.optim.base import HALF_DTYPES
 from migrate.optim.mx_states import (StateTargets, check_state_names, load_states, mx_name_of, param_targets,
@@ -37,7 +38,12 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
     Raises:
         InputFileError: ``mx_states`` cannot be read or unpickled.
         StateConversionError: The states belong to another optimizer or model (unknown index, wrong shape or
-            count of arrays), or ``optimizer`` was not built by ``torch_optimizer`` from these settings.
+            count of arrays), were saved by a trainer built on another parameter order (when they say it), or
+            ``optimizer`` was not built by ``torch_optimizer`` from these settings.
+        MappingError: ``mapping`` is not a name -> name mapping.
+
+    Warns:
+        StatesOrderWarning: a stock Trainer's states name no parameters: matched by index (the settings' order).
 
     Example:
         >>> opt = torch_optimizer(model, "settings.json", mapping)
@@ -47,6 +53,7 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
     Note:
         MXNet's ``save_states`` does not store lr_mult or wd_mult; they come from the settings.
     """
+    arguments.name_table(mapping, "convert_optimizer_state(mapping)")
     settings = as_settings(settings, SettingsError)
     header_names, states, mx_optimizer = load_states(mx_states)
     name = settings["optimizer"]["name"]
@@ -54,7 +61,7 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
     entry = record(name)
     targets = StateTargets({e["index"]: mx_name for mx_name, e in settings["params"].items()},
                            param_targets(optimizer), mapping)
-    check_state_names(header_names, targets.by_index)
+    check_state_names(header_names, targets.by_index, mx_optimizer)
     counts = getattr(mx_optimizer, "_index_update_count", {}) if mx_optimizer is not None else {}
     filled = 0
     for index, state in sorted(states.items(), key=lambda item: str(item[0])):

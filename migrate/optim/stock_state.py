@@ -12,6 +12,7 @@ from torch.optim.optimizer import _get_scalar_dtype
 
 from mxformats.settings import as_settings
 from mxformats.optimizer_state import state_arrays
+from migrate import arguments
 from migrate.errors import SettingsError, StateConversionError
 from migrate.optim.groups import base_lr
 from migrate.optim.mx_states import check_state_names, load_states, mx_name_of, param_targets, state_tensor
@@ -57,14 +58,20 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
 
     Raises:
         InputFileError: ``mx_states`` cannot be read or unpickled.
-        StateConversionError: The states belong to another optimizer or model, or ``optimizer`` is not the stock
-            optimizer ``stock_torch_optimizer`` builds for these settings.
+        StateConversionError: The states belong to another optimizer or model (or were saved by a trainer built on
+            another parameter order, when they say it), or ``optimizer`` is not the stock optimizer
+            ``stock_torch_optimizer`` builds for these settings.
+        MappingError: ``mapping`` is not a name -> name mapping.
+
+    Warns:
+        StatesOrderWarning: a stock Trainer's states name no parameters: matched by index (the settings' order).
 
     Example:
         >>> opt, differences = stock_torch_optimizer(model, "settings.json", mapping)
         >>> filled, lost = convert_stock_optimizer_state("trainer.states", "settings.json", mapping, opt)
         >>> sched = torch_lr_scheduler(opt, "settings.json", num_update=settings["num_update"])
     """
+    arguments.name_table(mapping, "convert_stock_optimizer_state(mapping)")
     settings = as_settings(settings, SettingsError)
     header_names, states, mx_optimizer = load_states(mx_states)
     name = settings["optimizer"]["name"]
@@ -73,7 +80,7 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
     targets = param_targets(optimizer)
     groups = {id(p): group for group in optimizer.param_groups for p in group["params"]}
     by_index = {entry["index"]: mx_name for mx_name, entry in settings["params"].items()}
-    check_state_names(header_names, by_index)
+    check_state_names(header_names, by_index, mx_optimizer)
     counts = getattr(mx_optimizer, "_index_update_count", {}) if mx_optimizer is not None else {}
     num_update = max(counts.values()) if counts else int(settings["num_update"])
     schedule = mx_schedule(settings)

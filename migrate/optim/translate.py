@@ -8,6 +8,7 @@ from migrate.optim import stock
 from migrate.optim.registry import record
 from migrate.optim.schedules import mx_schedule
 from mxformats.settings import as_settings
+from migrate import arguments
 from migrate.errors import SettingsError, UnsupportedOptimizerError
 from migrate.optim.groups import base_lr, param_groups
 
@@ -46,7 +47,9 @@ def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=Non
     Raises:
         UnsupportedOptimizerError: The settings' optimizer or one of its hyperparameters has no translation.
         SettingsError: The settings lack a key.
-        MappingError: The mapping does not fit the settings or the model.
+        MappingError: The mapping is not a name -> name mapping, or does not fit the settings or the model.
+        ModelTypeError: ``torch_model`` is not a ``torch.nn.Module`` instance.
+        ArgumentError: ``rescale_grad`` is not None or a finite number > 0, or ``exact`` is not a bool.
 
     Example:
         >>> opt = torch_optimizer(model, "settings.json", mapping)
@@ -59,12 +62,12 @@ def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=Non
         parameters, and a DDP wrapper built before that averages no gradients on the first step. DDP averages the
         ranks' gradients, so with a loss summed per rank pass ``rescale_grad=1 / per_rank_batch``.
     """
-    if not exact:
+    if not arguments.flag(exact, "torch_optimizer(exact=...)"):
         translation = stock_torch_optimizer(torch_model, settings, mapping, rescale_grad, unmapped)
         warnings.warn(f"torch_optimizer(exact=False) is stock_torch_optimizer(...).optimizer; it differs from "
                       f"MXNet: {' '.join(translation.differences)}", UserWarning, stacklevel=2)
         return translation.optimizer
-    settings, groups, options = _prepared(torch_model, settings, mapping, rescale_grad, unmapped)
+    settings, groups, options = _prepared(torch_model, settings, mapping, rescale_grad, unmapped, "torch_optimizer")
     return record(settings["optimizer"]["name"]).exact_class(groups, **options)
 
 
@@ -78,7 +81,8 @@ def stock_torch_optimizer(torch_model, settings, mapping, rescale_grad=None, unm
         A ``StockTranslation`` ``(optimizer, differences)``; ``differences`` is a list of sentences, empty when none.
 
     Raises:
-        UnsupportedOptimizerError, SettingsError, MappingError: as for ``torch_optimizer``.
+        UnsupportedOptimizerError, SettingsError, MappingError, ModelTypeError, ArgumentError: as for
+            ``torch_optimizer``.
 
     Example:
         >>> opt, differences = stock_torch_optimizer(model, "settings.json", mapping)
@@ -88,12 +92,16 @@ def stock_torch_optimizer(torch_model, settings, mapping, rescale_grad=None, unm
         ``migrate.convert_stock_optimizer_state`` fills its state from MXNet's saved states where they have the same
         meaning, and lists what does not cross.
     """
-    settings, groups, options = _prepared(torch_model, settings, mapping, rescale_grad, unmapped)
+    settings, groups, options = _prepared(torch_model, settings, mapping, rescale_grad, unmapped,
+                                          "stock_torch_optimizer")
     return StockTranslation(*stock.stock_optimizer(settings["optimizer"]["name"], groups, options))
 
 
-def _prepared(torch_model, settings, mapping, rescale_grad, unmapped) -> tuple:
-    """(settings, param groups with the frozen parameters applied, optimizer options) for a translation."""
+def _prepared(torch_model, settings, mapping, rescale_grad, unmapped, caller) -> tuple:
+    """(settings, param groups with the frozen parameters applied, optimizer options) for a translation; every
+    argument checked before the model changes (``caller`` names the function in messages)."""
+    arguments.torch_model(torch_model, f"{caller}(torch_model)")
+    rescale_grad = arguments.rescale_grad(rescale_grad, f"{caller}(rescale_grad)")
     settings = as_settings(settings, SettingsError)
     record(settings["optimizer"]["name"])  # UnsupportedOptimizerError for a name with no translation
     groups = param_groups(torch_model, settings, mapping, unmapped=unmapped)
@@ -166,10 +174,12 @@ def torch_lr_scheduler(optimizer, settings, num_update=None):
 
     Raises:
         SettingsError: The settings' lr_scheduler is not one of MXNet's Factor, MultiFactor, Poly, Cosine.
+        ArgumentError: ``optimizer`` is not a ``torch.optim.Optimizer``.
 
     Example:
         >>> sched = torch_lr_scheduler(opt, "settings.json")
     """
+    arguments.torch_optimizer(optimizer, "torch_lr_scheduler(optimizer)")
     settings = as_settings(settings, SettingsError)
     if num_update is None:
         counts = [int(s["step"]) for s in optimizer.state.values() if isinstance(s, dict) and "step" in s]

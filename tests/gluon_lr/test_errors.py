@@ -206,9 +206,9 @@ def test_load_states_errors(tmp_path, description, make, pattern):
 
 OUTPUT_CASES = [
     ("settings into a missing folder", lambda t, tr: tr.export_settings(t / "no" / "s.json"), SettingsFileError,
-     r"not writable"),
+     r"folder '.*no' does not exist; create it"),
     ("states into a missing folder", lambda t, tr: tr.save_states(t / "no" / "t.states"), StatesFileError,
-     r"not writable"),
+     r"folder '.*no' does not exist; create it"),
     ("custom scheduler", lambda t, tr: LrTrainer(build_mlp(), "sgd", {"lr_scheduler": _Custom()}).export_settings(
         t / "s.json"), SettingsFileError, r"Cannot export lr scheduler _Custom"),
 ]

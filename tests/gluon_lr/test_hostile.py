@@ -221,6 +221,13 @@ SETTINGS_CASES = [
      r"hyperparameters\['momentum'\].*'abc'"),
     ("rescale_grad 0", _doc_edit(lambda d: d["optimizer"].update(rescale_grad=0)), r"rescale_grad.*\(0, inf\)"),
     ("num_update 1e30", _doc_edit(lambda d: d.update(num_update=10 ** 30)), r"num_update must be at most"),
+    ("shape [1e20]", _doc_edit(lambda d: d["params"][W0].update(shape=[10 ** 20])),
+     r"params\['mlp_dense0_weight'\].shape must be a list of ints >= 0 whose product fits MXNet's sizes \(below "
+     r"2\*\*63\), got \[100000000000000000000\]"),
+    ("shape product past int64", _doc_edit(lambda d: d["params"][W0].update(shape=[2 ** 32, 2 ** 32])),
+     r"shape must be a list of ints >= 0 whose product fits"),
+    ("dtype 'banana'", _doc_edit(lambda d: d["params"][W0].update(dtype="banana")),
+     r"params\['mlp_dense0_weight'\].dtype must be one of MXNet's dtype names \['float16', 'float32'.*got 'banana'"),
     ("schema_version true", _doc_edit(lambda d: d.update(schema_version=True)), r"schema_version True"),
     ("a key twice", lambda text, doc: text.replace('"num_update":', '"num_update": 3, "num_update":', 1),
      r"key 'num_update' appears twice"),

@@ -90,3 +90,17 @@ def test_usage_errors_exit_2(exported, capsys, desc, extra, pattern):
     err = capsys.readouterr().err
     assert pattern in err and "Traceback" not in err
     assert not (exported / "usage.json").exists()
+
+
+def test_no_command_prints_the_usage_and_exits_2():
+    """`migrate` alone prints the usage on stderr, every subcommand on one line with its help, and exits 2 (as
+    argparse, git and pip do)."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-m", "migrate"], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=300)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and done.stdout == "" and lines[0].startswith("usage: migrate")
+    commands = ("map", "groups", "weights", "optim", "verify", "all", "check", "generate", "data")
+    found = {line.split()[0]: line for line in lines if line.startswith("    ") and line.split()[0] in commands}
+    assert sorted(found) == sorted(commands), done.stderr
+    assert found["check"].rstrip().endswith("name the first difference and its likely cause"), found["check"]

@@ -62,6 +62,9 @@ def _hostile_files(folder):
            "multifactor-flat": dict(warmup, type="MultiFactorScheduler", step=[3, 3], factor=0.5, warmup_steps=0)}
     for name, schedule in bad.items():
         (folder / f"settings-{name}.json").write_text(json.dumps(dict(settings, lr_scheduler=schedule)))
+    huge = json.loads(json.dumps(settings))
+    huge["params"][next(iter(huge["params"]))].update(shape=[10 ** 20], dtype="banana")
+    (folder / "settings-huge-shape.json").write_text(json.dumps(huge))
     (folder / "settings-huge-num-update.json").write_text(json.dumps(dict(
         settings, num_update=10 ** 9, lr_scheduler=dict(SCHEDULE, step=1, factor=0.9999999, stop_factor_lr=0.0))))
 
@@ -132,6 +135,9 @@ HOSTILE = [
      r"--mapping '.*deep.json': .*JSON nested too deeply"),
     ("--kwargs 50000 deep", _with(_MAP, "--kwargs", "[" * 50_000 + "]" * 50_000), 2,
      r"--kwargs '\[\[\[.*nested too deeply"),
+    ("shape 1e20, dtype banana", _with(_OPTIM, "--settings", "{d}/settings-huge-shape.json"), 2,
+     r"--settings '.*settings-huge-shape.json': .*shape must be a list of ints >= 0 whose product fits MXNet's "
+     r"sizes \(below 2\*\*63\), got \[100000000000000000000\]"),
     ("FactorScheduler step 0", _with(_OPTIM, "--settings", "{d}/settings-step0.json"), 2,
      r"lr_scheduler'\] \(FactorScheduler\): step must be a number >= 1.*got 0"),
     ("FactorScheduler factor NaN", _with(_OPTIM, "--settings", "{d}/settings-factor-nan.json"), 2,
@@ -159,6 +165,9 @@ HOSTILE = [
      r"give a folder path with a name of 1 to 255 bytes"),
     ("all: --out /", _with(_ALL, "--out", "/"), 2, r"--out '/': give a folder path with a name"),
     ("all: --out a symbolic link", _with(_ALL, "--out", "{out}/link"), 2, r"is a symbolic link"),
+    ("all: --out ''", _with(_ALL, "--out", ""), 2, r"^migrate all: error: --out '': an empty path; give the folder "
+     r"to create"),
+    ("map: --out ''", _with(_MAP, "--out", ""), 2, r"^migrate map: error: --out '': an empty path; give the file"),
     ("missing required flag", _MAP[:-2], 2, r"^migrate map: error: the following arguments are required: --out "
      r"\(see migrate map --help\)$"),
 ]
@@ -245,6 +254,12 @@ def _all_argv(files, out, force=False):
     return _with(argv, "--out", str(out)) + (["--force"] if force else [])
 
 
+def default_sigint() -> None:
+    """In a child before it runs: SIGINT's default action, which Python turns into KeyboardInterrupt (a test suite
+    started as a background job hands its children SIGINT ignored, and Python keeps it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _staging(parent) -> list:
     return sorted(entry for entry in os.listdir(parent) if entry.startswith(".tmp-migrate-"))
 
@@ -313,7 +328,8 @@ class TestInterruptedAll:
         before = _tree(out) if replace else None
         env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "MIGRATE_PAUSE_AT": stage}
         process = subprocess.Popen([sys.executable, "-m", "migrate", *_all_argv(files, out, force=replace)],
-                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                   preexec_fn=default_sigint)
         try:
             lines = []
             for line in process.stderr:

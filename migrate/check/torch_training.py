@@ -1,0 +1,119 @@
+"""torch's side of ``check_training``: a copy of the torch model holding the MXNet weights, in training mode, with
+migrate's exact optimizer (the MXNet states converted) or one the user builds, one step at a time.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from migrate import arguments
+from migrate.errors import ArgumentError
+from migrate.mapping.node_outputs import captured_module_outputs, torch_inputs
+from migrate.mapping.weights import load_mxnet_weights
+from migrate.optim.state_conversion import convert_optimizer_state
+from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
+
+__all__ = ["TorchTraining"]
+
+
+class TorchTraining:
+    """The torch model (a copy holding the MXNet weights) in training mode, with its optimizer.
+
+    Args:
+        torch_model: the user's model; left untouched.
+        params: the MXNet parameter values (name -> array).
+        mapping: the ``NameMapping``.
+        settings: the settings document, or None (no optimizer: forward, loss and gradients only).
+        states: MXNet's states file for migrate's exact optimizer, or None.
+        optimizer: None (migrate's exact optimizer from the settings) or a callable ``optimizer(model)`` that
+            returns a ``torch.optim.Optimizer`` over the model it is given (the copy).
+        float64: train the copy in float64.
+
+    Example:
+        >>> side = TorchTraining(model, source.params, mapping, settings)  # doctest: +SKIP
+    """
+
+    def __init__(self, torch_model, params, mapping, settings=None, states=None, optimizer=None, float64=False):
+        self.model = copy.deepcopy(torch_model)
+        load_mxnet_weights(self.model, params, mapping)
+        if float64:
+            self.model.double()
+        self.model.train()
+        self.dropouts = _without_dropout(self.model)
+        self.named = dict(self.model.named_parameters())
+        self.optimizer, self.scheduler, self.exact = None, None, optimizer is None
+        if settings is not None and optimizer is None:
+            self.optimizer = torch_optimizer(self.model, settings, mapping)
+            if states is not None:
+                convert_optimizer_state(states, settings, mapping, self.optimizer)
+            self.scheduler = torch_lr_scheduler(self.optimizer, settings)
+        elif optimizer is not None:
+            self.optimizer = _user_optimizer(optimizer, self.model)
+        self._groups = {id(p): g for g in (self.optimizer.param_groups if self.optimizer else ()) for p in g["params"]}
+
+    def forward(self, inputs: list, modules=()) -> tuple[dict, list]:
+        """A training-mode forward with gradients: (module path -> output of ``modules``, numpy; final outputs,
+        tensors)."""
+        self.model.zero_grad(set_to_none=True)
+        with captured_module_outputs(self.model, modules) as found:
+            final = self.model(*torch_inputs(inputs))
+        final = list(final) if isinstance(final, (tuple, list)) else [final]
+        return {k: v.numpy() for k, v in found.items() if isinstance(v, torch.Tensor)}, final
+
+    def group(self, key: str) -> dict | None:
+        """The optimizer's param group of parameter ``key``, or None (no optimizer, or not in it)."""
+        param = self.named.get(key)
+        return None if param is None else self._groups.get(id(param))
+
+    def rescale(self, key: str) -> float:
+        """The factor the optimizer applies to the gradient of ``key`` before its update (migrate's exact optimizers
+        take MXNet's ``rescale_grad``; a stock one applies none)."""
+        group = self.group(key)
+        return float(group.get("rescale_grad", 1.0)) if group is not None else 1.0
+
+    def gradients(self) -> dict:
+        """torch key -> gradient (as ``backward`` left it), numpy, for each parameter that has one."""
+        return {k: p.grad.detach().numpy().copy() for k, p in self.named.items() if p.grad is not None}
+
+    def step(self) -> dict:
+        """One optimizer step (and scheduler step); returns torch key -> the lr its group had for the step."""
+        lrs = {k: float(self.group(k)["lr"]) for k in self.named if self.group(k) is not None}
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return lrs
+
+    def arrays(self) -> dict:
+        """torch ``state_dict`` key -> value, numpy copies."""
+        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def state(self, key: str) -> dict:
+        """The optimizer state of parameter ``key``: name -> numpy array (tensors only)."""
+        param = self.named.get(key)
+        held = self.optimizer.state.get(param, {}) if param is not None and self.optimizer is not None else {}
+        return {k: v.detach().numpy() for k, v in held.items() if torch.is_tensor(v) and v.dim() > 0}
+
+
+def _user_optimizer(factory, model):
+    """``factory(model)``, checked to be a torch optimizer."""
+    if not callable(factory) or isinstance(factory, torch.optim.Optimizer):
+        raise ArgumentError(f"check_training(optimizer) must be None (migrate's exact optimizer) or a callable "
+                            f"optimizer(model) -> torch.optim.Optimizer over the model it is given (a copy), got "
+                            f"{type(factory).__name__}")
+    return arguments.torch_optimizer(factory(model), "check_training(optimizer)(model)")
+
+
+_DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
+             torch.nn.FeatureAlphaDropout)
+
+
+def _without_dropout(model) -> list:
+    """Set ``p = 0`` on every Dropout module of ``model`` that drops; return their paths."""
+    changed = []
+    for path, module in model.named_modules():
+        if isinstance(module, _DROPOUTS) and module.p > 0:
+            module.p = 0.0
+            changed.append(path)
+    return changed
+

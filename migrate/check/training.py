@@ -1,0 +1,309 @@
+"""``check_training``: one training step (or K) of the MXNet model and of its torch counterpart, compared tensor by
+tensor in graph order: forward outputs, loss, gradients, then weights, optimizer states and running statistics."""
+from __future__ import annotations
+
+import numpy as np
+
+from mxformats.optimizer_state import state_arrays
+from mxformats.settings import as_settings
+from migrate.check import causes
+from migrate.check.losses import batch_loss, check_reduction
+from migrate.check.mxnet_training import MXNetTraining
+from migrate.check.report import TensorCheck, TrainingReport
+from migrate.check.torch_training import TorchTraining
+from migrate import arguments
+from migrate.errors import ArgumentError, SettingsError
+from migrate.mapping.export import load_mxnet, normalize_shapes
+from migrate.mapping.name_mapping import name_mapping
+from migrate.mapping.node_outputs import (max_diff, node_pairs, packing_consumers, seeded_inputs,
+                                          without_folded_bias)
+from migrate.mapping.table import NameMapping
+from migrate.mapping.weights import converted_tensors
+from migrate.optim.state_conversion import split_master, torch_state_of
+
+__all__ = ["check_training"]
+
+
+def check_training(mx_model, torch_model, inputs, *, labels=None, loss="sum", settings=None, states=None,
+                   mapping=None, steps=1, optimizer=None, input_dtypes=None, atol=1e-4, float64=False,
+                   seed=0) -> TrainingReport:
+    """Train the MXNet model and the torch model side by side on one batch and say where they first differ.
+
+    Both run in training mode (batch statistics in BatchNorm; Dropout disabled on both sides, as MXNet's masks cannot
+    be drawn in torch) from the same weights (the MXNet ones, copied into a copy of the torch model). Compared, in
+    graph order: each matched node's forward output, the loss, each mapped parameter's gradient (in torch's layout,
+    times each side's ``rescale_grad``), then after each of ``steps`` optimizer steps every weight, optimizer state
+    and running statistic. A tensor passes when its largest absolute difference is at most
+    ``atol * max(1, largest |MXNet value|)``. Where a difference follows a known pattern, the row names the likely
+    cause with both values: BatchNorm momentum read inverted, torch's unbiased running variance, eps, average
+    pooling's ``count_include_pad``, a mean loss with ``rescale_grad`` 1/B, a frozen parameter or a ``fix_gamma``
+    scale trained in torch, weight decay, learning rate, clipping or momentum set differently.
+
+    Args:
+        mx_model: Gluon ``HybridBlock``, ``(symbol_json_path, params_path)`` or an ``MxSource``; left unchanged.
+        torch_model: the torch model; left unchanged (a copy trains).
+        inputs: the batch: numpy arrays (one or a list), or shapes (seeded normal floats; integer inputs in
+            ``[0, smallest embedding rows)``) with ``input_dtypes``. The first dimension of the first is the batch B.
+        labels: None (the loss is a fixed random projection of the outputs), integer class ids of shape (B,)
+            (softmax cross-entropy) or float targets of the output's shape (squared error).
+        loss: how the torch training reduces the per-sample losses: ``"sum"`` (MXNet's convention: the gradients
+            are then scaled by ``rescale_grad`` = 1/B) or ``"mean"``. MXNet always sums.
+        settings: the settings document or file (``LrTrainer.export_settings``); None compares forward, loss and
+            gradients only (each side's rescale taken as 1/B for a summed loss, 1 for a mean).
+        states: MXNet's states file (``trainer.save_states``), path or bytes; both optimizers continue from it.
+        mapping: a ``NameMapping`` (``name_mapping``, ``NameMapping.load``); None matches the models.
+        steps: optimizer steps K (>= 1) on the same batch.
+        optimizer: None (migrate's exact optimizer from ``settings``, with ``states``) or a callable
+            ``optimizer(model) -> torch.optim.Optimizer`` building yours over the model it is given (its state starts
+            empty; optimizer states are then not compared).
+        input_dtypes: with shapes: None (float32), one dtype, or one per input.
+        atol: tolerance (relative above magnitude 1).
+        float64: train both copies in float64 (parameters, optimizer states, float inputs): float32 rounding, which
+            deep nets in training amplify (a ReLU input within rounding of 0 flips its mask on one side; a BatchNorm
+            over few values per channel), then no longer hides or fakes a difference.
+        seed: seeds the inputs built from shapes and the projection loss.
+
+    Returns:
+        A ``TrainingReport``: ``ok``, ``rows`` (``TensorCheck``), ``first_divergence`` and each row's ``cause``.
+
+    Raises:
+        UnsupportedLossError: ``loss`` is not one the check can run in both frameworks.
+        LabelsError: ``labels`` do not fit the output (shape, dtype, class range).
+        OutputMismatchError: the models' outputs differ in number or shape.
+        ModelTypeError: ``torch_model`` is not a ``torch.nn.Module`` instance.
+        ArgumentError: ``steps``, ``atol``, ``float64``, ``mapping`` or ``optimizer`` is malformed.
+        MappingError, SettingsError, StateConversionError, InputShapeError: as ``name_mapping``, ``torch_optimizer``,
+            ``convert_optimizer_state`` raise them.
+
+    Example:
+        >>> report = migrate.check_training(net, torchvision.models.resnet18(), (4, 3, 32, 32),
+        ...                                 settings="settings.json", steps=3)  # doctest: +SKIP
+        >>> report.first_divergence.name, report.first_divergence.cause  # doctest: +SKIP
+        ('resnetv10_batchnorm0_running_var', 'unbiased running variance: ...')
+
+    Note:
+        LrTrainer's element masks and held BatchNorm statistics are not replayed on either side; a torch model that
+        drops out through ``torch.nn.functional.dropout`` (not a Dropout module) still drops: build it with dropout 0.
+    """
+    reduction = check_reduction(loss)
+    atol, float64 = _checked_arguments(torch_model, steps, atol, mapping, float64)
+    arrays, shapes, dtypes = _batch(inputs, input_dtypes)
+    source = load_mxnet(mx_model, shapes, dtypes)
+    if mapping is None:
+        mapping = name_mapping(source, torch_model, shapes, input_dtypes=dtypes)
+    settings = None if settings is None else as_settings(settings, SettingsError)
+    arrays = arrays if arrays is not None else seeded_inputs(shapes, dtypes, mapping, seed)
+    if float64:
+        arrays = [x.astype(np.float64) if np.issubdtype(x.dtype, np.floating) else x for x in arrays]
+    run = _Run(source, torch_model, mapping, settings, states, optimizer, arrays, atol, float64)
+    run.first_step(reduction, labels, seed)
+    for step in range(1, steps + 1 if settings is not None else 1):
+        if step > 1:
+            run.later_forward(step)
+        run.update(step)
+    first = next((row for row in run.rows if not row.ok), None)
+    return TrainingReport(first is None, run.rows, first, steps if settings is not None else 0, atol,
+                          run.loss.describe(), run.notes(), float64)
+
+
+def _checked_arguments(torch_model, steps, atol, mapping, float64) -> tuple:
+    """(atol, float64) checked; ModelTypeError or ArgumentError naming a malformed argument."""
+    arguments.torch_model(torch_model, "check_training(torch_model)")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ArgumentError(f"check_training(steps) must be an integer >= 1 (the optimizer steps to compare), got "
+                            f"{steps!r:.40}")
+    if mapping is not None and not isinstance(mapping, NameMapping):
+        raise ArgumentError(f"check_training(mapping) must be a NameMapping (migrate.name_mapping, NameMapping.load), "
+                            f"got {type(mapping).__name__}; a generated module's MXNET_NAMES is a plain dict: pass "
+                            f"mapping=None and the models are matched")
+    return (arguments.tolerance(atol, "check_training(atol)"),
+            arguments.flag(float64, "check_training(float64=...)"))
+
+
+def _batch(inputs, input_dtypes) -> tuple:
+    """(arrays or None, shapes, dtypes) from numpy arrays or from shapes."""
+    given = inputs if isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], np.ndarray) else (
+        [inputs] if isinstance(inputs, np.ndarray) else None)
+    if given is None:
+        shapes, dtypes = normalize_shapes(inputs, input_dtypes)
+        return None, shapes, dtypes
+    arrays = [np.ascontiguousarray(x) for x in given]
+    return arrays, [x.shape for x in arrays], [x.dtype for x in arrays]
+
+
+class _Run:
+    """Both trainings, the rows measured so far and the evidence the causes read."""
+
+    def __init__(self, source, torch_model, mapping, settings, states, optimizer, inputs, atol, float64):
+        self.source, self.mapping, self.settings, self.inputs, self.atol = source, mapping, settings, inputs, atol
+        self.float64, self.states_given = float64, states is not None
+        self.pairs = node_pairs(source, mapping)
+        self.torch = TorchTraining(torch_model, source.params, mapping, settings, states, optimizer, float64)
+        self.mx = MXNetTraining(source, inputs, [p[0] for p in self.pairs], settings, states, float64)
+        self.batch = int(inputs[0].shape[0]) if inputs[0].ndim else 1
+        self.rows, self.loss = [], None
+        self.evidence = causes.Evidence(self.mx.symbol, dict(self.torch.model.named_modules()), mapping, settings,
+                                        self.batch, {p[0] for p in self.pairs})
+        self.evidence.torch_side, self.evidence.mx_optimizer = self.torch, self.mx.optimizer
+
+    def first_step(self, reduction, labels, seed) -> None:
+        """Step 1's forward outputs, loss and gradients (both sides run backward)."""
+        self._before(1)
+        mx_nodes, mx_final = self.mx.forward()
+        torch_nodes, torch_final = self.torch.forward(self.inputs, [p[1] for p in self.pairs])
+        self.loss = batch_loss(reduction, labels, [o.shape for o in mx_final],
+                               [tuple(o.shape) for o in torch_final], self.batch, seed)
+        self.evidence.loss = self.loss
+        self.evidence.norm_counts = {op: out.size // out.shape[1] for op, out in mx_nodes.items() if out.ndim > 1}
+        self._add(self._forward_rows(mx_nodes, torch_nodes))
+        self._loss_and_backward(1, mx_final, torch_final)
+        self._add(self._gradient_rows())
+
+    def later_forward(self, step) -> None:
+        """Step ``step``'s forward and loss (after the earlier updates), and both backward passes."""
+        self._before(step)
+        _, mx_final = self.mx.forward()
+        _, torch_final = self.torch.forward(self.inputs)
+        self._loss_and_backward(step, mx_final, torch_final)
+
+    def update(self, step) -> None:
+        """One optimizer step on each side; the weights, states and running statistics after it."""
+        ev = self.evidence
+        ev.mx_gradients = self.mx.gradients()
+        ev.mx_lrs, ev.torch_lrs = self.mx.step(), self.torch.step()
+        ev.mx_after, ev.torch_after = self.mx.arrays(), self.torch.arrays()
+        self._add(self._after_step_rows(step))
+
+    def _before(self, step) -> None:
+        """Both sides' values before step ``step``'s forward (which moves the running statistics)."""
+        self.evidence.step, self.evidence.mx_before = step, self.mx.arrays()
+        self.evidence.torch_before = self.torch.arrays()
+
+    def _add(self, rows) -> None:
+        for row in rows:
+            if not row.ok:
+                row.cause = causes.likely_cause(row, self.evidence)
+            self.rows.append(row)
+
+    def _forward_rows(self, mx_nodes, torch_nodes) -> list:
+        packed = packing_consumers(self.source.symbol)
+        rows = []
+        for op, module, bias in self.pairs:
+            if op in packed:
+                rows.append(TensorCheck(op, module, "forward", 1, None, 0.0, True,
+                                        f"not compared: MXNet packs the tensor with others through {packed[op]}"))
+                continue
+            note = f"without {bias!r} (folded into the next BatchNorm)" if bias else ""
+            mx_out = without_folded_bias(mx_nodes.get(op), self.source.params.get(bias))
+            rows.append(_compared(op, module, "forward", 1, mx_out, torch_nodes.get(module), self.atol, note))
+        return rows
+
+    def _loss_and_backward(self, step, mx_final, torch_final) -> None:
+        mx_value, heads = self.loss.mxnet(mx_final)
+        torch_loss = self.loss.torch(torch_final)
+        scaled = (mx_value * self._mx_rescale(), float(torch_loss.detach()) * self._torch_rescale(None))
+        self.evidence.losses[step] = (mx_value, float(torch_loss.detach())) + scaled
+        self._add([_compared("loss", "loss", "loss", step, np.array(scaled[0]), np.array(scaled[1]), self.atol,
+                             "times each side's rescale_grad")])
+        self.mx.backward(heads)
+        torch_loss.backward()
+
+    def _mx_rescale(self) -> float:
+        return float(self.settings["optimizer"]["rescale_grad"]) if self.settings is not None else 1 / self.batch
+
+    def _torch_rescale(self, key) -> float:
+        if self.torch.optimizer is None:
+            return 1 / self.batch if self.loss.reduction == "sum" else 1.0
+        if key is None:
+            return float(self.torch.optimizer.param_groups[0].get("rescale_grad", 1.0))
+        return self.torch.rescale(key)
+
+    def _gradient_rows(self) -> list:
+        mx_grads, torch_grads = self.mx.gradients(), self.torch.gradients()
+        self.evidence.gradients, rows = {}, []
+        for name in self.mapping:
+            entry, key = self.mapping.entry(name), self.mapping[name]
+            if name not in mx_grads or entry.get("held") is not None:
+                continue
+            if entry.get("fold"):
+                rows.append(TensorCheck(name, key, "gradient", 1, None, 0.0, True, "not compared: folded into the "
+                                        "next BatchNorm (no torch parameter; its gradient is 0 in exact arithmetic)"))
+                continue
+            mx_grad = self.mapping.to_torch(name, mx_grads[name]) * self._mx_rescale()
+            torch_grad = torch_grads.get(key)
+            if torch_grad is None:
+                rows.append(TensorCheck(name, key, "gradient", 1, float(np.abs(mx_grad).max()),
+                                        float(np.abs(mx_grad).max()), False, "torch computed no gradient"))
+                continue
+            torch_grad = torch_grad * self._torch_rescale(key)
+            self.evidence.gradients[name] = (mx_grad, torch_grad)
+            rows.append(_compared(name, key, "gradient", 1, mx_grad, torch_grad, self.atol, "times rescale_grad"))
+        return rows
+
+    def _after_step_rows(self, step) -> list:
+        expected = {key: t.numpy() for key, t in converted_tensors(self.evidence.mx_after, self.mapping,
+                                                                   self.torch.model)}
+        names = {}
+        for name in self.mapping:
+            names.setdefault(self.mapping[name], []).append(name)
+        buffers = {k for k, _ in self.torch.model.named_buffers()}
+        rows = []
+        for key in list(names) + [k for k in expected if k not in names and "num_batches_tracked" not in k]:
+            label = " + ".join(names.get(key, ["(no MXNet tensor)"]))
+            kind = "running statistic" if key in buffers else "weight"
+            rows.append(_compared(label, key, kind, step, expected[key], self.evidence.torch_after[key], self.atol))
+            rows += self._state_rows(step, names.get(key, []), key)
+        return rows
+
+    def _state_rows(self, step, names, key) -> list:
+        """The optimizer state arrays of ``key`` (migrate's exact optimizer only: a stock one names them its way)."""
+        trained = [n for n in names if not self.mapping.entry(n).get("fold") and self.mx.state(n) is not None]
+        if not self.torch.exact or not trained:
+            return []
+        name, optimizer = trained[0], self.settings["optimizer"]["name"]
+        master, rest = split_master(optimizer, _numpy(self.mx.state(name)), self.settings, name)
+        arrays = [self.mapping.to_torch(name, a) for a in state_arrays(rest)]
+        expected = dict(torch_state_of(optimizer, name, arrays, 0),
+                        **({"master": self.mapping.to_torch(name, master)} if master is not None else {}))
+        held = self.torch.state(key)
+        return [_compared(f"{name}:{s}", f"{key}:{s}", "state", step, value, held.get(s), self.atol)
+                for s, value in expected.items() if s != "step"]
+
+    def notes(self) -> list:
+        """What the check changed or could not compare, one sentence each."""
+        notes = []
+        if self.mx.dropouts or self.torch.dropouts:
+            notes.append(f"Dropout disabled on both sides (MXNet's masks cannot be drawn in torch): MXNet "
+                         f"{', '.join(self.mx.dropouts) or 'none'}; torch {', '.join(self.torch.dropouts) or 'none'}")
+        if self.settings is None:
+            notes.append("no settings: forward outputs, loss and gradients only (no optimizer step)")
+            if self.states_given:
+                notes.append("the states were not used: without settings no optimizer runs")
+        elif not self.torch.exact:
+            notes.append("the torch optimizer was given: its states start empty and are not compared")
+        skipped = [r.name for r in self.rows if r.ok and not r.compared]
+        if skipped:
+            notes.append(f"{len(skipped)} tensors not compared: {', '.join(skipped[:6])}"
+                         f"{' ...' if len(skipped) > 6 else ''} (see each row's note)")
+        return notes
+
+
+def _numpy(state):
+    """An MXNet optimizer state (NDArrays, None, scalars, nested tuples) with numpy arrays for the NDArrays."""
+    if isinstance(state, (tuple, list)):
+        return type(state)(_numpy(item) for item in state)
+    return state.asnumpy() if hasattr(state, "asnumpy") else state
+
+
+def _compared(name, torch_name, kind, step, a, b, atol, note="") -> TensorCheck:
+    """The row of one tensor: MXNet's ``a`` against torch's ``b`` (either None: not compared)."""
+    if a is None or b is None:
+        side = "MXNet value" if a is None else "torch value"
+        return TensorCheck(name, torch_name, kind, step, None, 0.0, True, f"not compared: {side} not found")
+    diff, scale = max_diff(np.asarray(a), np.asarray(b))
+    if np.isinf(diff) and np.size(a) != np.size(b):
+        return TensorCheck(name, torch_name, kind, step, None, scale, False,
+                           f"shapes differ: {np.shape(a)} vs {np.shape(b)}")
+    if not (np.isfinite(diff) and np.isfinite(scale)):
+        return TensorCheck(name, torch_name, kind, step, None, 0.0, False, "values not finite (inf or NaN)")
+    return TensorCheck(name, torch_name, kind, step, diff, scale, diff <= atol * max(1.0, scale), note)

@@ -1,0 +1,388 @@
+"""``migrate.check_training`` and ``migrate check``: a training step compared between MXNet and torch, the first
+difference localized to its layer and named with its cause; clean pairs pass; bad input is a typed error."""
+import json
+import re
+
+import mxnet as mx
+import numpy as np
+import pytest
+import torch
+
+import migrate
+from gluon_lr import Rule
+from migrate.cli import main
+from migrate.errors import ArgumentError, LabelsError, ModelTypeError, OutputMismatchError, UnsupportedLossError
+from tests.migrate import check_models as C
+
+SGD = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_names():
+    """Gluon blocks built here are named by a NameManager of this module: the process-wide counters (that name
+    the next resnet18_v1 'resnetv10_', the next BERT encoder 'bertencoder0_') stay as other test files expect."""
+    with mx.name.NameManager():
+        yield
+
+
+@pytest.fixture(scope="module")
+def conv():
+    """``MxConvNet`` after one LrTrainer step (momentum SGD): (net, settings, states)."""
+    net = C.gluon_conv_net()
+    settings, states = C.trained_once(net, C.CONV_SHAPE, "sgd", SGD)
+    return net, settings, states
+
+
+def _mlp(params, **kw):
+    """``mx_mlp`` after one LrTrainer step with ``params`` (and rules / freeze): (net, settings, states)."""
+    net = C.mx_mlp()
+    return (net,) + C.trained_once(net, C.MLP_SHAPE, "sgd", params, **kw)
+
+
+def _fixed_gamma():
+    """``MxConvNet`` whose first BatchNorm has MXNet's fix_gamma=True (Gluon's scale=False), one plain SGD step:
+    (net, settings, states, its stock torch twin, batch shape)."""
+    net = C.gluon_conv_net(scale=False)
+    return (net,) + C.trained_once(net, C.CONV_SHAPE, "sgd", {"learning_rate": 0.1}) + (C.TorchConvNet(),
+                                                                                       C.CONV_SHAPE)
+
+
+def _stock_sgd(**kw):
+    return lambda model: torch.optim.SGD(model.parameters(), lr=0.1, **kw)
+
+
+# (description, model pair, torch model kwargs, check_training kwargs, first divergence (kind, MXNet name, step),
+#  cause pattern)
+CAUSES = [
+    ("torch BatchNorm with momentum 0.9", "conv", {"momentum": 0.9}, {},
+     ("running statistic", "bn1_running_mean", 1),
+     r"^BatchNorm momentum read inverted: MXNet 'bn1_fwd' momentum 0.9 keeps 0.9 .* torch 'bn1' momentum 0.9 keeps "
+     r"0.1 .* momentum=0.1$"),
+    ("stock BatchNorm2d: unbiased running_var", "conv", {}, {},
+     ("running statistic", "bn1_running_var", 1),
+     r"^unbiased running variance: torch's stock BatchNorm 'bn1' .* n/\(n-1\) = 64/63 = 1.01587 times MXNet's \(64 "
+     r"values per channel; measured 1.0158\d\)"),
+    ("eps 1e-5 vs 1e-3", "conv", {"eps2": 1e-3}, {},
+     ("forward", "bn2_fwd", 1), r"^eps: MXNet BatchNorm 'bn2_fwd' uses eps 1e-05, torch BatchNorm2d 'bn2' eps 0.001"),
+    ("AvgPool count_include_pad", "conv", {"count_include_pad": False}, {},
+     ("forward", "conv2_fwd", 1),
+     r"^average pooling over padding: MXNet 'pool0_fwd' \(pad \(1, 1\)\) has count_include_pad=True, torch 'pool' "
+     r"count_include_pad=False"),
+    ("mean loss with rescale_grad 1/B", "mlp", {}, {"loss": "mean"},
+     ("loss", "loss", 1),
+     r"^mean vs sum: torch averages the loss over the batch of 4 .* 1/4 of MXNet's .*ratio 0.25\)"),
+    ("a frozen layer left trainable", "mlp-frozen", {}, {"loss": "mean", "optimizer": _stock_sgd()},
+     ("weight", "mlp_fc1_bias", 1),
+     r"^a frozen layer left trainable: 'mlp_fc1_bias' is frozen in MXNet .* torch updates '2.bias' "
+     r"\(requires_grad=True, in the optimizer\)"),
+    ("wd_mult 0 lost on biases", "mlp-wd", {}, {"loss": "mean", "optimizer": _stock_sgd(weight_decay=0.01)},
+     ("weight", "mlp_fc0_bias", 1),
+     r"^weight decay \(MXNet's wd_mult 0 lost\): MXNet decays 'mlp_fc0_bias' by wd 0.01 x wd_mult 0 = 0, torch's "
+     r"group of '0.bias' by weight_decay 0.01"),
+]
+
+
+@pytest.fixture(scope="module")
+def pairs(conv):
+    """Model pair name -> (MXNet net, torch factory taking the twin's kwargs, settings, states, batch shape)."""
+    mlp, frozen = _mlp({"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}), _mlp({"learning_rate": 0.1},
+                                                                                 freeze="mlp_fc1_*")
+    wd = _mlp({"learning_rate": 0.1, "wd": 0.01}, rules=[Rule("*bias", wd_mult=0.0)])
+    return {"conv": (conv[0], C.TorchConvNet) + conv[1:] + (C.CONV_SHAPE,),
+            "mlp": (mlp[0], lambda: C.torch_mlp()) + mlp[1:] + (C.MLP_SHAPE,),
+            "mlp-frozen": (frozen[0], lambda: C.torch_mlp()) + frozen[1:] + (C.MLP_SHAPE,),
+            "mlp-wd": (wd[0], lambda: C.torch_mlp()) + wd[1:] + (C.MLP_SHAPE,)}
+
+
+def _values(net, model) -> tuple:
+    return ({k: p.data().asnumpy().copy() for k, p in net.collect_params().items()},
+            {k: v.clone() for k, v in model.state_dict().items()})
+
+
+class TestCheckTraining:
+    """``migrate.check_training``: localization, causes, clean pairs, the models left alone."""
+
+    @pytest.mark.parametrize("description, pair, twin, options, first, cause", CAUSES, ids=[c[0] for c in CAUSES])
+    def test_cause_localized(self, pairs, description, pair, twin, options, first, cause):
+        """The first divergence is the expected tensor of the expected layer at the expected step, far beyond the
+        tolerance, and its cause names both values; every row before it is within tolerance."""
+        net, factory, settings, states, shape = pairs[pair]
+        report = migrate.check_training(net, factory(**twin), shape, settings=settings,
+                                        states=None if "optimizer" in options else states, **options)
+        found = report.first_divergence
+        assert not report.ok and found is not None, description
+        assert (found.kind, found.name.split(" + ")[0], found.step) == first, (description, found)
+        assert found.max_abs_diff > 3 * report.atol * max(1.0, found.scale), found
+        assert re.search(cause, found.cause), f"{description}: {found.cause!r}"
+        index = report.rows.index(found)
+        assert index > 0 and all(row.ok for row in report.rows[:index])
+
+    @pytest.mark.parametrize("description, make, twin_options, row, cause", [
+        ("fix_gamma scale trained", lambda: _fixed_gamma(), {"loss": "mean", "optimizer": _stock_sgd()},
+         ("weight", "bn1_gamma", 1), r"^fix_gamma: MXNet holds 'bn1_gamma' at 1 \(BatchNorm fix_gamma=True, never "
+                                     r"trained\) but torch trains 'bn1.weight'"),
+        ("clipping lost", lambda: _mlp({"learning_rate": 0.1, "clip_gradient": 0.01}) + (C.torch_mlp(), C.MLP_SHAPE),
+         {"loss": "mean", "optimizer": _stock_sgd()}, ("weight", "mlp_fc0_bias", 1),
+         r"^clipping: MXNet clips the rescaled gradient of 'mlp_fc0_bias' to \+-0.01 \(\d+ of 12 elements beyond it "
+         r"at step 1\), torch's optimizer clips at None"),
+    ], ids=["fix_gamma scale trained", "clipping lost"])
+    def test_cause_of_a_row(self, description, make, twin_options, row, cause):
+        """Patterns found on their row (not necessarily the first divergence): the cause names both values."""
+        net, settings, _, model, shape = make()
+        report = migrate.check_training(net, model, shape, settings=settings, **twin_options)
+        found = next(r for r in report.rows if (r.kind, r.name, r.step) == row)
+        assert not found.ok and re.search(cause, found.cause), (description, found)
+
+    def test_unbiased_variance_only_running_variances(self, pairs):
+        """Stock BatchNorm2d twin: every forward output, the loss, every gradient, weight and momentum buffer
+        equal within 1e-5; exactly the two running variances diverge, each with the unbiased-variance cause."""
+        net, factory, settings, states, shape = pairs["conv"]
+        report = migrate.check_training(net, factory(), shape, settings=settings, states=states, atol=1e-5)
+        assert [r.torch_name for r in report.diverged] == ["bn1.running_var", "bn2.running_var"]
+        assert all(r.cause.startswith("unbiased running variance") for r in report.diverged)
+        kinds = {r.kind for r in report.rows if r.ok and r.compared}
+        assert kinds == {"forward", "loss", "gradient", "weight", "state", "running statistic"}
+        assert len(report.rows) == 5 + 1 + 8 + 2 * 8 + 4  # nodes, loss, gradients, weights + states, statistics
+
+    def test_clean_pair_and_models_left_alone(self, pairs):
+        """The MLP twin with migrate's exact optimizer and a summed loss: 2 steps, all 3 + 2 x (1 + 6 + 6) + 6
+        tensors equal within 1e-5 (weights, momentum buffers); neither model given is changed."""
+        net, factory, settings, states, shape = pairs["mlp"]
+        model = factory()
+        before = _values(net, model)
+        report = migrate.check_training(net, model, shape, settings=settings, states=states, steps=2, atol=1e-5)
+        assert report.ok and report.first_divergence is None, str(report)
+        assert len(report.rows) == 3 + 1 + 6 + 2 * 12 + 1 and all(r.compared for r in report.rows)
+        assert min(r.scale for r in report.rows if r.kind == "state") > 1e-3, "momentum buffers hold the MXNet run"
+        after = _values(net, model)
+        assert all(np.array_equal(before[0][k], after[0][k]) for k in before[0])
+        assert all(torch.equal(before[1][k], after[1][k]) for k in before[1])
+        assert "OK" in str(report) and json.loads(report.to_json())["schema_version"] == 1
+
+    def test_without_settings_forward_and_gradients(self, pairs):
+        """No settings: forward outputs, loss and gradients only, each side rescaled by 1/B; a note says so."""
+        net, factory, _, _, shape = pairs["mlp"]
+        report = migrate.check_training(net, factory(), shape)
+        assert report.ok and report.steps == 0 and {r.kind for r in report.rows} == {"forward", "loss", "gradient"}
+        assert report.notes == ["no settings: forward outputs, loss and gradients only (no optimizer step)"]
+
+    def test_dropout_disabled_on_both_sides(self):
+        """A Dropout(0.5) in both models: disabled on both sides with a note naming them; the pair then matches."""
+        from tests.migrate import models as M
+        net, model = M.gluon(M.MxDenseStack), M.TorchDenseStack()
+        report = migrate.check_training(net, model, (4, 16))
+        assert report.ok, str(report)
+        assert re.match(r"Dropout disabled on both sides .*: MXNet \S*dropout0_fwd; torch drop$", report.notes[0])
+        assert model.drop.p == 0.5, "the model given keeps its dropout"
+
+
+class TestCleanPasses:
+    """Real pairs that train alike: GluonNLP BERT vs HF BertModel; model-zoo resnet18_v1 vs torchvision resnet18."""
+
+    def test_bert_vs_hf(self, tmp_path):
+        """K=1, dropout 0, token ids without 0: every node, gradient, weight and momentum buffer within 1e-5; with
+        token 0 in the batch HF's padding_idx=0 row is the first divergence, with that cause."""
+        pytest.importorskip("gluonnlp")
+        from tests.migrate.test_transformers import VOCAB, _gluon_bert, _hf_bert
+        from tests.migrate._mx_reference import exported_settings
+        import gluon_lr
+        net, model = _gluon_bert(), _hf_bert()
+        trainer = gluon_lr.LrTrainer(net, "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}, kvstore=None)
+        settings = exported_settings(trainer)
+        rng = np.random.default_rng(0)
+        ids, types = rng.integers(1, VOCAB, (2, 8)), rng.integers(0, 2, (2, 8))
+        report = migrate.check_training(net, model, [ids, types], settings=settings, atol=1e-5)
+        assert report.ok, str(report)
+        assert sum(r.kind == "gradient" for r in report.rows) == 39 and report.steps == 1
+        ids[0, 0] = 0
+        report = migrate.check_training(net, model, [ids, types], settings=settings, atol=1e-5)
+        first = report.first_divergence
+        assert (first.kind, first.torch_name) == ("gradient", "bert.embeddings.word_embeddings.weight")
+        assert first.cause.startswith("embedding padding row: torch 'bert.embeddings.word_embeddings.weight' is an "
+                                      "Embedding with padding_idx=0")
+
+    def test_resnet18_vs_torchvision(self):
+        """Exact SGD, K=3, softmax cross-entropy on (4, 3, 32, 32), in float64: every forward output, loss, gradient,
+        weight and momentum buffer equal within 1e-9 relative; exactly the 20 running variances diverge at each step
+        (atol 1e-6), each with the unbiased-variance cause, the first on the first BatchNorm after step 1."""
+        torchvision = pytest.importorskip("torchvision")
+        from mxnet.gluon.model_zoo import vision
+        from tests.migrate._mx_reference import exported_settings
+        import gluon_lr
+        mx.random.seed(0)
+        net = vision.resnet18_v1()
+        net.initialize(mx.init.Xavier())
+        net(mx.nd.zeros((1, 3, 32, 32)))
+        trainer = gluon_lr.LrTrainer(net, "sgd", {"learning_rate": 0.01, "momentum": 0.9, "wd": 1e-4,
+                                                  "rescale_grad": 1 / 4}, kvstore=None)
+        rng = np.random.default_rng(0)
+        x, labels = rng.standard_normal((4, 3, 32, 32)).astype(np.float32), rng.integers(0, 1000, 4)
+        report = migrate.check_training(net, torchvision.models.resnet18(), x, labels=labels, float64=True,
+                                        settings=exported_settings(trainer), steps=3, atol=1e-6)
+        assert all(r.torch_name.endswith("running_var") for r in report.diverged), str(report)
+        assert len(report.diverged) == 3 * 20 and all(r.cause.startswith("unbiased running variance")
+                                                        for r in report.diverged)
+        first = report.first_divergence
+        assert (first.name, first.torch_name, first.step) == ("resnetv10_batchnorm0_running_var", "bn1.running_var", 1)
+        others = [r for r in report.rows if r.kind != "running statistic"]
+        counts = {kind: sum(r.kind == kind for r in others) for kind in ("forward", "loss", "gradient", "weight",
+                                                                          "state")}
+        assert counts == {"forward": 41, "loss": 3, "gradient": 62, "weight": 3 * 62, "state": 3 * 62}
+        worst = max(others, key=lambda r: r.max_abs_diff / max(1.0, r.scale))
+        assert worst.max_abs_diff <= 1e-9 * max(1.0, worst.scale), worst
+
+
+BAD = [  # (description, check_training kwargs, error type, message pattern)
+    ("labels of the wrong shape", {"labels": np.zeros(3, np.int64)}, LabelsError,
+     r"labels: integer class ids must have shape \(4,\) for an output of shape \(4, 5\).*received shape \(3,\)"),
+    ("labels of the wrong dtype", {"labels": np.zeros(4, bool)}, LabelsError,
+     r"labels: expected integer class ids or float32/float64 targets; received dtype bool"),
+    ("class ids out of range", {"labels": np.array([0, 1, 2, 5])}, LabelsError, r"class ids must lie in \[0, 5\)"),
+    ("float targets of another shape", {"labels": np.zeros((4, 3), np.float32)}, LabelsError,
+     r"float targets must have the output's shape \(4, 5\) \(squared error\); received shape \(4, 3\)"),
+    ("a loss the tool cannot express", {"loss": "l1"}, UnsupportedLossError, r"^loss 'l1': check_training runs only"),
+    ("a loss function", {"loss": torch.nn.functional.l1_loss}, UnsupportedLossError, r"^loss 'function'"),
+    ("zero steps", {"steps": 0}, ArgumentError, r"^check_training\(steps\) must be an integer >= 1 .* got 0"),
+    ("a negative tolerance", {"atol": -1e-5}, ArgumentError, r"^check_training\(atol\) must be a finite number"),
+    ("a model class, not a model", {"torch_model": "class"}, ModelTypeError,
+     r"check_training\(torch_model\) must be a torch.nn.Module instance, got the class TorchConvNet"),
+    ("a mapping that is a plain dict", {"mapping": {"conv1_weight": "conv1.weight"}}, ArgumentError,
+     r"^check_training\(mapping\) must be a NameMapping .* got dict"),
+    ("an optimizer that is no factory", {"optimizer": "sgd"}, ArgumentError,
+     r"check_training\(optimizer\) must be None .* got str"),
+    ("a factory returning no optimizer", {"optimizer": lambda model: model.parameters()}, ArgumentError,
+     r"check_training\(optimizer\)\(model\) must be a torch.optim.Optimizer, got generator"),
+    ("outputs that do not correspond", {"torch_model": "two outputs"}, OutputMismatchError,
+     r"MXNet gives 1 output\(s\) of shapes \[\(4, 5\)\], torch 2 of shapes \[\(4, 5\), \(4, 5\)\]"),
+]
+
+
+class _TwoOutputs(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        out = self.inner(x)
+        return out, out * 2
+
+
+@pytest.mark.parametrize("description, kwargs, error, pattern", BAD, ids=[b[0] for b in BAD])
+def test_bad_input(conv, description, kwargs, error, pattern):
+    """Each bad input is the typed error naming it; the models given are unchanged."""
+    net, settings, states = conv
+    model = C.TorchConvNet()
+    kwargs = dict(kwargs)
+    kind = kwargs.pop("torch_model", None)
+    if kind == "two outputs":
+        model = _TwoOutputs(model)
+    given = C.TorchConvNet if kind == "class" else model
+    before = _values(net, model)
+    with pytest.raises(error, match=pattern):
+        migrate.check_training(net, given, C.CONV_SHAPE, settings=settings, states=states, **kwargs)
+    after = _values(net, model)
+    assert all(np.array_equal(before[0][k], after[0][k]) for k in before[0])
+    assert all(torch.equal(before[1][k], after[1][k]) for k in before[1])
+
+
+# ---------------------------------------------------------------- the command line
+
+
+@pytest.fixture(scope="module")
+def conv_files(conv, tmp_path_factory):
+    """``MxConvNet``'s symbol and params files (as HybridBlock.export writes them), settings and states."""
+    net, settings, states = conv
+    folder = tmp_path_factory.mktemp("check")
+    symbol = net(mx.sym.var("data"))  # what HybridBlock.export writes, without hybridizing the shared net
+    symbol.save(str(folder / "conv-symbol.json"))
+    arguments = set(symbol.list_arguments())
+    mx.nd.save(str(folder / "conv-0000.params"), {("arg:" if name in arguments else "aux:") + name: param.data()
+                                                  for name, param in net.collect_params().items()})
+    (folder / "settings.json").write_text(json.dumps(settings))
+    (folder / "trainer.states").write_bytes(states)
+    return folder
+
+
+def _check_args(folder, *extra):
+    return ["check", "--symbol", str(folder / "conv-symbol.json"), "--params", str(folder / "conv-0000.params"),
+            "--settings", str(folder / "settings.json"), "--states", str(folder / "trainer.states"), "--torch",
+            "tests.migrate.check_models:TorchConvNet", "--input-shape", ",".join(map(str, C.CONV_SHAPE)), *extra]
+
+
+@pytest.fixture(scope="module")
+def t06_files(tmp_path_factory):
+    """Tutorial 6's MXNet files after 3 steps (TinySENet: depthwise convs, squeeze-and-excitation, 'full' pooling)."""
+    import io
+    from tutorials import t06_generate
+    folder = tmp_path_factory.mktemp("t06")
+    t06_generate.mxnet_phase(3, str(folder), log=io.StringIO())
+    return folder
+
+
+class TestCheckCommand:
+    """``migrate check``: the table, the JSON document, the exit codes."""
+
+    def test_generated_module_of_tutorial_6(self, t06_files, tmp_path, capsys):
+        """``check --torch generate --steps 3``: exit 0, all 181 tensors within 1e-4; ``all --check-training 3``
+        adds the same check to its report (exit 0, report.json's check section)."""
+        from tutorials import t06_generate
+        files = t06_generate.migrate_args(str(t06_files), str(tmp_path / "out"))
+        flags = files[1:files.index("--out")]
+        code = main(["check", *flags, "--steps", "3", "--json"])
+        doc = json.loads(capsys.readouterr().out)
+        assert code == 0 and doc["checks"] == {"equivalent": True, "training": True}, doc["status"]
+        assert (doc["check"]["compared"], doc["check"]["diverged"], doc["check"]["steps"]) == (181, 0, 3)
+        code = main(["all", *flags, "--out", str(tmp_path / "out"), "--check-training", "3"])
+        report = json.loads((tmp_path / "out" / "report.json").read_text())
+        assert code == 0 and report["checks"]["training"] is True and report["check"]["compared"] == 181
+        assert "training check: 181 tensors equal within atol 0.0001 over 3 step(s): OK" in capsys.readouterr().out
+
+    def test_diverged_exit_1_json(self, conv_files, capsys):
+        """The stock twin: exit 1; one JSON document (schema_version 1) whose check section names the first
+        divergence and its cause; nothing is written next to the inputs."""
+        before = sorted(p.name for p in conv_files.iterdir())
+        code = main(_check_args(conv_files, "--json", "--steps", "2"))
+        out = capsys.readouterr().out
+        doc = json.loads(out)
+        assert code == 1 and doc["exit_code"] == 1 and doc["schema_version"] == 1
+        assert doc["checks"] == {"equivalent": True, "training": False}
+        check = doc["check"]
+        assert check["schema_version"] == 1 and check["steps"] == 2 and check["diverged"] == 4
+        assert check["first_divergence"]["name"] == "bn1_running_var"
+        assert check["first_divergence"]["cause"].startswith("unbiased running variance")
+        assert sorted(p.name for p in conv_files.iterdir()) == before
+
+    def test_table_names_the_cause(self, conv_files, capsys):
+        """Without --json: the table with 'DIVERGES (BatchNorm momentum read inverted)' on the first BatchNorm's
+        running mean, and the cause with both values under it."""
+        code = main(_check_args(conv_files, "--kwargs", '{"momentum": 0.9}'))
+        out = capsys.readouterr().out
+        assert code == 1
+        assert re.search(r"bn1_running_mean +bn1.running_mean +running statistic +1 .*DIVERGES \(BatchNorm momentum "
+                         r"read inverted\)", out)
+        assert "likely cause: BatchNorm momentum read inverted: MXNet 'bn1_fwd' momentum 0.9" in out
+
+    @pytest.mark.parametrize("extra, pattern", [
+        (["--labels", "{labels}"], r"--labels .*integer class ids must have shape \(4,\)"),
+        (["--labels", "{missing}"], r"--labels .*file not found"),
+        (["--steps", "0"], r"--steps 0: expected a number of optimizer steps >= 1"),
+        (["--loss", "l1"], r"argument --loss: invalid choice: 'l1'"),
+    ], ids=["labels of the wrong shape", "missing labels file", "zero steps", "unknown loss"])
+    def test_usage_errors_exit_2(self, conv_files, tmp_path, capsys, extra, pattern):
+        """Bad --labels, --steps or --loss: exit 2, one line naming the flag, no traceback, nothing written."""
+        np.save(tmp_path / "labels.npy", np.zeros(3, np.int64))
+        values = {"labels": tmp_path / "labels.npy", "missing": tmp_path / "absent.npy"}
+        before = sorted(p.name for p in tmp_path.iterdir())
+        code = main(_check_args(conv_files, *[str(e).format(**values) for e in extra]))
+        err = capsys.readouterr().err
+        assert code == 2 and re.search(pattern, err), err[-1000:]
+        assert "Traceback" not in err and sorted(p.name for p in tmp_path.iterdir()) == before
+
+    def test_all_check_training_zero_exit_2(self, conv_files, tmp_path, capsys):
+        """``all --check-training 0``: exit 2 naming the flag before any work; no output folder."""
+        argv = _check_args(conv_files)
+        argv = ["all"] + argv[1:argv.index("--input-shape") + 2] + ["--out", str(tmp_path / "out"),
+                                                                     "--check-training", "0"]
+        assert main(argv) == 2
+        assert "--check-training 0: expected a number of optimizer steps >= 1" in capsys.readouterr().err
+        assert not (tmp_path / "out").exists()
