@@ -3,7 +3,7 @@
 Run: OMP_NUM_THREADS=1 PYTHONPATH=. python bench/bench_dmlc_float.py [--count 100000]
 
 Draws ``count`` values log-uniform over each decade range below (and the values of
-``tests/migrate/test_dmlc_float.py``), asks MXNet for each one's parsed float32 (``gluon_lr._fused.base.param_float32``:
+``tests/migrate/optim/test_dmlc_float.py``), asks MXNet for each one's parsed float32 (``gluon_lr._fused.base.param_float32``:
 one operator call per value, ~0.3 ms), and prints one table: per range, how many values ``mx_float32`` and
 ``np.float32`` get wrong, and the time per value of each.
 """

@@ -23,6 +23,6 @@ if [ "$MXNET" != mxnet ]; then
     .venv/bin/python -m pip uninstall --quiet --yes mxnet
     .venv/bin/python -m pip install --quiet "$MXNET==1.9.1" "numpy==1.23.5"
 fi
-# Test-only model zoos (tests/migrate/test_gluoncv.py, test_transformers.py). --no-deps: their declared
+# Test-only model zoos (tests/migrate/mapping/test_gluoncv.py, test_transformers.py). --no-deps: their declared
 # dependencies would replace the pinned numpy; the tests skip when they are absent.
 .venv/bin/python -m pip install --quiet --no-deps gluoncv==0.10.5.post0 gluonnlp==0.10.0

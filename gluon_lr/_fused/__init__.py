@@ -9,10 +9,10 @@ counts, schedule, Adam's bias correction); each table is updated in one launch. 
 Why per-tensor tables and not flat buffers (the earlier design): MXNet built with MKLDNN (the pip build) reorders a
 convolution weight IN PLACE into a blocked layout during an inference forward; on a weight that was a view into a
 flat buffer it reordered the whole buffer, corrupting every parameter packed there
-(``tests/gluon_lr/test_fused_views.py``). A weight of its own may be reordered freely: before a kernel reads raw
+(``tests/gluon_lr/fused/test_fused_views.py``). A weight of its own may be reordered freely: before a kernel reads raw
 memory, ``base.wait_all`` lets pending MXNet work finish and ``base.data_pointers`` asks MXNet for each array's
 address (``MXNDArrayGetData``, which first brings a reordered array back to the default layout;
-``tests/gluon_lr/test_fused_cnn.py::TestMKLDNNLayout``). Gradients and states stay separate arrays too, though
+``tests/gluon_lr/fused/test_fused_cnn.py::TestMKLDNNLayout``). Gradients and states stay separate arrays too, though
 nothing reorders them: packing them bought no speed (a kernel streams the same bytes either way) and replacing a
 Parameter's gradient array is what a ``hybridize(static_alloc=True)`` graph does not follow (it keeps writing the
 array it bound). With nothing replaced, ``load_states``, ``set_data``, ``freeze``/``unfreeze``, ``grad_req`` set

@@ -44,7 +44,7 @@ def data_pointers(arrays) -> list:
     in place into a blocked layout (and reallocate it when that layout is padded). ``MXNDArrayGetData`` brings such
     an array back to the default layout first (MXNet 1.9.1 ``src/c_api/c_api.cc``: ``Reorder2DefaultAsync`` then
     ``WaitToRead``), so the address it returns holds the values in row-major order
-    (``tests/gluon_lr/test_fused_cnn.py::TestMKLDNNLayout``). Ask again at every step: the address may change.
+    (``tests/gluon_lr/fused/test_fused_cnn.py::TestMKLDNNLayout``). Ask again at every step: the address may change.
     """
     pointer = ctypes.c_void_p()
     reference, get_data = ctypes.byref(pointer), _LIB.MXNDArrayGetData

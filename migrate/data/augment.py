@@ -5,7 +5,7 @@ ImageRecordIter resizes the shorter edge to ``resize`` (the longer one to ``resi
 division) with OpenCV's bilinear ``INTER_LINEAR`` (its default ``inter_method=1``), crops ``data_shape``'s height x
 width at a uniform random offset (``rand_crop``) or at the centre, and flips left-right with probability 1/2
 (``rand_mirror``). Here the resize is torch's bilinear interpolation without antialiasing (half-pixel centres, as
-OpenCV): within 1 of ImageRecordIter's pixels (``tests/migrate/test_recordio.py``; OpenCV rounds its fixed-point sums
+OpenCV): within 1 of ImageRecordIter's pixels (``tests/migrate/data/test_recordio.py``; OpenCV rounds its fixed-point sums
 differently), where Pillow's antialiased resize (torchvision's ``Resize`` on PIL images) differs by up to ~50. The
 crops and flips are ImageRecordIter's. Random draws use torch's generator (seeded per DataLoader worker).
 """

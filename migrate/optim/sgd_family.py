@@ -159,7 +159,7 @@ class SGLD(MXNetOptimizer):
     index order with ``std = sqrt(lr)`` (python double; ``lr`` the parameter's, lr_mult included); by default
     ``default_noise`` (torch.randn_like scaled by std). A source that draws MXNet's samples in that order (re-seed
     MXNet, call ``mx.nd.random.normal(0, std, shape, dtype)``) makes the whole update MXNet's (float64 within 1e-12,
-    ``tests/migrate/test_exact_rare.py``). Set ``optimizer.noise`` after ``migrate.torch_optimizer`` or
+    ``tests/migrate/optim/test_lbsgd_sgld_dcasgd_groupadagrad.py``). Set ``optimizer.noise`` after ``migrate.torch_optimizer`` or
     ``load_migration`` to choose the source (it is not saved in the state_dict).
 
     Example:

@@ -1,5 +1,5 @@
 """RecordIO files written by MXNet, and what MXNet reads from them: the truth the reader in ``migrate.data`` is
-compared with (here in tests/migrate/test_recordio.py, and in ./.venv-torch by tests/test_torch_env_recordio.py).
+compared with (here in tests/migrate/data/test_recordio.py, and in ./.venv-torch by tests/test_torch_env_recordio.py).
 
 The image records are packed as im2rec packs them (``mx.recordio.IRHeader(0, label, lst index, 0)`` through
 ``mx.recordio.pack`` and ``MXIndexedRecordIO.write_idx``; the payloads are encoded files, as ``--pass-through`` packs

@@ -183,7 +183,7 @@ class TestCleanPasses:
         """K=1, dropout 0, token ids without 0: every node, gradient, weight and momentum buffer within 1e-5; with
         token 0 in the batch HF's padding_idx=0 row is the first divergence, with that cause."""
         pytest.importorskip("gluonnlp")
-        from tests.migrate.test_transformers import VOCAB, _gluon_bert, _hf_bert
+        from tests.migrate.mapping.test_transformers import VOCAB, _gluon_bert, _hf_bert
         from tests.migrate._mx_reference import exported_settings
         import gluon_lr
         net, model = _gluon_bert(), _hf_bert()

@@ -17,7 +17,7 @@ import migrate.cli
 from migrate.errors import InputShapeError, UnsupportedOpError
 from migrate.generate import generate_torch, known_ops
 from migrate.generate.registry import register, translator
-from tests.migrate.test_gluoncv import model_zoo  # noqa: F401  (fixture: gluoncv's zoo next to torch >= 2)
+from tests.migrate.mapping.test_gluoncv import model_zoo  # noqa: F401  (fixture: gluoncv's zoo next to torch >= 2)
 
 RTOL = 1e-4  # largest |torch - mxnet| over largest |mxnet|, per output
 
@@ -648,7 +648,7 @@ class TestGluonCV:
 
     def test_mobilenetv3_small(self, tmp_path, model_zoo):
         """GluonCV's mobilenetv3_small, random init, 64x64: eval outputs within 1e-4 relative; hard-swish kept."""
-        from tests.migrate.test_gluoncv import _gluon
+        from tests.migrate.mapping.test_gluoncv import _gluon
         net = _gluon(model_zoo, "mobilenetv3_small")
         x = np.random.RandomState(0).randn(2, 3, 64, 64).astype(np.float32)
         model = _check(net, [x], tmp_path / "mbv3.py", train=False)
@@ -657,7 +657,7 @@ class TestGluonCV:
     def test_cifar_resnet20_train_mode(self, tmp_path, model_zoo):
         """GluonCV's cifar_resnet20_v1 (no torchvision twin, no dropout), random init, 32x32: eval and train
         outputs and the running statistics after one step within 1e-4 relative."""
-        from tests.migrate.test_gluoncv import _gluon
+        from tests.migrate.mapping.test_gluoncv import _gluon
         net = _gluon(model_zoo, "cifar_resnet20_v1")
         x = np.random.RandomState(0).randn(4, 3, 32, 32).astype(np.float32)
         _check(net, [x], tmp_path / "cifar20.py")

@@ -2,7 +2,7 @@
 the converter and ``migrate data``; broken files give typed errors naming the file and the byte offset.
 
 The files here are written by ``migrate.data.framed``/``pack`` (byte for byte MXNet's writer: checked against
-``mx.recordio`` in tests/migrate/test_recordio.py). Runs in ./.venv-torch (numpy 2, no mxnet) and in ./.venv.
+``mx.recordio`` in tests/migrate/data/test_recordio.py). Runs in ./.venv-torch (numpy 2, no mxnet) and in ./.venv.
 """
 import io
 import json

@@ -17,7 +17,7 @@ import torch
 import migrate
 from migrate.cli.commands import main as migrate_main
 from tests.migrate.test_generate import generate_module
-from tests.migrate.test_module_batchnorm import (assert_close, bound_module, checkpoint, module_arrays, module_steps,
+from tests.migrate.mapping.test_module_batchnorm import (assert_close, bound_module, checkpoint, module_arrays, module_steps,
                                                  torch_steps)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -121,7 +121,7 @@ def test_arcface_twin_continues_in_torch(tmp_path):
     out = tmp_path / "migrated"
     code = migrate_main(["all", "--symbol", str(files["symbol"]), "--params", str(files["params"]), "--settings",
                          str(files["settings"]), "--states", str(files["states"]), "--torch",
-                         "tests.migrate.test_arcface:TorchArcFace", "--input-shape", ",".join(map(str, SHAPE)),
+                         "tests.migrate.mapping.test_arcface:TorchArcFace", "--input-shape", ",".join(map(str, SHAPE)),
                          "--out", str(out)])
     assert code == 0
     mapping = migrate.NameMapping.load(out / "mapping.json")

@@ -9,7 +9,7 @@ import torch
 import migrate
 from migrate.errors import InputFileError, StateConversionError
 from tests.migrate import _mx_reference as R
-from tests.migrate.test_optim import TRAJECTORY
+from tests.migrate.optim.test_trajectories import TRAJECTORY
 
 
 def _handed_over(ref, mx_states=None, settings=None, mapping=R.MAPPING):

@@ -270,7 +270,7 @@ def test_migrate_all_continues_mxnet(name, opt_kwargs, extra, tmp_path, capsys):
     R.mx_train(net, trainer, data[4:])
     code = main(["all", "--symbol", str(tmp_path / "mlp-symbol.json"), "--params", str(tmp_path / "mlp-0000.params"),
                  "--settings", str(tmp_path / "settings.json"), "--states", str(tmp_path / "trainer.states"),
-                 "--torch", "tests.migrate.test_exact_rare:torch_mlp", "--input-shape", f"1,{R.SIZES[0]}",
+                 "--torch", "tests.migrate.optim.test_lbsgd_sgld_dcasgd_groupadagrad:torch_mlp", "--input-shape", f"1,{R.SIZES[0]}",
                  "--out", str(tmp_path / "out"), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and doc["ok"], doc.get("status")

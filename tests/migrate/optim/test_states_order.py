@@ -25,7 +25,7 @@ from mxformats.optimizer_state import recorded_param_names
 from tests.migrate import models as M
 
 HYPER = {"learning_rate": 0.1, "momentum": 0.9}
-TORCH = "tests.migrate.test_states_order:TorchStack"
+TORCH = "tests.migrate.optim.test_states_order:TorchStack"
 
 
 class MxStack(gluon.nn.HybridBlock):

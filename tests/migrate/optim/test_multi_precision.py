@@ -100,7 +100,7 @@ def _mx_steps(params, trainer, grads):
 
 def _with_mxnet_noise(optimizer):
     """SGLD draws MXNet's samples (``tests/migrate/test_exact_rare.mx_noise``) from NOISE_SEED on."""
-    from tests.migrate.test_exact_rare import mx_noise
+    from tests.migrate.optim.test_lbsgd_sgld_dcasgd_groupadagrad import mx_noise
     if hasattr(optimizer, "noise"):
         optimizer.noise = mx_noise(NOISE_SEED)
     return optimizer
@@ -352,7 +352,7 @@ def test_migrate_all_with_multi_precision_settings(tmp_path):
     out = tmp_path / "out"
     code = main(["all", "--symbol", str(tmp_path / "net-symbol.json"), "--params", str(tmp_path / "net-0000.params"),
                  "--settings", str(tmp_path / "settings.json"), "--states", str(tmp_path / "trainer.states"),
-                 "--torch", "tests.migrate.test_multi_precision:dense_stack", "--input-shape", "1,16",
+                 "--torch", "tests.migrate.optim.test_multi_precision:dense_stack", "--input-shape", "1,16",
                  "--out", str(out), "--quiet"])
     assert code == 0
     model = dense_stack()

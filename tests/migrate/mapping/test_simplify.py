@@ -74,7 +74,7 @@ class TestSimplifyBert:
         pytest.importorskip("gluonnlp")
         pytest.importorskip("transformers")
         import mxnet as mx
-        from tests.migrate.test_transformers import DTYPES, SHAPES, _gluon_bert, _hf_bert
+        from tests.migrate.mapping.test_transformers import DTYPES, SHAPES, _gluon_bert, _hf_bert
         with mx.name.NameManager():  # its own name counters: test_transformers expects 'bertencoder0_' prefixes
             net = _gluon_bert()
         model = _hf_bert()
@@ -136,7 +136,7 @@ class TestSimplifyBert:
         interleaved attention as Gathers of query, key and value (3 per layer, beside the 3 embeddings), even
         before simplification; after it the one Slice left is the pooler's first token (MXNet's attention converters
         and Dense shapes slice in the graph)."""
-        from tests.migrate.test_transformers import LAYERS
+        from tests.migrate.mapping.test_transformers import LAYERS
         graphs, _ = exports
         for model in graphs["mxnet"]:
             ops = collections.Counter(n.op_type for n in model.graph.node)
@@ -198,7 +198,7 @@ class TestMxnetConverterSizes:
         pytest.importorskip("gluonnlp")
         import mxnet as mx
         from migrate.mapping import onnx_converters
-        from tests.migrate.test_transformers import DTYPES, SHAPES, _gluon_bert
+        from tests.migrate.mapping.test_transformers import DTYPES, SHAPES, _gluon_bert
         with mx.name.NameManager():
             net = _gluon_bert()
         dtypes = [np.dtype(d) for d in DTYPES]

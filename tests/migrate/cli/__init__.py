@@ -1,0 +1,1 @@
+"""Tests of the migrate command line: subcommands, `all`, hostile inputs, interrupts."""

@@ -1,0 +1,1 @@
+"""Tests of migrate.data: MXNet RecordIO datasets read without MXNet."""

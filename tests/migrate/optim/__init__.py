@@ -1,0 +1,1 @@
+"""Tests of migrate.optim: the exact optimizers against MXNet, state conversion, param groups, the registry."""
