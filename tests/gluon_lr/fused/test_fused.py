@@ -371,7 +371,7 @@ class TestGradReqChanges:
     @staticmethod
     def _run(fused, hybrid, opt, n_ctx, rules=(), schedule=None):
         """Train the partial-freeze conv net 8 steps under ``schedule``; per step the gradients and weights (numpy)."""
-        from .test_freeze_partial import OPTIMIZERS, backward, batches as conv_batches, build_net
+        from tests.gluon_lr.test_freeze_partial import OPTIMIZERS, backward, batches as conv_batches, build_net
         ctx = [mx.cpu(i) for i in range(n_ctx)]
         net = build_net(ctx)
         if hybrid != "imperative":
@@ -429,7 +429,7 @@ class TestGradReqChanges:
         """grad_req toggled on the Parameter itself (not trainer.freeze) under static_shape: stock results, and every
         parameter stays on the fast path (each step reads the arrays the Parameter holds then)."""
         def run(cls):
-            from .test_freeze_partial import backward, batches as conv_batches, build_net
+            from tests.gluon_lr.test_freeze_partial import backward, batches as conv_batches, build_net
             net = build_net([mx.cpu()])
             net.hybridize(static_alloc=True, static_shape=True)
             trainer = cls(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, kvstore=None)

@@ -22,7 +22,7 @@ from gluon_lr import LrTrainer, Rule
 from migrate.cli import main
 from tests.migrate import models as M
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BATCH, STEPS, ATOL = 4, 4, 1e-5
 TORCH = "tests.migrate.models:torch_residual"
 INPUTS = ("res-symbol.json", "res-0000.params", "settings.json", "trainer.states")

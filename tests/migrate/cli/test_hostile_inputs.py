@@ -22,7 +22,7 @@ from gluon_lr import LrTrainer
 from migrate.cli import main
 from tests.migrate import models as M
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TORCH = "tests.migrate.models:torch_residual"
 SCHEDULE = {"type": "FactorScheduler", "base_lr": 0.05, "step": 5, "factor": 0.5, "stop_factor_lr": 1e-8,
             "warmup_steps": 0, "warmup_begin_lr": 0, "warmup_mode": "linear"}

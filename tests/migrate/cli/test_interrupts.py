@@ -23,7 +23,7 @@ from migrate.cli import main
 from migrate.cli.interrupts import INTERRUPTED
 from tests.migrate import models as M
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 COMPLETE = ["mapping.json", "optimizer.pt", "param_groups.json", "report.json", "report.txt", "weights.safetensors"]
 STATUS = re.compile(rf"^migrate all: ({re.escape(INTERRUPTED)}|OK; wrote .*)$")
 MXNET_LOG = re.compile(r"^\[\d\d:\d\d:\d\d\] ")  # MXNet's own C++ log lines (graph executor notices)

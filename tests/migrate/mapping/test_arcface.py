@@ -20,7 +20,7 @@ from tests.migrate.test_generate import generate_module
 from tests.migrate.mapping.test_module_batchnorm import (assert_close, bound_module, checkpoint, module_arrays, module_steps,
                                                  torch_steps)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 STEPS, SHAPE, CLASSES = 2, (4, 3, 16, 16), 5
 RS = np.random.RandomState(7)
 DATA = RS.uniform(0, 255, (2 * STEPS, *SHAPE)).astype("float32")  # pixel values: the symbol scales them
