@@ -25,7 +25,7 @@ def optimizer_arguments(klass) -> set:
     """The keyword arguments an MXNet optimizer class takes: its ``__init__`` and its bases' as far as ``**kwargs``
     reaches (``param_dict`` excluded: the Trainer passes it).
 
-    Example:
+    Examples:
         >>> sorted(optimizer_arguments(mx.optimizer.SGD))[:3]
         ['begin_num_update', 'clip_gradient', 'lazy_update']
     """
@@ -59,7 +59,7 @@ def check_optimizer(optimizer, optimizer_params) -> None:
         UnknownOptimizerError: no MXNet optimizer has that name (the nearest registered names are listed).
         HyperparameterError: an argument one of MXNet's optimizers does not take, or a value out of its range.
 
-    Example:
+    Examples:
         >>> check_optimizer("sgd", {"learning_rate": 0.1, "momentum": 0.9})
     """
     if isinstance(optimizer, mx.optimizer.Optimizer):
@@ -99,7 +99,7 @@ def check_kvstore(kvstore, compression_params, update_on_kvstore) -> None:
     Raises:
         KVStoreConfigError: naming the argument, what was received and what is accepted.
 
-    Example:
+    Examples:
         >>> check_kvstore("device", None, None)
     """
     if kvstore is not None and not isinstance(kvstore, (str, mx.kvstore.KVStoreBase)):
@@ -134,7 +134,7 @@ def check_batch_size(batch_size, what: str) -> float:
     Raises:
         HyperparameterError: a string, 0 (MXNet divides by it), a negative (MXNet would step uphill), NaN or infinity.
 
-    Example:
+    Examples:
         >>> check_batch_size(32, "step(batch_size)")
         32.0
     """

@@ -39,7 +39,7 @@ class DecayRule(Rule):
         depth: The group's depth (0 = input side); ``explain()`` shows it.
         layer: A short name of the group's blocks, for ``explain()``.
 
-    Example:
+    Examples:
         >>> rules = layer_decay(net, 0.65)
         >>> rules[-1].depth, rules[-1].lr_mult
         (12, 1.0)
@@ -89,7 +89,7 @@ def layer_groups(net: gluon.Block, n_groups: int = None) -> list:
         ParamsTypeError: ``net`` is not a Block.
         RuleMatchError: the network has no layer with parameters, or fewer layers than ``n_groups``.
 
-    Example:
+    Examples:
         >>> [len(g) for g in layer_groups(resnet18_v1())]   # stem (conv + bn), 8 residual units, output
         [2, 1, 1, 1, 1, 1, 1, 1, 1, 1]
     """
@@ -145,7 +145,7 @@ def layer_decay(net: gluon.Block, decay: float) -> list:
         MultiplierError: ``decay`` is not a number in (0, 1].
         RuleMatchError: the network has no layer with parameters.
 
-    Example:
+    Examples:
         >>> trainer = LrTrainer(net, "adam", {"learning_rate": 1e-3}, rules=layer_decay(net, 0.75))
         >>> print(trainer.explain())   # the depth column shows each parameter's depth
     """
@@ -171,7 +171,7 @@ def even_mults(lo: float, hi: float, n: int) -> list:
     Raises:
         MultiplierError: ``lo`` or ``hi`` is not a finite number > 0, or ``n`` is not an int >= 1.
 
-    Example:
+    Examples:
         >>> even_mults(0.01, 1.0, 3)
         [0.01, 0.1, 1.0]
     """
@@ -206,7 +206,7 @@ def discriminative(net: gluon.Block, lo: float, hi: float, n_groups: int = 3) ->
         MultiplierError: ``lo``/``hi`` not finite numbers > 0.
         RuleMatchError: ``n_groups`` is not between 1 and the number of layer groups.
 
-    Example:
+    Examples:
         >>> rules = discriminative(net, 0.01, 1.0, n_groups=3)   # multipliers 0.01, 0.1, 1.0
     """
     even_mults(lo, hi, 1)  # check lo and hi before the network

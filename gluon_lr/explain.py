@@ -41,7 +41,7 @@ class Explanation:
     Args:
         rows: The rows, in the optimizer's index order.
 
-    Example:
+    Examples:
         >>> print(trainer.explain())            # a readable table
         >>> trainer.explain().to_dict()["dense0_weight"]["lr_source"]
         "rules[1] 'dense0_*'"
@@ -64,7 +64,7 @@ class Explanation:
         Returns:
             The Explanation.
 
-        Example:
+        Examples:
             >>> Explanation.from_table(trainer._params, trainer._table, trainer._kinds)
         """
         rows = []
@@ -82,7 +82,7 @@ class Explanation:
         Returns:
             A JSON-serialisable dict (tuples become lists).
 
-        Example:
+        Examples:
             >>> trainer.explain().to_dict()["dense0_bias"]["wd_mult"]
             0.0
         """

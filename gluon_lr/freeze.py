@@ -233,7 +233,7 @@ class Freezer:
         params: The trainer's Parameters, in its index order.
         kinds: name -> ``rules.ParamKinds`` (from ``rules.collect_params``).
 
-    Example:
+    Examples:
         >>> freezer = Freezer(trainer._params, trainer._kinds)
         >>> freezer.freeze(["dense0_weight"])
     """

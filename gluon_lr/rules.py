@@ -47,7 +47,7 @@ class Rule:
         ParamsTypeError: ``freeze`` is not True, False or None.
         MultiplierError: a multiplier is negative, NaN, infinite or not a number, or the rule sets nothing.
 
-    Example:
+    Examples:
         >>> Rule("resnetv10_dense0_*", lr_mult=10.0)
         >>> Rule("norm", wd_mult=0.0)
         >>> Rule(r"re:.*stage[12]_.*", lr_mult=0.1)
@@ -191,7 +191,7 @@ def collect_params(params) -> tuple:
         ParamsTypeError: ``params`` or one of its elements is of another type, or it holds no parameter.
         DuplicateParameterError: two different Parameter objects have the same name (both are named).
 
-    Example:
+    Examples:
         >>> params, kinds = collect_params([backbone, head.collect_params()])
     """
     elements = list(params) if isinstance(params, (list, tuple)) else [params]
@@ -251,7 +251,7 @@ def match_rules(rules: Iterable[Rule], kinds: Mapping[str, ParamKinds]) -> list:
             needs Blocks that were not given.
         ParamsTypeError: an element of ``rules`` is not a Rule.
 
-    Example:
+    Examples:
         >>> match_rules([Rule("*_bias", wd_mult=0.0)], kinds)
     """
     names = list(kinds)
@@ -306,7 +306,7 @@ def resolve(names: Sequence[str], base: Mapping[str, tuple], rules: Sequence[Rul
     Returns:
         A dict name -> Entry, in ``names`` order.
 
-    Example:
+    Examples:
         >>> explicit = {"lr_mult": {"dense0_weight": (10.0, "set_lr_mult")}, "wd_mult": {}}
         >>> table = resolve(names, base, rules, match_rules(rules, kinds), explicit)
     """

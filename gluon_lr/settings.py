@@ -100,7 +100,7 @@ def settings_document(optimizer: _opt.Optimizer, params: list, num_update: int) 
     Raises:
         SettingsFileError: the lr scheduler is of a type the format does not hold.
 
-    Example:
+    Examples:
         >>> doc = settings_document(trainer.optimizer, records, trainer.optimizer.num_update)
     """
     scheduler = _scheduler_document(optimizer.lr_scheduler)

@@ -108,7 +108,7 @@ def export_settings(source, path) -> dict:
         SettingsFileError: ``path`` is not a file path, its folder is missing or not writable, or the lr scheduler
             has no representation in the format.
 
-    Example:
+    Examples:
         >>> mod.init_optimizer(optimizer="sgd", optimizer_params={"learning_rate": 0.1, "momentum": 0.9})
         >>> gluon_lr.export_settings(mod, "out/settings.json")["params"]["fc1_weight"]["lr_mult"]
         0.1

@@ -83,10 +83,10 @@ class LrTrainer(gluon.Trainer):
         MultiplierError: a Parameter carries an invalid lr_mult/wd_mult, or lr_mult is 0 under FTRL, FTML or SGLD
             (they break at lr 0: freeze with grad_req='null' instead).
         KVStoreConfigError: ``kvstore`` is not a kvstore name, KVStore or None; ``compression_params`` not a dict;
-            ``update_on_kvstore`` not a bool; or ``update_on_kvstore=True`` with ``kvstore=None``.
-        Every argument is checked before the trainer or any Parameter changes.
+            ``update_on_kvstore`` not a bool; or ``update_on_kvstore=True`` with ``kvstore=None``. Every argument
+            is checked before the trainer or any Parameter changes.
 
-    Example:
+    Examples:
         >>> net = mx.gluon.model_zoo.vision.resnet18_v1(classes=10)
         >>> net.initialize()
         >>> trainer = LrTrainer(net, "sgd", {"learning_rate": 0.1, "momentum": 0.9},
@@ -141,7 +141,7 @@ class LrTrainer(gluon.Trainer):
         Raises:
             HyperparameterError: ``lr`` is not a finite number >= 0 (NaN, infinity, a negative or a string).
 
-        Example:
+        Examples:
             >>> trainer.set_learning_rate(0.01)
         """
         super().set_learning_rate(_validate.check_number(lr, "set_learning_rate(lr)", *_validate.OPTIMIZER_RANGES["learning_rate"]))
@@ -160,7 +160,7 @@ class LrTrainer(gluon.Trainer):
     def fused_params(self) -> tuple:
         """Names of the parameters the fast update path updates; empty where it does not apply.
 
-        Example:
+        Examples:
             >>> trainer.step(batch_size)
             >>> len(trainer.fused_params) == len(trainer.lr_mult)  # every trainable float32 parameter
         """
@@ -183,10 +183,10 @@ class LrTrainer(gluon.Trainer):
         Raises:
             ParamsTypeError: ``lr_mult`` is not a mapping with string keys.
             UnknownParameterError: a name is not one of the trainer's parameters (the nearest names are listed).
-            MultiplierError: a value is negative, NaN, infinite or not a number; or 0 under FTRL, FTML, SGLD.
-            On any error the table is left exactly as it was.
+            MultiplierError: a value is negative, NaN, infinite or not a number; or 0 under FTRL, FTML, SGLD. On
+                any error the table is left exactly as it was.
 
-        Example:
+        Examples:
             >>> trainer.set_lr_mult({"dense0_weight": 10.0, "dense0_bias": 10.0})
         """
         self._set_explicit("lr_mult", lr_mult, _validate.check_bool(replace, "set_lr_mult(replace=...)"))
@@ -201,10 +201,10 @@ class LrTrainer(gluon.Trainer):
         Raises:
             ParamsTypeError: ``wd_mult`` is not a mapping with string keys.
             UnknownParameterError: a name is not one of the trainer's parameters (the nearest names are listed).
-            MultiplierError: a value is negative, NaN, infinite or not a number.
-            On any error the table is left exactly as it was.
+            MultiplierError: a value is negative, NaN, infinite or not a number. On any error the table is left
+                exactly as it was.
 
-        Example:
+        Examples:
             >>> trainer.set_wd_mult({"dense0_bias": 0.0})
         """
         self._set_explicit("wd_mult", wd_mult, _validate.check_bool(replace, "set_wd_mult(replace=...)"))
@@ -324,7 +324,7 @@ class LrTrainer(gluon.Trainer):
             HyperparameterError: ``batch_size`` is not a finite number > 0 (a string, 0, a negative, NaN).
             ParamsTypeError: ``ignore_stale_grad`` is not a bool.
 
-        Example:
+        Examples:
             >>> loss.backward(); trainer.step(batch_size=32)
         """
         super().step(_arguments.check_batch_size(batch_size, "step(batch_size)"),
@@ -336,7 +336,7 @@ class LrTrainer(gluon.Trainer):
         Raises:
             HyperparameterError, ParamsTypeError: as for ``step``.
 
-        Example:
+        Examples:
             >>> trainer.allreduce_grads(); trainer.update(batch_size=32)
         """
         super().update(_arguments.check_batch_size(batch_size, "update(batch_size)"),
@@ -384,7 +384,7 @@ class LrTrainer(gluon.Trainer):
             ``mxnet-ops``, ``stock:<reason>`` (e.g. ``stock:sparse``, ``stock:float16``, ``stock:fused=False``) or
             ``none`` (not updated).
 
-        Example:
+        Examples:
             >>> print(trainer.explain())
         """
         columns = self._freezer.explain_columns(self._names, self._rules, self._matched)
@@ -416,7 +416,7 @@ class LrTrainer(gluon.Trainer):
             SettingsFileError: ``path`` is not a file path (None, empty, a folder or ending in '/'), its folder is
                 missing or not writable, or the lr scheduler has no representation in the format. Nothing is written.
 
-        Example:
+        Examples:
             >>> trainer.export_settings("out/settings.json")
             >>> gluon_lr.load_settings("out/settings.json")["optimizer"]["name"]
             'sgd'
@@ -436,7 +436,7 @@ class LrTrainer(gluon.Trainer):
             StatesFileError: ``fname`` is not a file path (None, empty, a folder or ending in '/'), or its folder is
                 missing or not writable. Nothing is written.
 
-        Example:
+        Examples:
             >>> trainer.save_states("trainer.states")
 
         Note:
@@ -463,7 +463,7 @@ class LrTrainer(gluon.Trainer):
                 parameter or none of this trainer's, or a state's shape does not fit the parameter of the same name.
                 The trainer is unchanged then.
 
-        Example:
+        Examples:
             >>> missing = trainer.load_states("trainer.states")
         """
         return _states.load_trainer_states(self, _validate.check_path(fname, "load_states(fname)", StatesFileError))
@@ -496,7 +496,7 @@ class LrTrainer(gluon.Trainer):
             MaskError: ``mask`` does not fit: not 0/1, wrong shape, several parameters selected, the parameter is
                 frozen whole, or a dist kvstore updates on its servers.
 
-        Example:
+        Examples:
             >>> trainer.freeze(net.features)                       # the whole backbone
             >>> trainer.freeze("dense0_weight", mask=m)           # only the elements where m == 1
 
@@ -535,7 +535,7 @@ class LrTrainer(gluon.Trainer):
         Raises:
             ParamsTypeError, UnknownParameterError, RuleMatchError: as for ``freeze``.
 
-        Example:
+        Examples:
             >>> trainer.unfreeze(net.features[-1])   # ULMFiT-style: thaw the last stage
         """
         names = self._freezer.select(select)

@@ -44,7 +44,7 @@ def remap_states(path, states: dict, optimizer, old_names: list, new_params: lis
     Raises:
         StatesFileError: a state's shape does not fit the parameter of the same name.
 
-    Example:
+    Examples:
         >>> raw = remap_states(path, states, optimizer, [p["name"] for p in header], trainer._params)
     """
     new_index = {param.name: i for i, param in enumerate(new_params)}
@@ -75,7 +75,7 @@ def save_trainer_states(trainer, fname) -> None:
     a kvstore that updates writes its file first, into a temporary folder beside ``fname`` whose name carries this
     process's id (a later save, load or write in that folder removes it if the process was killed).
 
-    Example:
+    Examples:
         >>> save_trainer_states(trainer, "trainer.states")
     """
     if not trainer._kv_initialized:
@@ -110,7 +110,7 @@ def load_trainer_states(trainer, fname) -> list:
         StatesFileError: the file does not fit (the message names what and where); ``UnsafeStatesError`` for a
             pickle that names another class.
 
-    Example:
+    Examples:
         >>> missing = load_trainer_states(trainer, "trainer.states")
     """
     header, raw = read_states(fname)

@@ -24,10 +24,10 @@ class GradualUnfreezing:
         hold_norm_stats: Passed to ``trainer.freeze``: hold the running statistics of frozen norm layers.
 
     Raises:
-        ScheduleError: fewer than one group, or ``every`` is not an int >= 1.
-        Errors of ``trainer.freeze`` for a group it cannot select.
+        ScheduleError: fewer than one group, or ``every`` is not an int >= 1 (and the errors of ``trainer.freeze``
+            for a group it cannot select).
 
-    Example:
+    Examples:
         >>> schedule = GradualUnfreezing(trainer, net, n_groups=4)
         >>> for epoch in range(6):
         ...     schedule.begin_epoch(epoch)
@@ -78,7 +78,7 @@ class GradualUnfreezing:
         Raises:
             ScheduleError: ``epoch`` is not an int >= 0.
 
-        Example:
+        Examples:
             >>> schedule.begin_epoch(1)    # head and the group below it train from now on
         """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:

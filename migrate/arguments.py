@@ -1,7 +1,7 @@
 """The checks of migrate's public functions' arguments: ``mxformats.validate`` (shared with gluon_lr) with migrate's
 exception classes, so every entry point refuses a malformed argument the same way, before it reads or writes anything.
 
-Example:
+Examples:
     >>> torch_model = arguments.torch_model(model, "load_migration(torch_model)")  # doctest: +SKIP
 """
 import math

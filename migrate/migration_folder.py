@@ -29,7 +29,7 @@ SCHEMA_VERSION = 1
 def torch_save(obj, path) -> None:
     """``torch.save(obj, path)``, atomically (``mxformats.atomic``).
 
-    Example:
+    Examples:
         >>> torch_save(model.state_dict(), "migrated/weights.pt")  # doctest: +SKIP
     """
     buffer = io.BytesIO()  # torch.save refuses a file name that starts with a dot, as temp names do
@@ -51,7 +51,7 @@ def optimizer_document(optimizer, scheduler, settings: dict, mapping, control=No
     Returns:
         A dict of tensors and plain values, loadable with ``torch.load(..., weights_only=True)``.
 
-    Example:
+    Examples:
         >>> torch.save(optimizer_document(opt, sched, settings, mapping), "migrated/optimizer.pt")  # doctest: +SKIP
     """
     return {"format": OPTIMIZER_FORMAT, "schema_version": SCHEMA_VERSION,
@@ -82,10 +82,10 @@ def load_migration(out_dir, torch_model, rescale_grad=None):
         InputFileError: ``out_dir`` is not a folder, a file is missing or not what ``migrate`` writes, or the weights
             do not fit the model.
         ModelTypeError: ``torch_model`` is not a ``torch.nn.Module`` instance (a class, a name, ...).
-        ArgumentError: ``rescale_grad`` is not None or a finite number > 0.
-        Nothing is loaded into the model unless every argument and file passes.
+        ArgumentError: ``rescale_grad`` is not None or a finite number > 0. Nothing is loaded into the model
+            unless every argument and file passes.
 
-    Example:
+    Examples:
         >>> model = MyNet()
         >>> optimizer, scheduler = migrate.load_migration("migrated", model)
         >>> loss_fn(model(x), y).backward(); optimizer.step(); scheduler.step()  # doctest: +SKIP

@@ -48,7 +48,7 @@ class TorchControl:
         ModelTypeError: ``model`` is not a ``torch.nn.Module`` instance.
         ArgumentError: ``optimizer`` is not a ``torch.optim.Optimizer``.
 
-    Example:
+    Examples:
         >>> control = TorchControl(model, optimizer, mapping)
         >>> control.freeze("features.*")
         >>> control.unfreeze("fc0_weight")   # an MXNet name
@@ -369,7 +369,8 @@ def control_from_mxnet(model, optimizer, settings, mapping, states=None) -> tupl
     ``mapping.to_torch`` when the mapping has it.
 
     Args:
-        model, optimizer: The torch model and its ``torch_optimizer``.
+        model: The torch model.
+        optimizer: Its ``torch_optimizer``.
         settings: The settings document or its path.
         mapping: MXNet name -> torch name.
         states: LrTrainer's states file (path or bytes), or None.
@@ -382,7 +383,7 @@ def control_from_mxnet(model, optimizer, settings, mapping, states=None) -> tupl
         InputFileError: the states file cannot be read.
         ModelTypeError, ArgumentError, MappingError: ``model``, ``optimizer`` or ``mapping`` is of another kind.
 
-    Example:
+    Examples:
         >>> control, lost = control_from_mxnet(model, opt, "settings.json", mapping, "trainer.states")
     """
     arguments.torch_model(model, "control_from_mxnet(model)")

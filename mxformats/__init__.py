@@ -10,7 +10,7 @@ numbers and flags both halves share) and ``errors``.
 ``gluon_lr`` (the MXNet side) writes these files; ``migrate`` (the torch side) reads them where MXNet cannot be
 installed (numpy 2, Python 3.12+).
 
-Example:
+Examples:
     >>> import mxformats
     >>> settings = mxformats.load_settings("out/settings.json")  # doctest: +SKIP
     >>> from mxformats.states import read_states, unpickle_states

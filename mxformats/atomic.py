@@ -27,7 +27,7 @@ def temp_prefix(kind: str = "") -> str:
 def process_running(pid: int) -> bool:
     """True when a process with this id exists.
 
-    Example:
+    Examples:
         >>> process_running(os.getpid())
         True
     """
@@ -46,7 +46,7 @@ def remove_stale(folder) -> list:
     Returns:
         The paths removed.
 
-    Example:
+    Examples:
         >>> remove_stale("checkpoints")
         []
     """
@@ -82,7 +82,7 @@ def atomic_write(path, content, *, error=None) -> None:
     Raises:
         error: the folder does not exist or is not writable.
 
-    Example:
+    Examples:
         >>> atomic_write("notes.txt", b"hello")
         >>> atomic_write("model.pt", lambda tmp: torch.save(obj, tmp))  # doctest: +SKIP
     """
@@ -124,7 +124,7 @@ def atomic_write(path, content, *, error=None) -> None:
 def write_json(path, document, *, error=None) -> None:
     """Write ``document`` as indented JSON (NaN and infinity refused), atomically (see ``atomic_write``).
 
-    Example:
+    Examples:
         >>> write_json("settings.json", {"format": "gluon-lr-settings"})
     """
     write_text(path, json.dumps(document, indent=1, allow_nan=False) + "\n", error=error)
@@ -133,7 +133,7 @@ def write_json(path, document, *, error=None) -> None:
 def write_text(path, text: str, *, error=None) -> None:
     """Write ``text`` as UTF-8, atomically (see ``atomic_write``).
 
-    Example:
+    Examples:
         >>> write_text("report.txt", "ok\\n")
     """
     atomic_write(path, text.encode("utf-8"), error=error)
@@ -142,7 +142,7 @@ def write_text(path, text: str, *, error=None) -> None:
 def sha256(path) -> str:
     """The SHA-256 hex digest of the file at ``path``.
 
-    Example:
+    Examples:
         >>> len(sha256("settings.json"))
         64
     """

@@ -58,7 +58,7 @@ class MXNetRequiredError(ModuleNotFoundError):
     Raised by ``import gluon_lr`` and by the parts of ``migrate`` that run MXNet (exporting a live Gluon block or an
     MXNet checkpoint); ``migrate``'s torch side never needs it.
 
-    Example:
+    Examples:
         >>> raise MXNetRequiredError.for_("gluon_lr.LrTrainer")  # doctest: +SKIP
     """
 

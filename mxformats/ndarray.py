@@ -21,7 +21,7 @@ name (``mx.nd.load`` keeps the last), a shape with an unknown (-1) dimension cou
 ``MXNetFileError`` naming the file and the byte offset; every size is checked against the bytes left before anything
 is allocated, so a damaged dimension never makes numpy allocate more than the file holds.
 
-Example:
+Examples:
     >>> array = decode_ndarray(raw_bytes, "trainer.states")  # doctest: +SKIP
     >>> weights = load_ndarrays("net-0000.params")  # doctest: +SKIP
     >>> params = index_ndarrays("net-0000.params")  # doctest: +SKIP
@@ -275,7 +275,7 @@ def decode_ndarray(data, source: str, error=MXNetFileError):
     Raises:
         error: the bytes are not exactly one dense NDArray (names the source and the byte offset).
 
-    Example:
+    Examples:
         >>> decode_ndarray(bytes(state["handle"]), "trainer.states").dtype  # doctest: +SKIP
         dtype('float32')
     """
@@ -294,7 +294,7 @@ class NDArrayFile(Mapping):
     ``file[key]`` reads that one array (a new numpy array each time); ``info(key)`` tells its shape, dtype and
     offset without reading it. MXNet's empty "none" arrays read as None.
 
-    Example:
+    Examples:
         >>> params = index_ndarrays("net-0000.params")  # doctest: +SKIP
         >>> for name in params: weight = params[name]  # one array in memory at a time  # doctest: +SKIP
     """
@@ -375,7 +375,7 @@ def index_ndarrays(path, error=MXNetFileError) -> NDArrayFile:
         error: the file is missing, not a regular file, truncated or corrupt, or holds sparse arrays (names the file,
             the byte offset, and the sparse arrays by name).
 
-    Example:
+    Examples:
         >>> params = index_ndarrays("resnet-0000.params")  # doctest: +SKIP
         >>> params.info("arg:conv0_weight").shape  # doctest: +SKIP
         (64, 3, 7, 7)
@@ -418,7 +418,7 @@ def load_ndarrays(path, error=MXNetFileError):
     Raises:
         error: the file is missing, truncated, corrupt or holds sparse arrays (names the file and the byte offset).
 
-    Example:
+    Examples:
         >>> weights = load_ndarrays("resnet-0000.params")  # doctest: +SKIP
         >>> weights["arg:conv0_weight"].shape  # doctest: +SKIP
         (64, 3, 7, 7)

@@ -9,7 +9,7 @@ def state_arrays(state) -> list:
 
     Arrays are NDArrays, or numpy arrays where a state was read back from a file.
 
-    Example:
+    Examples:
         >>> mean, var = mx.nd.zeros(3), mx.nd.ones(3)
         >>> [a.shape for a in state_arrays((mean, (var, None), 0.5))]
         [(3,), (3,)]
@@ -29,7 +29,7 @@ PARAM_NAMES = "_gluon_lr_param_names"
 def record_param_names(optimizer, names) -> None:
     """Store ``names`` (by index) on an MXNet optimizer as ``PARAM_NAMES``.
 
-    Example:
+    Examples:
         >>> record_param_names(trainer._optimizer, [p.name for p in trainer._params])  # doctest: +SKIP
     """
     setattr(optimizer, PARAM_NAMES, [str(name) for name in names])
@@ -39,7 +39,7 @@ def recorded_param_names(optimizer):
     """The parameter names by index an optimizer (live, or read from a states file as data) carries, or None when it
     carries none (a stock Trainer never exported, a Module) or carries something else.
 
-    Example:
+    Examples:
         >>> recorded_param_names(optimizer)  # doctest: +SKIP
         ['dense0_weight', 'dense0_bias']
     """

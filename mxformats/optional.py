@@ -14,7 +14,7 @@ def import_mxnet(what: str):
         MXNetRequiredError: MXNet is not installed, or its import fails (numpy 2, Python 3.12+); the message names
             ``what``, the cause and the install command.
 
-    Example:
+    Examples:
         >>> mx = import_mxnet("migrate.name_mapping (exporting the Gluon block)")  # doctest: +SKIP
     """
     try:

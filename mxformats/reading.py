@@ -12,7 +12,7 @@ def special_kind(path):
     """What an existing path that is not a regular file is ("a folder", "a FIFO (named pipe)", ...), read without
     opening it; None for a regular file or when nothing is there.
 
-    Example:
+    Examples:
         >>> special_kind("/tmp")
         'a folder'
     """
@@ -36,7 +36,7 @@ def read_regular_file(path, error, what: str) -> bytes:
     Raises:
         error: the path is missing, unreadable, or not a regular file (a folder, FIFO, socket or device).
 
-    Example:
+    Examples:
         >>> data = read_regular_file("trainer.states", StatesFileError, "the file LrTrainer.save_states wrote")
     """
     if not isinstance(path, (str, bytes, os.PathLike)):

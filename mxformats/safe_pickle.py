@@ -71,7 +71,7 @@ class PickledObject:
     ``type(obj).__name__`` is MXNet's class name (``"Adam"``), ``obj.mxnet_class`` the full one
     (``"mxnet.optimizer.optimizer.Adam"``), ``vars(obj)`` the attributes the pickle held.
 
-    Example:
+    Examples:
         >>> states, optimizer = safe_loads(raw, "trainer.states", as_data=True)  # doctest: +SKIP
         >>> type(optimizer).__name__, optimizer.num_update  # doctest: +SKIP
         ('Adam', 20)
@@ -187,7 +187,7 @@ def safe_loads(data: bytes, source: str, as_data: bool = False):
             their imported subclasses); it is neither imported nor called.
         MXNetFileError: as data, an NDArray that cannot be read without MXNet (sparse) or whose bytes are damaged.
 
-    Example:
+    Examples:
         >>> states, optimizer = safe_loads(open("trainer.states", "rb").read(), "trainer.states", as_data=True)
     """
     loaded = _StatesUnpickler(data, source, as_data).load()

@@ -190,7 +190,7 @@ def check_settings(document, source: str = "settings document", error=SettingsFi
     Raises:
         error: a field is missing or invalid (the message names the field and the fix).
 
-    Example:
+    Examples:
         >>> check_settings(json.load(open("settings.json")))["num_update"]
         20
     """
@@ -222,7 +222,7 @@ def load_settings(path) -> dict:
         SettingsFileError: the file is missing, unreadable, not JSON, of another format or schema version, or a
             field is missing or invalid (the message names the field).
 
-    Example:
+    Examples:
         >>> settings = load_settings("demo_output/settings.json")
         >>> settings["params"]["resnetv10_dense0_weight"]["lr_mult"]
         1.0
@@ -242,7 +242,7 @@ def as_settings(settings, error=SettingsFileError) -> dict:
     Returns:
         The document.
 
-    Example:
+    Examples:
         >>> as_settings("out/settings.json")["optimizer"]["name"]
         'sgd'
     """
@@ -259,7 +259,7 @@ def write_settings(path, document: dict) -> None:
     Raises:
         SettingsFileError: the folder is missing or not writable.
 
-    Example:
+    Examples:
         >>> write_settings("settings.json", settings_document(trainer.optimizer, records, 0))
     """
     write_json(path, document, error=SettingsFileError)

@@ -35,7 +35,7 @@ def write_states(path, header_params: list, mx_states: bytes) -> None:
     Raises:
         StatesFileError: the folder is missing or not writable.
 
-    Example:
+    Examples:
         >>> write_states("trainer.states", [{"name": "w", "shape": [2], "lr_mult": 0.1, "wd_mult": 1.0}], raw)
     """
     header = json.dumps({"format": _FORMAT, "schema_version": _SCHEMA_VERSION, "params": header_params}).encode()
@@ -55,7 +55,7 @@ def read_states(path) -> tuple:
         StatesFileError: the file is missing, not a gluon-lr states file (e.g. a stock ``Trainer.save_states``
             file), truncated, or of an unsupported version.
 
-    Example:
+    Examples:
         >>> params, raw = read_states("trainer.states")
     """
     params, mx_states = split_states(states_bytes(path), str(path))
@@ -72,7 +72,7 @@ def states_bytes(source, error=StatesFileError) -> bytes:
     Raises:
         error: the file cannot be read, or ``source`` is neither a path nor bytes.
 
-    Example:
+    Examples:
         >>> data = states_bytes("trainer.states")
     """
     if isinstance(source, (bytes, bytearray)):
@@ -95,7 +95,7 @@ def split_states(data: bytes, source: str, error=StatesFileError) -> tuple:
         The header's per-parameter list (name, shape, lr_mult, wd_mult and any freeze fields) or None, and the
         bytes MXNet wrote.
 
-    Example:
+    Examples:
         >>> params, raw = split_states(open("trainer.states", "rb").read(), "trainer.states")
     """
     if not data.startswith(MAGIC):
@@ -139,7 +139,7 @@ def unpickle_states(mx_states: bytes, source: str, error=StatesFileError, as_dat
         as_data: True reads without MXNet: numpy arrays and ``safe_pickle.PickledObject`` s (the torch side);
             False gives MXNet's NDArrays and optimizer (the trainer's side).
 
-    Example:
+    Examples:
         >>> states, optimizer = unpickle_states(raw, "trainer.states")
     """
     try:

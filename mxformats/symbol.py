@@ -26,7 +26,7 @@ refuses is refused (``SymbolFileError`` naming the file and the field); unlike M
 input entry with a negative number, and a file of MXNet 2.x (``mxnet_version`` 20000 or more: MXNet 1.9.1 only warns).
 Operators are not checked against a registry (there is none without MXNet): an unknown op name is kept as written.
 
-Example:
+Examples:
     >>> graph = read_symbol("resnet-symbol.json")  # doctest: +SKIP
     >>> graph.nodes[graph.heads[0][0]].op, graph.mxnet_version  # doctest: +SKIP
     ('SoftmaxOutput', 10901)
@@ -146,7 +146,7 @@ def read_symbol(path) -> SymbolGraph:
             field at fault), damaged (an input naming a node that is not there, a cycle), or written by MXNet 2.x or
             later (names the version found).
 
-    Example:
+    Examples:
         >>> graph = read_symbol("net-symbol.json")  # doctest: +SKIP
         >>> [graph.nodes[i].name for i in graph.arg_nodes][:3]  # doctest: +SKIP
         ['data', 'conv0_weight', 'conv0_bias']
@@ -165,7 +165,7 @@ def symbol_from_json(text, source: str = "the symbol JSON") -> SymbolGraph:
     Raises:
         SymbolFileError: as ``read_symbol``.
 
-    Example:
+    Examples:
         >>> symbol_from_json('{"nodes": [{"op": "null", "name": "x", "inputs": []}], "arg_nodes": [0], '
         ...                  '"heads": [[0, 0, 0]]}').nodes[0].name
         'x'

@@ -46,7 +46,7 @@ def check_number(value, what: str, low=-_INF, low_in=True, high=_INF, high_in=Tr
     Raises:
         error: naming ``what``, the value and the interval.
 
-    Example:
+    Examples:
         >>> check_number(0.9, "momentum", 0, True, 1, True)
         0.9
     """
@@ -64,7 +64,7 @@ def check_number(value, what: str, low=-_INF, low_in=True, high=_INF, high_in=Tr
 def check_bool(value, what: str, error=ParamsTypeError) -> bool:
     """``value`` if it is True or False (not a string such as "no", not 0/1).
 
-    Example:
+    Examples:
         >>> check_bool(True, "replace")
         True
     """
@@ -80,7 +80,7 @@ def check_optimizer_params(params, where: str, error=HyperparameterError) -> Non
     Raises:
         error: naming the argument, its value and the accepted range.
 
-    Example:
+    Examples:
         >>> check_optimizer_params({"learning_rate": 0.1, "momentum": 0.9}, "optimizer_params")
     """
     for name, value in params.items():
@@ -108,7 +108,7 @@ def check_multiplier(value, what: str) -> float:
     Raises:
         MultiplierError: ``value`` is not a real number, or is negative, NaN or infinite.
 
-    Example:
+    Examples:
         >>> check_multiplier(1, "lr_mult of 'w'")
         1.0
     """
@@ -131,7 +131,7 @@ def nearest_names(name: str, names, count: int = 3, cutoff: float = 0.5) -> list
     """The ``count`` names of ``names`` closest to ``name`` (difflib's ratio, at least ``cutoff``; case ignored), best
     first.
 
-    Example:
+    Examples:
         >>> nearest_names("sgdd", ["sgd", "adam", "nag"])
         ['sgd']
     """
@@ -150,7 +150,7 @@ def check_name(value, known, what: str, error, hint: str = "") -> str:
         error: The exception class to raise.
         hint: What to do besides picking a listed name (appended to the message).
 
-    Example:
+    Examples:
         >>> check_name("SGD", ["sgd", "adam"], "optimizer", ValueError)
         'SGD'
     """
@@ -167,7 +167,7 @@ def check_name(value, known, what: str, error, hint: str = "") -> str:
 def check_path(value, what: str, error) -> str:
     """``value`` as a ``str`` when it is a non-empty path (``str`` or ``os.PathLike``), else ``error``.
 
-    Example:
+    Examples:
         >>> check_path(pathlib.Path("a.json"), "path", ValueError)
         'a.json'
     """
@@ -188,7 +188,7 @@ def check_output_file(value, what: str, error) -> str:
     Raises:
         error: naming the path, what is wrong and the fix.
 
-    Example:
+    Examples:
         >>> check_output_file("out/settings.json", "export_settings(path)", ValueError)  # doctest: +SKIP
         'out/settings.json'
     """
@@ -210,7 +210,7 @@ def check_mapping(value, what: str, error, example: str = "") -> Mapping:
     """``value`` if it is a ``Mapping`` whose keys and values are all strings (a name -> name table such as
     ``migrate.NameMapping``), else ``error`` (a string or a list of pairs is refused, not read as names).
 
-    Example:
+    Examples:
         >>> check_mapping({"dense0_weight": "fc.weight"}, "mapping", ValueError)
         {'dense0_weight': 'fc.weight'}
     """
@@ -233,7 +233,7 @@ def check_torch_module(value, what: str, error):
     """``value`` if it is a ``torch.nn.Module`` instance (TorchScript modules included), else ``error``; a class given
     in place of an instance is named as such.
 
-    Example:
+    Examples:
         >>> check_torch_module(torch.nn.Linear(2, 2), "torch_model", TypeError)  # doctest: +SKIP
     """
     if _has_base(value, "torch.nn.modules.module", "Module"):
@@ -249,7 +249,7 @@ def check_torch_module(value, what: str, error):
 def check_torch_optimizer(value, what: str, error):
     """``value`` if it is a ``torch.optim.Optimizer`` instance, else ``error``.
 
-    Example:
+    Examples:
         >>> check_torch_optimizer(torch.optim.SGD(model.parameters(), lr=0.1), "optimizer", TypeError)  # doctest: +SKIP
     """
     if not _has_base(value, "torch.optim.optimizer", "Optimizer"):

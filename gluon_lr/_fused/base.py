@@ -114,7 +114,7 @@ def param_float32(value) -> np.float32:
     lr_mult 0.1, step 3, for one) it lands one unit in the last place away from ``np.float32(value)``. So an
     operator is asked (once per value, cached; ``parse_floats`` asks for many at once) to echo it.
 
-    Example:
+    Examples:
         >>> param_float32(2.0201059743896793e-05) == np.nextafter(np.float32(2.0201059743896793e-05), 1)
         True
     """

@@ -131,7 +131,7 @@ class Tensor:
 class Table:
     """The tensors of one step on one context that share (dtype, state structure): what one back-end launch updates.
 
-    Example:
+    Examples:
         >>> table = Table(mx.cpu(), np.dtype("float32"), "none")
         >>> table.add(0, weight, grad, [], weight.size)
         >>> addresses, lengths = table.addresses()   # after base.wait_all()

@@ -32,7 +32,7 @@ class FusedUpdate:
     with every parameter's lr and wd computed exactly as the optimizer computes them (update counts, schedule, Adam's
     bias correction). The others go to the stock Updater in the same step, with the same state arrays.
 
-    Example:
+    Examples:
         >>> fused = FusedUpdate(trainer)
         >>> fused.paths()["dense0_weight"]
         'compiled'

@@ -78,7 +78,7 @@ class Evidence:
 def likely_cause(row, evidence: Evidence) -> str:
     """The cause of ``row``'s difference that the first matching recognizer names, or ``""``.
 
-    Example:
+    Examples:
         >>> likely_cause(report.first_divergence, evidence)  # doctest: +SKIP
         'eps: MXNet BatchNorm ...'
     """

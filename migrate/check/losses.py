@@ -74,7 +74,7 @@ class BatchLoss:
 def check_reduction(loss) -> str:
     """``loss`` if it is one of ``REDUCTIONS``, else UnsupportedLossError naming what the check can run.
 
-    Example:
+    Examples:
         >>> check_reduction("mean")
         'mean'
     """
@@ -103,7 +103,7 @@ def batch_loss(loss: str, labels, mx_shapes: list, torch_shapes: list, batch: in
         OutputMismatchError: the models' outputs differ in number or shape.
         LabelsError: the labels do not fit the output.
 
-    Example:
+    Examples:
         >>> batch_loss("sum", None, [(4, 5)], [(4, 5)], batch=4, seed=0).criterion
         'projection'
     """

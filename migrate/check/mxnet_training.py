@@ -36,7 +36,7 @@ class MXNetTraining:
         states: the states file (path or bytes) of ``trainer.save_states``, or None.
         float64: run in float64 (parameters, states and float inputs cast).
 
-    Example:
+    Examples:
         >>> side = MXNetTraining(source, [x], ["conv0_fwd"], settings)  # doctest: +SKIP
         >>> nodes, outputs = side.forward()
     """
@@ -103,7 +103,7 @@ def symbol_without_dropout(symbol) -> tuple:
     """(``symbol`` with every Dropout's ``p`` set to 0, the names of the Dropout ops changed): MXNet's masks cannot be
     drawn in torch, so the check runs both models without dropout.
 
-    Example:
+    Examples:
         >>> symbol, names = symbol_without_dropout(source.symbol)  # doctest: +SKIP
     """
     mx = import_mxnet("migrate.check_training (running the MXNet model)")
@@ -122,7 +122,7 @@ def mxnet_optimizer(settings: dict, saved=None):
     """The MXNet optimizer the settings describe: hyperparameters, lr schedule, lr_mult/wd_mult by name and the update
     counts (from ``saved``, the optimizer pickled with the states, else the settings' ``num_update``).
 
-    Example:
+    Examples:
         >>> optimizer = mxnet_optimizer(load_settings("settings.json"))  # doctest: +SKIP
     """
     mx = import_mxnet("migrate.check_training (the MXNet optimizer)")

@@ -67,7 +67,7 @@ class TrainingReport:
         notes: what was changed or left out, one sentence each (Dropout disabled, rows not compared).
         float64: both trainings ran in float64.
 
-    Example:
+    Examples:
         >>> report = migrate.check_training(net, model, (4, 3, 32, 32), settings="settings.json")  # doctest: +SKIP
         >>> report.first_divergence.name, report.first_divergence.cause  # doctest: +SKIP
     """

@@ -30,7 +30,7 @@ class TorchTraining:
             returns a ``torch.optim.Optimizer`` over the model it is given (the copy).
         float64: train the copy in float64.
 
-    Example:
+    Examples:
         >>> side = TorchTraining(model, source.params, mapping, settings)  # doctest: +SKIP
     """
 

@@ -75,7 +75,7 @@ def check_training(mx_model, torch_model, inputs, *, labels=None, loss="sum", se
         MappingError, SettingsError, StateConversionError, InputShapeError: as ``name_mapping``, ``torch_optimizer``,
             ``convert_optimizer_state`` raise them.
 
-    Example:
+    Examples:
         >>> report = migrate.check_training(net, torchvision.models.resnet18(), (4, 3, 32, 32),
         ...                                 settings="settings.json", steps=3)  # doctest: +SKIP
         >>> report.first_divergence.name, report.first_divergence.cause  # doctest: +SKIP

@@ -13,7 +13,7 @@ __all__ = ["main", "command_line"]
 def main(argv=None) -> int:
     """Run the ``migrate`` command line in this program and return its exit code (``commands.main``).
 
-    Example:
+    Examples:
         >>> main(["map", "--symbol", "net-symbol.json", "--params", "net-0000.params", "--torch",
         ...       "mypkg.models:net", "--input-shape", "1,3,32,32", "--out", "mapping.json"])  # doctest: +SKIP
         0
@@ -26,7 +26,7 @@ def command_line(argv=None) -> None:
     """The ``migrate`` program (``python -m migrate``, the ``migrate`` script): run ``main`` and end the process with
     its code (``interrupts.exit_process``); a signal at any point ends it with exit 130 and one line.
 
-    Example:
+    Examples:
         >>> command_line(["all", "--help"])  # doctest: +SKIP
     """
     interrupts.mark_command_line(argv)

@@ -117,7 +117,7 @@ def main(argv=None) -> int:
         the MXNet training held did not cross to torch (listed under "not carried to torch"), 2 for a usage, input
         or IO error (argparse errors included), 130 when interrupted (SIGINT or SIGTERM).
 
-    Example:
+    Examples:
         >>> main(["all", "--symbol", "net-symbol.json", "--params", "net-0000.params", "--settings",
         ...       "settings.json", "--states", "trainer.states", "--torch", "mypkg.models:net",
         ...       "--input-shape", "1,3,32,32", "--out", "migrated"])  # doctest: +SKIP

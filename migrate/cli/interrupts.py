@@ -18,7 +18,7 @@ One handler, three phases:
 A SIGINT the process inherited as ignored (a background job) stays ignored. The interpreter's own startup, before
 ``import migrate`` runs, is outside this: Python's default handler applies there.
 
-Example:
+Examples:
     >>> with Interrupts("all", out="migrated") as guard:  # doctest: +SKIP
     ...     try:
     ...         guard.work(); run(); guard.finish()
@@ -43,7 +43,7 @@ _COMMAND_LINE = {"active": False, "command": ""}
 def interrupted_line(command: str) -> str:
     """The one line an interrupted command prints on stderr.
 
-    Example:
+    Examples:
         >>> interrupted_line("all")
         'migrate all: INTERRUPTED: each output is complete or absent (the previous one where it was not replaced)'
     """

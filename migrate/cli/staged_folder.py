@@ -60,7 +60,7 @@ class StagedFolder:
         names: The file names the command writes there; an existing ``target`` may hold only these.
         force: Replace an existing ``target`` that holds some of them.
 
-    Example:
+    Examples:
         >>> with StagedFolder("migrated", ["report.txt"], force=False) as stage:  # doctest: +SKIP
         ...     atomic.write_text(stage.file("report.txt"), "ok")
         ...     stage.commit()
@@ -185,7 +185,7 @@ def remove_leftovers(out, own: bool = True) -> list:
     Returns:
         The paths removed or put back.
 
-    Example:
+    Examples:
         >>> remove_leftovers("/data/runs/migrated")  # doctest: +SKIP
         []
     """

@@ -8,7 +8,7 @@ RGB with Pillow, pixel-equal to ``mx.image.imdecode`` for JPEG and PNG; ``Record
 and flips as ``ImageRecordIter`` did; ``convert_records`` (``convert``) writes a ``.rec`` out as an image folder or
 tar shards (``migrate data convert`` on the command line).
 
-Example:
+Examples:
     >>> from migrate.data import RecordDataset
     >>> dataset = RecordDataset("train.rec", "train.idx")  # doctest: +SKIP
     >>> loader = torch.utils.data.DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4)  # doctest: +SKIP

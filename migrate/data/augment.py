@@ -31,7 +31,7 @@ class ImageRecordAugment:
     Raises (when called):
         RecordIOError: the (resized) image is smaller than ``data_shape``, which ImageRecordIter refuses too.
 
-    Example:
+    Examples:
         >>> augment = ImageRecordAugment((3, 224, 224), resize=256, rand_crop=True, rand_mirror=True)
         >>> dataset = RecordDataset("train.rec", "train.idx", transform=augment)  # doctest: +SKIP
         >>> dataset[0][0].shape  # doctest: +SKIP

@@ -87,7 +87,7 @@ def convert_records(path, out, idx=None, format: str = "folder", per_shard: int 
         OutputExistsError: ``out`` holds files and ``force`` is not given, or holds files that are no export.
         OutputPathError: ``out``'s parent folder is missing or not writable.
 
-    Example:
+    Examples:
         >>> convert_records("train.rec", "train_images", idx="train.idx").layout  # doctest: +SKIP
         'classes'
     """

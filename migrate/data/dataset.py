@@ -40,7 +40,7 @@ class RecordDataset(torch.utils.data.Dataset):
             broken record, a label count that disagrees with the header or with ``label_width``, a payload that is
             no image (each names the file, the key and the byte offset). Nothing is skipped silently.
 
-    Example:
+    Examples:
         >>> dataset = RecordDataset("train.rec", "train.idx")  # doctest: +SKIP
         >>> loader = torch.utils.data.DataLoader(dataset, batch_size=64, shuffle=True, num_workers=4)  # doctest: +SKIP
         >>> image, label = dataset[0]  # doctest: +SKIP

@@ -44,7 +44,7 @@ def framed(payload: bytes) -> bytes:
     Raises:
         RecordIOError: ``payload`` holds 2**29 bytes or more (RecordIO's limit).
 
-    Example:
+    Examples:
         >>> framed(b"abc").hex()
         '0a23d7ce0300000061626300'
     """
@@ -116,7 +116,7 @@ def read_record(fd: int, offset: int, path: str) -> tuple[bytes, int]:
         RecordIOError: no magic or a wrong cflag at a part's start, or the file ends inside the record (names the
             file and the byte offset).
 
-    Example:
+    Examples:
         >>> fd = os.open("train.rec", os.O_RDONLY)  # doctest: +SKIP
         >>> payload, next_offset = read_record(fd, 0, "train.rec")  # doctest: +SKIP
     """
@@ -152,7 +152,7 @@ def record_offsets(fd: int, path: str, size: int) -> np.ndarray:
         RecordIOError: a part header is missing, has no magic or a cflag out of sequence, or a part runs past the
             end of the file (names the file and the byte offset).
 
-    Example:
+    Examples:
         >>> fd = os.open("train.rec", os.O_RDONLY)  # doctest: +SKIP
         >>> record_offsets(fd, "train.rec", os.path.getsize("train.rec"))  # doctest: +SKIP
         array([   0, 4108, 8192])

@@ -52,7 +52,7 @@ def unpack(record: bytes, where: str = "the record") -> tuple[RecordHeader, byte
     Raises:
         RecordIOError: the record is shorter than the 24-byte header, or than the ``flag`` labels its header counts.
 
-    Example:
+    Examples:
         >>> header, payload = unpack(pack(RecordHeader(0, [1, 2], 7, 0), b"jpeg"))
         >>> header.flag, header.label.tolist(), header.id, payload
         (2, [1.0, 2.0], 7, b'jpeg')
@@ -83,7 +83,7 @@ def pack(header, payload: bytes) -> bytes:
     Returns:
         The record's bytes.
 
-    Example:
+    Examples:
         >>> len(pack((0, 3.0, 1, 0), b"png!"))
         28
     """

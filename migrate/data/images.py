@@ -26,7 +26,7 @@ def image_format(payload: bytes) -> str | None:
     """The image format a payload's first bytes announce (``jpg``, ``png``, ``bmp``, ``gif``, ``tif``, ``webp``),
     or None.
 
-    Example:
+    Examples:
         >>> image_format(b"\\x89PNG\\r\\n\\x1a\\n...")
         'png'
     """
@@ -49,7 +49,7 @@ def open_image(payload: bytes, where: str = "the payload"):
     Raises:
         RecordIOError: Pillow cannot decode the payload (not an image, or truncated).
 
-    Example:
+    Examples:
         >>> image = open_image(payload)  # doctest: +SKIP
         >>> image.mode, image.size  # doctest: +SKIP
         ('RGB', (500, 375))
@@ -93,7 +93,7 @@ def decode_image(payload: bytes, where: str = "the payload") -> np.ndarray:
     Raises:
         RecordIOError: the payload is no image Pillow can decode.
 
-    Example:
+    Examples:
         >>> header, payload = unpack(records.record(0))  # doctest: +SKIP
         >>> decode_image(payload).shape  # doctest: +SKIP
         (375, 500, 3)
@@ -105,7 +105,7 @@ def pixels_tensor(image):
     """An RGB ``PIL.Image`` as an ``(H, W, 3)`` uint8 torch tensor (one copy out of Pillow; read-only memory: use it
     as an input, ``.contiguous()`` or ``.clone()`` it to write).
 
-    Example:
+    Examples:
         >>> pixels_tensor(open_image(payload)).permute(2, 0, 1).contiguous().shape  # doctest: +SKIP
         torch.Size([3, 375, 500])
     """

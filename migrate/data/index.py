@@ -25,7 +25,7 @@ def read_index(path: str, key_type=int) -> tuple[list, np.ndarray]:
         RecordIOError: a line is not ``key<TAB>offset``, a key does not convert, a key repeats, or an offset is
             negative (names the file and the line).
 
-    Example:
+    Examples:
         >>> keys, offsets = read_index("train.idx")  # doctest: +SKIP
     """
     keys, offsets, lines = [], [], {}
@@ -71,7 +71,7 @@ def write_index(path: str, keys, offsets) -> None:
         keys: One key per record.
         offsets: The byte offset of each record.
 
-    Example:
+    Examples:
         >>> write_index("train.idx", [0, 1], [0, 4108])  # doctest: +SKIP
     """
     text = "".join(f"{key}\t{int(offset)}\n" for key, offset in zip(keys, offsets))

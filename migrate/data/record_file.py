@@ -35,7 +35,7 @@ class RecordFile:
             ``.idx`` line is malformed, or an offset points outside the file or off a 4-byte boundary (names the
             file, the key and the offset), or a file is missing.
 
-    Example:
+    Examples:
         >>> records = RecordFile("train.rec", "train.idx")  # doctest: +SKIP
         >>> header, payload = records.unpacked(records.keys()[0])  # doctest: +SKIP
         >>> header.label, len(records)  # doctest: +SKIP
@@ -130,7 +130,7 @@ class RecordFile:
     def write_index(self, path) -> None:
         """Write the keys and offsets as an ``.idx`` (``MXIndexedRecordIO`` reads it), atomically.
 
-        Example:
+        Examples:
             >>> RecordFile("train.rec").write_index("train.idx")  # doctest: +SKIP
         """
         index.write_index(os.fspath(path), self._keys, self._offsets)

@@ -71,7 +71,7 @@ def normalize_shapes(input_shapes, input_dtypes=None) -> tuple[list[tuple], list
         InputShapeError: a shape is empty or holds something other than positive integers (a float, a bool), the
             shapes are not a tuple or a list of tuples, or a dtype is not one numpy knows.
 
-    Example:
+    Examples:
         >>> normalize_shapes((1, 3, 8, 8))
         ([(1, 3, 8, 8)], [dtype('float32')])
     """
@@ -119,7 +119,7 @@ def load_mxnet(mx_model, shapes, dtypes) -> MxSource:
         TypeError: ``mx_model`` is neither form.
         MXNetRequiredError: MXNet is not installed here.
 
-    Example:
+    Examples:
         >>> src = load_mxnet(("net-symbol.json", "net-0000.params"), [(1, 3, 32, 32)], [np.float32])  # doctest: +SKIP
     """
     if isinstance(mx_model, MxSource):
@@ -284,7 +284,7 @@ def _size(shape) -> int:
 def shape_only_tensor(name: str, data_type: int, shape):
     """An ONNX initializer with ``name``, ``data_type`` and ``shape`` but no bytes (location ``STRUCTURE_ONLY``).
 
-    Example:
+    Examples:
         >>> t = shape_only_tensor("fc.weight", 1, (4096, 4096)); t.ByteSize() < 100
         True
     """
@@ -314,7 +314,7 @@ def export_mxnet(source: MxSource, shapes, dtypes, *, with_weights=False, progre
         InputShapeError: the shapes do not fit the model.
         ExportError: MXNet's exporter has no translation for an op (names it).
 
-    Example:
+    Examples:
         >>> shapes, dtypes = [(1, 3, 32, 32)], [np.float32]
         >>> model = export_mxnet(load_mxnet(net, shapes, dtypes), shapes, dtypes)  # doctest: +SKIP
     """
@@ -347,7 +347,7 @@ def node_output_shapes(source: MxSource, shapes, *, partial=False) -> dict:
     """``{MXNet node name: output shape}`` of every single-output node of ``source``, from MXNet's shape inference
     on the data input ``shapes``; MXNet's error when they do not fit (``partial``: shapes left open read 0).
 
-    Example:
+    Examples:
         >>> node_output_shapes(load_mxnet(net, [(1, 4)], [np.float32]), [(1, 4)])["dense0_fwd"]  # doctest: +SKIP
         (1, 10)
     """
@@ -399,7 +399,7 @@ def export_torch(module, shapes, dtypes, *, with_weights=False, progress=None):
         InputShapeError: the module rejects the inputs.
         ExportError: ``torch.onnx.export`` fails (names the op when torch does).
 
-    Example:
+    Examples:
         >>> model = export_torch(torchvision.models.resnet18(), [(1, 3, 64, 64)], [np.float32])  # doctest: +SKIP
     """
     import onnx

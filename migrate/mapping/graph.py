@@ -122,7 +122,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     Returns:
         A ``ParamGraph``.
 
-    Example:
+    Examples:
         >>> g = param_graph(export_torch(torch.nn.Linear(4, 2), [(1, 4)], [np.float32]))  # doctest: +SKIP
         >>> g.nodes[0].label
         ('linear', 2, 4)

@@ -44,7 +44,7 @@ def recurrent_nodes(nodes, producer, params, indices=None) -> tuple[dict, set]:
         ``({node index: {role: parameter name}}, plumbing node indices)``. The plumbing is not a parameter node
         of its own (torch's gate ``Slice`` of ``weight_ih_l0`` would otherwise look like one).
 
-    Example:
+    Examples:
         >>> roles, plumbing = recurrent_nodes(nodes, producer, params)  # doctest: +SKIP
         >>> roles[12]
         {'weight_ih': 'weight_ih_l0', 'weight_hh': 'weight_hh_l0', 'bias_ih': 'bias_ih_l0', 'bias_hh': 'bias_hh_l0'}
@@ -77,7 +77,7 @@ def small_constants(tensors, nodes) -> dict:
     Returns:
         Value name -> float.
 
-    Example:
+    Examples:
         >>> small_constants([onnx.numpy_helper.from_array(np.array([1e-5], np.float32), "eps")], [])  # doctest: +SKIP
         {'eps': 9.999999747378752e-06}
     """
@@ -123,7 +123,7 @@ def fuse_patterns(nodes: list, producer: dict, consumers: dict, params, consts: 
         ``({index: fused node}, indices of the nodes it replaces)``: the fused node takes the index of the
         pattern's last node (so topological order holds), and the other nodes of the pattern go.
 
-    Example:
+    Examples:
         >>> fused, dropped = fuse_patterns(nodes, producer, consumers, params, consts, make)  # doctest: +SKIP
         >>> [n.op_type for n in fused.values()]
         ['Gelu', 'LayerNormalization']
@@ -306,7 +306,7 @@ def packed_linear_nodes(nodes, producer, params, views, indices=None) -> tuple[d
         ``({plumbing node index: (gemm index, {'weight': name, 'bias': name})}, plumbing node indices)``; each
         entry sits on the node that first reads its weight, so canonical order visits them in packing order.
 
-    Example:
+    Examples:
         >>> parts, plumbing = packed_linear_nodes(nodes, producer, params, views)  # doctest: +SKIP
         >>> [roles["weight"] for _, roles in parts.values()]
         ['cell0_query_weight', 'cell0_key_weight', 'cell0_value_weight']

@@ -36,7 +36,7 @@ def match_graphs(mx_graph: ParamGraph, torch_graph: ParamGraph, torch_keys=None)
     Returns:
         A ``NameMapping``.
 
-    Example:
+    Examples:
         >>> m = match_graphs(param_graph(mx_onnx, mx_names), param_graph(torch_onnx, keys), keys)  # doctest: +SKIP
     """
     acc = _Acc()
@@ -81,7 +81,7 @@ def align(mx_labels: list, torch_labels: list) -> list[tuple[int | None, int | N
     Returns:
         A list of ``(i, j)`` in order, where ``i`` or ``j`` may be None.
 
-    Example:
+    Examples:
         >>> align([("bn", 4), ("linear", 2, 4)], [("bn", 4), ("bn", 4), ("linear", 2, 4)])
         [(0, 0), (None, 1), (1, 2)]
     """

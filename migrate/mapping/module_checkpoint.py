@@ -60,7 +60,7 @@ def cut_loss_heads(symbol, params: dict) -> tuple:
         The symbol unchanged and ``[]`` when it has no loss head; else the symbol whose outputs are the non-loss
         nodes that fed the loss, and notes naming the cut heads, the label inputs and the new outputs.
 
-    Example:
+    Examples:
         >>> sym, notes = cut_loss_heads(mx.sym.load("mlp-symbol.json"), params)  # doctest: +SKIP
         >>> notes
         ["Module checkpoint: loss head SoftmaxOutput 'softmax' cut ..."]

@@ -34,7 +34,7 @@ def name_mapping(mx_model, torch_model, input_shapes, *, input_dtypes=None, prog
         ExportError: an ONNX export fails (names the op).
         ModelTypeError: a model is of an unsupported type.
 
-    Example:
+    Examples:
         >>> from mxnet.gluon.model_zoo import vision
         >>> net = vision.resnet18_v1(); net.initialize()
         >>> m = name_mapping(net, torchvision.models.resnet18(), (1, 3, 64, 64))  # doctest: +SKIP

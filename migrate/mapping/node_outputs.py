@@ -20,7 +20,7 @@ def seeded_inputs(shapes, dtypes, mapping: NameMapping, seed: int) -> list:
     """Seeded numpy inputs: standard normal floats; integers in ``[0, rows of the smallest embedding)`` (10 without
     one), so token ids index every embedding of the model.
 
-    Example:
+    Examples:
         >>> [x.shape for x in seeded_inputs([(2, 3)], [np.dtype("float32")], mapping, seed=0)]  # doctest: +SKIP
         [(2, 3)]
     """
@@ -41,7 +41,7 @@ def torch_inputs(inputs: list) -> list:
 def node_pairs(source, mapping: NameMapping) -> list:
     """(MXNet op name, torch module path, folded bias or None) per matched node, in the mapping's canonical order.
 
-    Example:
+    Examples:
         >>> node_pairs(source, mapping)[0]  # doctest: +SKIP
         ('resnetv10_conv0_fwd', 'conv1', None)
     """
@@ -96,7 +96,7 @@ def mxnet_executor(symbol, values: dict, ops, *, with_final=True, grad_req="null
     Returns:
         ``(executor, the ops exposed)``: the first ``len(ops exposed)`` outputs are theirs.
 
-    Example:
+    Examples:
         >>> executor, exposed = mxnet_executor(source.symbol, values, ["conv0_fwd"])  # doctest: +SKIP
     """
     import mxnet as mx
@@ -125,7 +125,7 @@ def captured_module_outputs(model, modules):
     ``migrate.generate_torch`` (its layers are code, recorded by the module itself). TorchScript modules have no
     forward hooks: nothing is recorded.
 
-    Example:
+    Examples:
         >>> with captured_module_outputs(model, ["conv1"]) as found:  # doctest: +SKIP
         ...     model(x)
         >>> found["conv1"].shape
@@ -162,7 +162,7 @@ def max_diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     the closest axis permutation: GluonNLP's encoder runs time-major where HF runs batch-major); ``inf`` when the
     sizes differ.
 
-    Example:
+    Examples:
         >>> max_diff(np.ones((2, 3)), np.ones((3, 2)).T)
         (0.0, 1.0)
     """

@@ -52,7 +52,7 @@ def simplify_graph(model, params) -> None:
         model: an ``onnx.ModelProto`` from ``migrate.mapping.export`` (changed in place).
         params: the names that are parameters: never treated as constants, never removed.
 
-    Example:
+    Examples:
         >>> model = export_torch(bert, [(1, 32)] * 2, [np.int64] * 2)  # doctest: +SKIP
         >>> simplify_graph(model, bert.state_dict())  # doctest: +SKIP
         >>> sum(n.op_type == "Shape" for n in model.graph.node)

@@ -40,7 +40,7 @@ def write_safetensors(mx_params, mapping: NameMapping, path, torch_model=None, *
         MappingError, WeightShapeError, InputFileError: as ``convert_weights``.
         OutputWriteError: the file could not be written (disk full: names the bytes needed); no file is left.
 
-    Example:
+    Examples:
         >>> write_safetensors("net-0000.params", mapping, "out/weights.safetensors", torch_net)  # doctest: +SKIP
     """
     return _write_items(converted_tensors(mx_params, mapping, torch_model), path, progress)
@@ -52,7 +52,7 @@ def write_state_dict(state_dict: dict, path, *, progress=None) -> dict:
     Same file, guarantees and errors as ``write_safetensors``; no copy of the tensors is made (each is written
     from its own memory).
 
-    Example:
+    Examples:
         >>> write_state_dict(model.state_dict(), "out/weights.safetensors")  # doctest: +SKIP
     """
     return _write_items(iter(state_dict.items()), path, progress)

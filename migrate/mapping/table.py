@@ -30,7 +30,7 @@ class NameMapping(Mapping):
         torch_defaults: torch keys that need no MXNet source -> what they get (a zero bias where MXNet has
             none, ``num_batches_tracked`` counters).
 
-    Example:
+    Examples:
         >>> m = migrate.name_mapping(gluon_net, torch_net, (1, 3, 32, 32))  # doctest: +SKIP
         >>> m["resnetv10_conv0_weight"], m.ok
         ('conv1.weight', True)
@@ -63,7 +63,7 @@ class NameMapping(Mapping):
         (MXNet reads it as 1 and gives it no gradient), 1.0. ``to_torch`` writes the constant and ``param_groups``
         freezes the tensor, so torch computes what MXNet does whatever value MXNet stored.
 
-        Example:
+        Examples:
             >>> mapping.held  # doctest: +SKIP
             {'bn1_gamma': 1.0}
         """
@@ -103,7 +103,7 @@ class NameMapping(Mapping):
         Raises:
             MappingKeyError: ``mx_name`` is not mapped.
 
-        Example:
+        Examples:
             >>> mapping.transform("dense0_weight") is None  # doctest: +SKIP
             True
         """
@@ -125,7 +125,7 @@ class NameMapping(Mapping):
         Returns:
             A numpy array in the torch target's shape.
 
-        Example:
+        Examples:
             >>> mapping.to_torch("head_weight", w).shape  # a 1x1 conv (3, 10, 1, 1) onto a Linear  # doctest: +SKIP
             (3, 10)
 
@@ -155,7 +155,7 @@ class NameMapping(Mapping):
         Returns:
             A numpy array in the MXNet source's shape.
 
-        Example:
+        Examples:
             >>> mapping.to_mxnet("head.weight", np.zeros((3, 10))).shape  # doctest: +SKIP
             (3, 10, 1, 1)
 
@@ -184,7 +184,7 @@ class NameMapping(Mapping):
         Args:
             path: the JSON file to write (replaced if it exists).
 
-        Example:
+        Examples:
             >>> mapping.save("mapping.json")  # doctest: +SKIP
         """
         write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
@@ -197,7 +197,7 @@ class NameMapping(Mapping):
             InputFileError: the file is missing or not JSON.
             MappingError: the JSON is not a name mapping of a known schema version.
 
-        Example:
+        Examples:
             >>> m = NameMapping.load("mapping.json")  # doctest: +SKIP
         """
         doc = _read_json(os.fspath(path))

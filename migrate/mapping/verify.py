@@ -147,7 +147,7 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
         ModelTypeError: ``torch_model`` is not a ``torch.nn.Module`` instance.
         ArgumentError: ``atol`` is not a finite number >= 0, or ``in_place`` is not a bool.
 
-    Example:
+    Examples:
         >>> report = verify(net, torchvision.models.resnet18(), mapping, (1, 3, 64, 64))  # doctest: +SKIP
         >>> report.ok, report.max_abs_diff < 1e-5
         (True, True)

@@ -40,7 +40,7 @@ def convert_weights(mx_params, mapping: NameMapping, torch_model=None) -> dict:
         An MXNet conv bias with no torch bias is folded into the next BatchNorm's running mean
         (``mean - bias``): exact in eval mode; under batch statistics the bias cancels anyway.
 
-    Example:
+    Examples:
         >>> sd = convert_weights("net-0000.params", mapping, torch_net)  # doctest: +SKIP
         >>> torch_net.load_state_dict(sd)
     """
@@ -53,7 +53,7 @@ def convert_weights(mx_params, mapping: NameMapping, torch_model=None) -> dict:
 def converted_keys(mapping: NameMapping, torch_model) -> list:
     """The torch keys ``converted_tensors`` yields for ``torch_model``: mapped keys, then defaults it fills.
 
-    Example:
+    Examples:
         >>> len(converted_keys(mapping, torch_net)) == len(torch_net.state_dict())  # doctest: +SKIP
         True
     """
@@ -70,7 +70,7 @@ def load_mxnet_weights(torch_model, mx_params, mapping: NameMapping, *, progress
     Raises:
         The errors of ``convert_weights``.
 
-    Example:
+    Examples:
         >>> keys = load_mxnet_weights(torch_net, "net-0000.params", mapping)  # doctest: +SKIP
     """
     import torch
@@ -94,7 +94,7 @@ def converted_tensors(mx_params, mapping: NameMapping, torch_model=None):
     becomes the tensor itself where its layout and dtype already fit: beside the tensors already yielded, at most one
     tensor's values (and its layout or dtype conversion) is held at a time.
 
-    Example:
+    Examples:
         >>> for key, tensor in converted_tensors("net-0000.params", mapping, torch_net): ...  # doctest: +SKIP
     """
     import torch

@@ -10,7 +10,7 @@ this package imports them all. Around them: ``groups`` (torch param groups from 
 ``mx_states`` (reading MXNet trainer states), ``state_conversion`` and ``stock_state`` (MXNet optimizer states ->
 the exact or the stock torch optimizer's state).
 
-Example:
+Examples:
     >>> from migrate.optim import OPTIMIZERS, record
     >>> OPTIMIZERS["adam"] is record("adam").exact_class
     True

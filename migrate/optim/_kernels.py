@@ -151,7 +151,7 @@ def run_in_place(update, tensors, *scalars) -> bool:
     """``update(*flat views of tensors, *scalars)`` (a None tensor passes as None) where the compiled loops can run
     on the tensors (``available``); False, nothing done, where they cannot (the caller's torch path runs then).
 
-    Example:
+    Examples:
         >>> run_in_place(adam_update, (weight, grad, mean, var), lr, wd, 0.9, 0.999, 1e-8, 1.0, -1.0)  # doctest: +SKIP
         True
     """

@@ -19,7 +19,7 @@ __all__ = ["AdaDelta", "AdaGrad", "Ftrl", "GroupAdaGrad", "RMSProp"]
 class RMSProp(MXNetOptimizer):
     """MXNet ``rmsprop``: eps inside the sqrt; centered (Graves) keeps lr inside the momentum ``delta``.
 
-    Example:
+    Examples:
         >>> opt = RMSProp(model.parameters(), lr=1e-3, gamma1=0.9, gamma2=0.9, centered=True)
     """
 
@@ -78,7 +78,7 @@ def _rmsprop_buffers(state, centered):
 class AdaGrad(MXNetOptimizer):
     """MXNet ``adagrad``: ``h += clip(rescale_grad*g)^2; w -= lr*(g/sqrt(h + eps) + wd*w)`` (decoupled wd).
 
-    Example:
+    Examples:
         >>> opt = AdaGrad(model.parameters(), lr=0.01, eps=1e-7)
     """
 
@@ -112,7 +112,7 @@ class GroupAdaGrad(MXNetOptimizer):
         UnsupportedOptimizerError: a trained parameter is not 2-D, or has weight decay: MXNet refuses both
             (``assert len(weight.shape) == 2``, ``assert wd == 0``).
 
-    Example:
+    Examples:
         >>> opt = GroupAdaGrad(embedding.parameters(), lr=0.1, eps=1e-5)
     """
 
@@ -153,7 +153,7 @@ def _row_state_shape(param):
 class AdaDelta(MXNetOptimizer):
     """MXNet ``adadelta``: lr is ignored entirely; ``w -= delta + wd*w`` (wd not scaled by lr).
 
-    Example:
+    Examples:
         >>> opt = AdaDelta(model.parameters(), lr=1.0, rho=0.9, epsilon=1e-5)
     """
 
@@ -183,7 +183,7 @@ class Ftrl(MXNetOptimizer):
     (``migrate.optim._kernels``, bit for bit ``ftrl_update``); others a torch path in another order of operations
     (~1e-7 relative per step).
 
-    Example:
+    Examples:
         >>> opt = Ftrl(model.parameters(), lr=0.1, lamda1=0.01, beta=1.0)
     """
 

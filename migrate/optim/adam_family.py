@@ -20,7 +20,7 @@ __all__ = ["FTML", "LAMB", "Adam", "Adamax", "Nadam"]
 class Adam(MXNetOptimizer):
     """MXNet ``adam``: ``gg = clip(rescale_grad*g + wd*w)``; bias correction folded into lr; eps outside the sqrt.
 
-    Example:
+    Examples:
         >>> opt = Adam(model.parameters(), lr=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8)
     """
 
@@ -80,7 +80,7 @@ def _step_tensor(step, device):
 class Adamax(MXNetOptimizer):
     """MXNet ``adamax``: ``u = max(beta2*u, |gg|)`` with no epsilon; ``w -= lr/(1-beta1^t) * m/u``.
 
-    Example:
+    Examples:
         >>> opt = Adamax(model.parameters(), lr=2e-3, beta1=0.9, beta2=0.999)
     """
 
@@ -116,7 +116,7 @@ class Nadam(MXNetOptimizer):
     Parameters are updated in MXNet's index order (the ``mx_indices`` of each group when present, else group
     order), so the result depends on the parameter count and order exactly as in MXNet.
 
-    Example:
+    Examples:
         >>> opt = Nadam(model.parameters(), lr=1e-3, schedule_decay=0.004)
     """
 
@@ -182,7 +182,7 @@ class LAMB(MXNetOptimizer):
         element order into a C ``float`` by one thread, so they do not depend on MXNet's thread count. Here float64
         CPU tensors replay that sum exactly (numba); float32 and CUDA tensors use torch's norm (~1e-7 relative).
 
-    Example:
+    Examples:
         >>> opt = LAMB(model.parameters(), lr=1e-3, epsilon=1e-6)
     """
 
@@ -260,7 +260,7 @@ class FTML(MXNetOptimizer):
     ``w = -z/d_t``. The scalars are computed in the weight's dtype from float32 hyperparameters, as MXNet's
     kernel does (``t`` is the parameter's update count). lr must be > 0 (MXNet divides by it).
 
-    Example:
+    Examples:
         >>> opt = FTML(model.parameters(), lr=0.01, beta1=0.6, beta2=0.999, epsilon=1e-8)
     """
 

@@ -34,7 +34,7 @@ def kernel_float(value):
     """``value`` as an MXNet kernel's scalar ``float`` parameter holds it (``str(value)`` parsed by dmlc's parser,
     which is not correctly rounded: ``migrate.optim.dmlc_float``), returned as a python float.
 
-    Example:
+    Examples:
         >>> kernel_float(0.1)
         0.10000000149011612
     """
@@ -45,7 +45,7 @@ def rounded_float32(value):
     """``value`` rounded to float32 (correctly), returned as a python float: C ``float`` arithmetic, and the
     ``lrs``/``wds`` MXNet passes as tuples (multi_sgd_update, multi_lamb_update) or float32 arrays (LARS).
 
-    Example:
+    Examples:
         >>> rounded_float32(0.1)
         0.10000000149011612
     """
@@ -67,7 +67,7 @@ class MXNetOptimizer(torch.optim.Optimizer):
         state_layouts: Every list of state names MXNet may keep for one parameter (RMSProp keeps ``n`` alone when
             not centered); None: ``state_names`` only.
 
-    Example:
+    Examples:
         >>> class Plain(MXNetOptimizer):  # w -= lr * clip(rescale_grad * g)
         ...     def _update(self, group, params, grads, states):
         ...         torch._foreach_add_(params, self._scaled(grads, group), alpha=-group["lr"])
@@ -243,7 +243,7 @@ def momentum_state(param, group):
     """Fresh state of a momentum optimizer's ``param`` in ``group``: its update count, and a zero
     ``momentum_buffer`` when the group's momentum is not 0 (MXNet keeps no momentum state then).
 
-    Example:
+    Examples:
         >>> momentum_state(torch.zeros(2), {"momentum": 0.9})
         {'step': 0, 'momentum_buffer': tensor([0., 0.])}
     """
@@ -256,7 +256,7 @@ def momentum_state(param, group):
 def clips(group):
     """Whether MXNet clips gradients for ``group`` (clip_gradient None or <= 0 means no clipping).
 
-    Example:
+    Examples:
         >>> clips({"clip_gradient": None}), clips({"clip_gradient": 0.5})
         (False, True)
     """
@@ -294,7 +294,7 @@ def python_scaled(grad, group):
 
     A new tensor. MXNet's ``clip(x, -c, c)`` with ``c < 0`` gives ``c`` where ``x > c``, else ``-c``; kept here.
 
-    Example:
+    Examples:
         >>> python_scaled(torch.tensor([3.0, -1.0]), {"rescale_grad": 0.5, "clip_gradient": 1.0})
         tensor([ 1.0000, -0.5000])
     """
@@ -311,7 +311,7 @@ def half_sum_sq(tensor):
     """MXNet's CPU multi_sum_sq of one float16 (or bfloat16) tensor: each square rounded to the tensor's dtype
     (mshadow's half arithmetic: float product, rounded), summed in element order into a C float.
 
-    Example:
+    Examples:
         >>> half_sum_sq(torch.tensor([0.5, 2.0], dtype=torch.float16))
         4.25
     """

@@ -28,7 +28,7 @@ def mx_float32(value) -> np.float32:
     Raises:
         OverflowError: MXNet would refuse the value (dmlc's stof raises ``out_of_range`` beyond float32's range).
 
-    Example:
+    Examples:
         >>> mx_float32(2.0201059743896793e-05) == np.nextafter(np.float32(2.0201059743896793e-05), np.float32(1))
         True
     """

@@ -16,7 +16,7 @@ class ParamGroups(list):
     ``unmapped="freeze"``. ``param_groups`` leaves the
     model alone; ``apply_frozen(model)`` sets ``requires_grad=False`` on them (``torch_optimizer`` does).
 
-    Example:
+    Examples:
         >>> groups = param_groups(model, "settings.json", mapping)
         >>> groups.apply_frozen(model)
         >>> torch.optim.SGD(groups, lr=0.1)
@@ -71,7 +71,7 @@ def param_groups(torch_model, settings, mapping, unmapped="error"):
             torch key the model lacks, or (with ``unmapped="error"``) trainable torch parameters have no MXNet source.
         ModelTypeError: ``torch_model`` is not a ``torch.nn.Module`` instance.
 
-    Example:
+    Examples:
         >>> groups = param_groups(model, "settings.json", {"dense0_weight": "fc.weight", "dense0_bias": "fc.bias"})
         >>> torch.optim.SGD(groups, lr=0.1, momentum=0.9)
 
@@ -122,7 +122,7 @@ def settings_with_held_frozen(settings, mapping) -> dict:
     Raises:
         SettingsError: The settings file cannot be read or is not a settings document.
 
-    Example:
+    Examples:
         >>> settings_with_held_frozen("settings.json", mapping)["params"]["bn1_gamma"]["frozen"]  # doctest: +SKIP
         True
     """

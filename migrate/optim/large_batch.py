@@ -31,7 +31,7 @@ class LARS(MXNetOptimizer):
     lr change only the first chunk of the step is corrected, as in MXNet). ``last_lr`` is kept in
     ``state["lars_last_lr"]``.
 
-    Example:
+    Examples:
         >>> opt = LARS(param_groups, lr=0.1, momentum=0.9, eta=0.001)
     """
 
@@ -135,7 +135,7 @@ class LBSGD(MXNetOptimizer):
         Under a stock ``gluon.Trainer`` or ``Module`` the first parameter of EVERY step reads the lr of the
         previous count: where the schedule changes between two counts, its step differs from this one.
 
-    Example:
+    Examples:
         >>> opt = LBSGD(model.parameters(), lr=0.1, momentum=0.9, batch_scale=4, warmup_strategy="linear")
     """
 

@@ -38,7 +38,7 @@ def load_states(mx_states):
     Raises:
         InputFileError: the file cannot be read or unpickled.
 
-    Example:
+    Examples:
         >>> names, states, mx_optimizer = load_states("trainer.states")  # doctest: +SKIP
     """
     source = os.fspath(mx_states) if isinstance(mx_states, (str, os.PathLike)) else "mx_states"
@@ -62,7 +62,7 @@ def check_state_names(header_names, by_index, mx_optimizer=None) -> None:
         by_index: MXNet parameter index -> name, from the settings.
         mx_optimizer: The optimizer pickled in the file (live or read as data), or None.
 
-    Example:
+    Examples:
         >>> check_state_names(["w", "b"], {0: "w", 1: "b"})
     """
     names = header_names if header_names is not None else recorded_param_names(mx_optimizer)
@@ -120,7 +120,7 @@ def state_tensor(mapping, mx_name, array, param, shape=None, dtype=None):
     Raises:
         StateConversionError: its shape does not fit.
 
-    Example:
+    Examples:
         >>> state_tensor({"w": "w"}, "w", np.zeros((2, 3)), torch.zeros(2, 3)).shape
         torch.Size([2, 3])
     """

@@ -65,7 +65,7 @@ class OptimizerRecord:
             beyond the per-parameter states (Nadam's momentum schedule, ...) into the exact torch optimizer
             (``targets``: ``mx_states.StateTargets``); None where it keeps nothing more.
 
-    Example:
+    Examples:
         >>> record("adam").exact_class.__name__, record("adam").state_names, record("adam").stock_class.__name__
         ('Adam', ('mean', 'var'), 'Adam')
     """
@@ -99,7 +99,7 @@ def register(entry: OptimizerRecord) -> OptimizerRecord:
         ValueError: the name is registered already, or is one of ``mxformats.settings.OPTIMIZER_ALIASES`` (read as
             another optimizer's name).
 
-    Example:
+    Examples:
         >>> register(OptimizerRecord("sgd", SGD, None, None, None, None))  # doctest: +SKIP
         Traceback (most recent call last):
         ValueError: MXNet optimizer 'sgd' is registered twice (SGD and SGD); keep one record per optimizer
@@ -121,7 +121,7 @@ def record(name: str) -> OptimizerRecord:
     Raises:
         UnsupportedOptimizerError: no record has that name (names the nearest registered names and all of them).
 
-    Example:
+    Examples:
         >>> record("ccsgd").name
         'sgd'
     """
@@ -137,7 +137,7 @@ def record(name: str) -> OptimizerRecord:
 def records() -> list:
     """Every registered record, sorted by name.
 
-    Example:
+    Examples:
         >>> [r.name for r in records()][:3]
         ['adadelta', 'adagrad', 'adam']
     """
@@ -147,7 +147,7 @@ def records() -> list:
 def registered_names() -> list:
     """Every MXNet optimizer name ``record`` accepts, aliases included, sorted.
 
-    Example:
+    Examples:
         >>> "ccsgd" in registered_names() and "sgd" in registered_names()
         True
     """

@@ -157,7 +157,7 @@ def check_schedule(spec: dict) -> None:
         LrSchedulerError: an argument has the wrong type, is not finite, or is out of MXNet's range (the message
             names the scheduler, the argument, the value and what MXNet accepts).
 
-    Example:
+    Examples:
         >>> check_schedule({"type": "PolyScheduler", "max_update": 10, "warmup_steps": 10, "base_lr": 0.1})
         Traceback (most recent call last):
         LrSchedulerError: settings['lr_scheduler'] (PolyScheduler): max_update 10 equals warmup_steps ...

@@ -22,7 +22,7 @@ __all__ = ["DCASGD", "NAG", "SGD", "SGLD", "Signum", "Test", "default_noise", "n
 class SGD(MXNetOptimizer):
     """MXNet ``sgd``: ``m = momentum*m - lr*wd*w - lr*clip(rescale_grad*g); w += m`` (lr inside the momentum).
 
-    Example:
+    Examples:
         >>> opt = SGD(model.parameters(), lr=0.1, momentum=0.9, rescale_grad=1 / 32)
     """
 
@@ -60,7 +60,7 @@ class NAG(MXNetOptimizer):
     ``gg = clip(rescale_grad*g) + wd*w`` with the old weight, ``gg'`` the same with the new weight: MXNet's kernel
     writes the weight in place before it updates the momentum.
 
-    Example:
+    Examples:
         >>> opt = NAG(model.parameters(), lr=0.1, momentum=0.9)
     """
 
@@ -92,7 +92,7 @@ def nag_mom_update_torch(weight, grad, moment, lr, wd, mom):
     ``m1 = mu*m; w = (w - m1) + (mu+1)*(m1 - lr*(g + wd*w)); m = m1 - lr*(g + wd*w_new)``, each operation rounded
     (no fused multiply-add), so float32 runs are bit for bit MXNet's (NAG's path for CUDA and strided tensors).
 
-    Example:
+    Examples:
         >>> nag_mom_update_torch(weight, scaled_grad, momentum_buffer, 0.1, 1e-4, 0.9)  # doctest: +SKIP
     """
     moment.mul_(mom)
@@ -110,7 +110,7 @@ class Signum(MXNetOptimizer):
 
     With ``momentum=0`` it is MXNet's signsgd_update: ``w = (1 - lr*wd)*w - lr*sign(g)`` (raw gradient).
 
-    Example:
+    Examples:
         >>> opt = Signum(model.parameters(), lr=0.01, momentum=0.9, wd_lh=0.0)
     """
 
@@ -162,7 +162,7 @@ class SGLD(MXNetOptimizer):
     ``tests/migrate/optim/test_lbsgd_sgld_dcasgd_groupadagrad.py``). Set ``optimizer.noise`` after ``migrate.torch_optimizer`` or
     ``load_migration`` to choose the source (it is not saved in the state_dict).
 
-    Example:
+    Examples:
         >>> opt = SGLD(model.parameters(), lr=1e-4, noise=lambda p, std: torch.randn_like(p) * std)
     """
 
@@ -191,7 +191,7 @@ class DCASGD(MXNetOptimizer):
             ``if mom:`` on an NDArray, which raises for more than one element and is False for a fresh zero
             buffer, which then fails ``assert momentum == 0``), so there is no MXNet training to continue.
 
-    Example:
+    Examples:
         >>> opt = DCASGD(model.parameters(), lr=0.1, lamda=0.04)
     """
 
@@ -225,7 +225,7 @@ class Test(MXNetOptimizer):
     """MXNet ``test`` (its optimizer for its own unit tests): ``w += rescale_grad * g``, then the state holds a copy
     of the weight. It ignores lr, weight decay and clip_gradient, as MXNet's does.
 
-    Example:
+    Examples:
         >>> opt = Test(model.parameters(), lr=0.1, rescale_grad=0.5)
     """
 

@@ -45,7 +45,7 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
     Warns:
         StatesOrderWarning: a stock Trainer's states name no parameters: matched by index (the settings' order).
 
-    Example:
+    Examples:
         >>> opt = torch_optimizer(model, "settings.json", mapping)
         >>> convert_optimizer_state("trainer.states", "settings.json", mapping, opt)
         >>> sched = torch_lr_scheduler(opt, "settings.json")  # resumes at MXNet's num_update
@@ -149,7 +149,7 @@ def torch_state_of(name, mx_name, arrays, count):
     """The torch state dict of one parameter of MXNet optimizer ``name``: ``step`` and the buffers named as migrate's
     exact optimizer names them, from MXNet's state ``arrays`` (depth first: ``state_arrays``).
 
-    Example:
+    Examples:
         >>> torch_state_of("adam", "fc_weight", [mean, var], 3)  # doctest: +SKIP
         {'step': 3, 'mean': mean, 'var': var}
     """

@@ -37,7 +37,7 @@ def stock_optimizer(name, groups, options):
     Raises:
         UnsupportedOptimizerError: ``name`` has no stock counterpart (``test``) or no record.
 
-    Example:
+    Examples:
         >>> opt, differences = stock_optimizer("sgd", [{"params": params}], options)  # doctest: +SKIP
     """
     entry = record(name)

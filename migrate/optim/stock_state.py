@@ -66,7 +66,7 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
     Warns:
         StatesOrderWarning: a stock Trainer's states name no parameters: matched by index (the settings' order).
 
-    Example:
+    Examples:
         >>> opt, differences = stock_torch_optimizer(model, "settings.json", mapping)
         >>> filled, lost = convert_stock_optimizer_state("trainer.states", "settings.json", mapping, opt)
         >>> sched = torch_lr_scheduler(opt, "settings.json", num_update=settings["num_update"])

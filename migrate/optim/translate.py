@@ -51,7 +51,7 @@ def torch_optimizer(torch_model, settings, mapping, exact=True, rescale_grad=Non
         ModelTypeError: ``torch_model`` is not a ``torch.nn.Module`` instance.
         ArgumentError: ``rescale_grad`` is not None or a finite number > 0, or ``exact`` is not a bool.
 
-    Example:
+    Examples:
         >>> opt = torch_optimizer(model, "settings.json", mapping)
         >>> sched = torch_lr_scheduler(opt, "settings.json")
 
@@ -75,7 +75,11 @@ def stock_torch_optimizer(torch_model, settings, mapping, rescale_grad=None, unm
     """The closest stock ``torch.optim`` optimizer (foreach) to the MXNet training in ``settings``, and what differs.
 
     Args:
-        torch_model, settings, mapping, rescale_grad, unmapped: As for ``torch_optimizer``.
+        torch_model: As for ``torch_optimizer``.
+        settings: As for ``torch_optimizer``.
+        mapping: As for ``torch_optimizer``.
+        rescale_grad: As for ``torch_optimizer``.
+        unmapped: As for ``torch_optimizer``.
 
     Returns:
         A ``StockTranslation`` ``(optimizer, differences)``; ``differences`` is a list of sentences, empty when none.
@@ -84,7 +88,7 @@ def stock_torch_optimizer(torch_model, settings, mapping, rescale_grad=None, unm
         UnsupportedOptimizerError, SettingsError, MappingError, ModelTypeError, ArgumentError: as for
             ``torch_optimizer``.
 
-    Example:
+    Examples:
         >>> opt, differences = stock_torch_optimizer(model, "settings.json", mapping)
         >>> filled, lost = convert_stock_optimizer_state("trainer.states", "settings.json", mapping, opt)
 
@@ -136,7 +140,7 @@ class MXNetLRScheduler(torch.optim.lr_scheduler.LRScheduler):
         base_lr: MXNet's base learning rate (used for groups without ``lr_mult``: lr_mult = initial lr / base_lr).
         num_update: MXNet's update count already done; the next ``optimizer.step()`` is update ``num_update + 1``.
 
-    Example:
+    Examples:
         >>> sched = MXNetLRScheduler(opt, lambda t: 0.1 * 0.5 ** (t // 100), base_lr=0.1)
     """
 
@@ -176,7 +180,7 @@ def torch_lr_scheduler(optimizer, settings, num_update=None):
         SettingsError: The settings' lr_scheduler is not one of MXNet's Factor, MultiFactor, Poly, Cosine.
         ArgumentError: ``optimizer`` is not a ``torch.optim.Optimizer``.
 
-    Example:
+    Examples:
         >>> sched = torch_lr_scheduler(opt, "settings.json")
     """
     arguments.torch_optimizer(optimizer, "torch_lr_scheduler(optimizer)")
