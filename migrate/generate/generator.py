@@ -5,13 +5,16 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import sys
 import types
 
 import numpy as np
 
 from migrate.errors import InputFileError, InputShapeError
-from migrate.generate import ops, rnn_ops  # noqa: F401 (fill the registry)
+# importing the translator modules fills the registry (one module per op family)
+from migrate.generate import ops, ops_detection, ops_indexing, ops_sequence  # noqa: F401
+from migrate.generate import ops_tensor, ops_vision, rnn_ops  # noqa: F401
 from migrate.generate.names import identifier, local_names, param_keys
 from migrate.generate.registry import OpNode, translator
 from migrate.generate.runtime import HELPERS
@@ -62,6 +65,9 @@ def generate_torch(mx_model, input_shapes, path, *, input_dtypes=None):
         A Module checkpoint's loss head and label input are cut, as for ``name_mapping``: the module returns what
         fed the head (``SoftmaxOutput``'s logits; train it with ``CrossEntropyLoss(reduction="sum")``). A loss
         head met in a graph otherwise becomes its forward op (softmax; identity; sigmoid for the logistic one).
+        Detection ops keep MXNet's fixed output shapes (NMS writes the kept boxes first and -1 rows after them), and
+        where MXNet gives an op no gradient (box_decode, box_iou, MultiBoxDetection, ROI coordinates) the module
+        gives none either; see docs/zoo_report.md for the GluonCV/GluonNLP models that generate.
         MXNet updates BatchNorm's running statistics in
         the backward pass, the generated module in the forward pass: the same values after each training step,
         but a training-mode forward without a backward changes them here and not in MXNet. Dropout draws torch's
@@ -107,7 +113,7 @@ def _import(path):
 
 
 def _graph(source, shapes):
-    """(nodes, heads, data input names, node output shapes by 'node name' or 'node name#i')."""
+    """(nodes, heads, data input names, each node's output shapes in node order)."""
     graph = json.loads(source.symbol.tojson())
     nodes, heads = graph["nodes"], graph["heads"]
     label_only = {nodes[e[0]]["name"] for n in nodes if n["op"] in LOSS_HEADS for e in n["inputs"][1:]}
@@ -116,10 +122,28 @@ def _graph(source, shapes):
     if len(inputs) != len(shapes):
         raise InputShapeError(f"the MXNet graph has {len(inputs)} data input(s) {inputs}; received "
                               f"{len(shapes)} shape(s) {shapes}; give one shape per input")
-    return nodes, heads, inputs, _shapes(source, dict(zip(inputs, shapes)))
+    return nodes, heads, inputs, _node_shapes(nodes, *_shapes(source, dict(zip(inputs, shapes))))
 
 
-def _shapes(source, given) -> dict:
+def _node_shapes(nodes, names, shapes) -> list:
+    """Each node's output shapes, from MXNet's internal outputs (listed in node order). Names are not keys: a Gluon
+    block called twice (one Activation reused) makes nodes of the same name."""
+    out, k = [], 0
+    for node in nodes:
+        name, mine = node["name"], []
+        if node["op"] == "null":
+            if k < len(names) and names[k] == name:
+                mine, k = [shapes[k]], k + 1
+        elif k < len(names) and names[k] == f"{name}_output":
+            mine, k = [shapes[k]], k + 1
+        else:
+            while k < len(names) and names[k] == f"{name}_output{len(mine)}":
+                mine, k = mine + [shapes[k]], k + 1
+        out.append(mine)
+    return out
+
+
+def _shapes(source, given) -> tuple:
     internals = source.symbol.get_internals()
     known = {**{k: v.shape for k, v in source.params.items()}, **given}
     known = {k: v for k, v in known.items() if k in set(internals.list_inputs())}
@@ -128,12 +152,13 @@ def _shapes(source, given) -> dict:
     except Exception as exc:  # MXNet raises MXNetError with its own message
         raise InputShapeError(f"the MXNet graph rejects input shapes {given}: {str(exc).splitlines()[0]}; "
                               f"give the shapes the model accepts") from None
-    return dict(zip(internals.list_outputs(), [tuple(s) if s else None for s in out_shapes]))
+    return internals.list_outputs(), [tuple(s) if s else None for s in out_shapes]
 
 
 def _source(source, mx_model, shapes, class_name) -> tuple:
     """(the file's text, MXNet name -> state_dict key, the set of auxiliary-state names)."""
     nodes, heads, inputs, out_shapes = _graph(source, shapes)
+    multi = {i for i, n in enumerate(nodes) if n["op"] in MULTI_OUTPUT or len(out_shapes[i]) > 1}
     aux = set(source.symbol.list_auxiliary_states())
     used = [n["name"] for n in nodes if n["op"] == "null" and n["name"] in source.params]
     keys = param_keys(mx_model, used)
@@ -146,8 +171,8 @@ def _source(source, mx_model, shapes, class_name) -> tuple:
             exprs[i] = _variable(node["name"], keys, dict(zip(inputs, arg_names)))
             continue
         entries = node["inputs"][:1] if node["op"] in LOSS_HEADS else node["inputs"]
-        op_node = OpNode(node["op"], node["name"], node.get("attrs", {}), [_ref(nodes, exprs, e) for e in entries],
-                         [_shape_of(nodes, out_shapes, e) for e in entries], _shape_of(nodes, out_shapes, [i, 0]),
+        op_node = OpNode(node["op"], node["name"], node.get("attrs", {}), [_ref(exprs, multi, e) for e in entries],
+                         [_shape_of(out_shapes, e) for e in entries], _shape_of(out_shapes, [i, 0]),
                          in_ops=[(nodes[e[0]]["op"], nodes[e[0]].get("attrs", {})) for e in entries])
         lines.append(f"{local[i]} = {translator(node['op'], node['name'])(op_node)}")
         owners = sorted({keys[nodes[e[0]]["name"]].rsplit(".", 1)[0] for e in entries
@@ -158,7 +183,7 @@ def _source(source, mx_model, shapes, class_name) -> tuple:
             lines.append(f"self._record({owners[0]!r}, {local[i]})")
         helpers |= op_node.helpers
         exprs[i] = local[i]
-    outputs = [_ref(nodes, exprs, h) for h in heads]
+    outputs = [_ref(exprs, multi, h) for h in heads]
     lines.append(f"return {outputs[0] if len(outputs) == 1 else '(' + ', '.join(outputs) + ')'}")
     missing = [n["name"] for i, n in enumerate(nodes) if n["op"] == "null" and exprs[i] is None
                and any(e[0] == i for m in nodes if m["op"] not in LOSS_HEADS for e in m["inputs"])]
@@ -174,16 +199,27 @@ def _variable(name, keys, inputs):
     return inputs.get(name)
 
 
-def _ref(nodes, exprs, entry) -> str:
+def _ref(exprs, multi, entry) -> str:
+    """The expression of graph entry (node, output index): indexed where the node returns several outputs."""
     nid, index = entry[0], entry[1]
-    return f"{exprs[nid]}[{index}]" if nodes[nid]["op"] in MULTI_OUTPUT else exprs[nid]
+    return f"{exprs[nid]}[{index}]" if nid in multi else exprs[nid]
 
 
-def _shape_of(nodes, out_shapes, entry):
-    node, index = nodes[entry[0]], entry[1]
-    if node["op"] == "null":
-        return out_shapes.get(node["name"])
-    return out_shapes.get(f"{node['name']}_output{index}", out_shapes.get(f"{node['name']}_output"))
+def _helper_closure(names) -> list:
+    """``names`` and every runtime helper their source calls, sorted (the helpers copied into the file)."""
+    todo, done = list(names), set()
+    while todo:
+        name = todo.pop()
+        if name not in done:
+            done.add(name)
+            source = inspect.getsource(HELPERS[name])
+            todo += [h for h in HELPERS if h != name and re.search(rf"\b{h}\(", source)]
+    return sorted(done)
+
+
+def _shape_of(out_shapes, entry):
+    shapes = out_shapes[entry[0]]
+    return shapes[entry[1]] if entry[1] < len(shapes) else None
 
 
 def _spec_lines(keys, names, source) -> list:
@@ -199,7 +235,7 @@ def _file(class_name, mx_model, keys, aux, source, arg_names, shapes, lines, hel
               else f"Gluon block {type(mx_model).__name__}")
     params = [n for n in keys if n not in aux]
     buffers = [n for n in keys if n in aux]
-    helper_src = "\n\n".join(inspect.getsource(HELPERS[h]) for h in sorted(helpers))
+    helper_src = "\n\n".join(inspect.getsource(HELPERS[h]) for h in _helper_closure(helpers))
     body = "\n".join("        " + line for line in lines)
     return f'''"""PyTorch translation of the MXNet {origin}, written by migrate.generate_torch.
 

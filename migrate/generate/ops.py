@@ -1,4 +1,6 @@
-"""Translators of MXNet ops to torch expressions, registered by MXNet op name (see ``registry``).
+"""Translators of MXNet's core layer ops to torch expressions, registered by MXNet op name (see ``registry``);
+the other families live in ``ops_tensor``, ``ops_indexing``, ``ops_sequence``, ``ops_vision``, ``ops_detection``
+and ``rnn_ops``.
 
 Each translator returns one Python expression over ``node.inputs``; the generated ``forward`` assigns it to a
 local variable. Where MXNet's op has no one-line equivalent the expression calls a helper from ``runtime`` (and
@@ -112,9 +114,10 @@ def _pooling(node: OpNode) -> str:
     size = 1
     for k in kernel:
         size *= k
-    if convention == "full":
+    small = bool(node.in_shapes and node.in_shapes[0]) and any(s < k for s, k in zip(node.in_shapes[0][2:], kernel))
+    if convention == "full" or (small and pool != "max"):  # torch's pools refuse an input smaller than the kernel
         expr = _call(node, "_mx_pool_full", x, repr("max" if pool == "max" else "avg"), kernel, stride, pad,
-                     include or pool == "sum")
+                     include or pool == "sum", convention == "full")
     elif pool == "max":
         expr = f"F.max_pool{n}d({x}, {kernel}, {stride}, {pad})"
     else:
@@ -129,17 +132,17 @@ def _flatten(node: OpNode) -> str:
 
 @register("Dropout")
 def _dropout(node: OpNode) -> str:
-    if node.attr("axes") not in (None, ()):
-        raise node.unsupported(f"axes {node.attr('axes')!r} (variational dropout)")
     training = "True" if node.attr("mode", "training") == "always" else "self.training"
+    if node.attr("axes") not in (None, ()):  # variational dropout: one mask shared along these axes
+        return node.call("_mx_axes_dropout", node.inputs[0], node.attr("p", 0.5), node.tuple_attr("axes"), training)
     return f"F.dropout({node.inputs[0]}, {node.attr('p', 0.5)}, {training})"
 
 
 _BINARY = {"elemwise_add": "{} + {}", "elemwise_sub": "{} - {}", "elemwise_mul": "{} * {}",
-           "elemwise_div": "{} / {}", "_plus": "{} + {}", "_Plus": "{} + {}", "_minus": "{} - {}",
-           "_Minus": "{} - {}", "_mul": "{} * {}", "_Mul": "{} * {}", "_div": "{} / {}", "_Div": "{} / {}",
+           "_plus": "{} + {}", "_Plus": "{} + {}", "_minus": "{} - {}",
+           "_Minus": "{} - {}", "_mul": "{} * {}", "_Mul": "{} * {}",
            "broadcast_add": "{} + {}", "broadcast_plus": "{} + {}", "broadcast_sub": "{} - {}",
-           "broadcast_minus": "{} - {}", "broadcast_mul": "{} * {}", "broadcast_div": "{} / {}",
+           "broadcast_minus": "{} - {}", "broadcast_mul": "{} * {}",
            "broadcast_maximum": "torch.maximum({}, {})", "broadcast_minimum": "torch.minimum({}, {})",
            "broadcast_power": "torch.pow({}, {})", "_maximum": "torch.maximum({}, {})",
            "_minimum": "torch.minimum({}, {})", "_power": "torch.pow({}, {})"}
@@ -148,6 +151,12 @@ _BINARY = {"elemwise_add": "{} + {}", "elemwise_sub": "{} - {}", "elemwise_mul":
 @register(*_BINARY)
 def _binary(node: OpNode) -> str:
     return "(" + _BINARY[node.op].format(*node.inputs[:2]) + ")"
+
+
+@register("elemwise_div", "_div", "_Div", "broadcast_div")
+def _div(node: OpNode) -> str:
+    """MXNet divides integer arrays as C does (truncating): shape arithmetic such as CenterNet's decoder needs it."""
+    return node.call("_mx_div", *node.inputs[:2])
 
 
 _SCALAR = {"_plus_scalar": "{x} + {s}", "_minus_scalar": "{x} - {s}", "_rminus_scalar": "{s} - {x}",
@@ -250,8 +259,10 @@ def _temperature(node: OpNode, x: str) -> str:
 
 @register("softmax")
 def _softmax(node: OpNode) -> str:
-    if node.attr("use_length", False):
-        raise node.unsupported("use_length=True (masked softmax)")
+    if node.attr("use_length", False):  # the masked softmax of GluonNLP's attention: entries past length are 0
+        t = node.attr("temperature")
+        return node.call("_mx_masked_softmax", *node.inputs[:2], node.attr("axis", -1),
+                         None if t is None else float(t))
     return f"torch.softmax({_temperature(node, node.inputs[0])}, {node.attr('axis', -1)})"
 
 
@@ -307,7 +318,7 @@ def _reduce(node: OpNode, fn: str) -> str:
         raise node.unsupported("exclude=True")
     x = node.inputs[0]
     if axis in (None, ()):
-        return f"{x}.{fn}(tuple(range({x}.dim())), keepdim=True)" if keep else f"{x}.{fn}()"
+        return f"{x}.{fn}(tuple(range({x}.dim())), keepdim=True)" if keep else f"{x}.{fn}().reshape(1)"
     return f"{node.inputs[0]}.{fn}({_t(axis)}, keepdim={bool(keep)})"
 
 
@@ -344,9 +355,9 @@ def _broadcast_to(node: OpNode) -> str:
 
 @register("broadcast_like")
 def _broadcast_like(node: OpNode) -> str:
-    if node.attr("lhs_axes") not in (None, ()):
-        raise node.unsupported("lhs_axes/rhs_axes")
-    return f"{node.inputs[0]}.expand_as({node.inputs[1]})"
+    if node.attr("lhs_axes") in (None, ()):
+        return f"{node.inputs[0]}.expand_as({node.inputs[1]})"
+    return node.call("_mx_broadcast_like", *node.inputs[:2], node.tuple_attr("lhs_axes"), node.tuple_attr("rhs_axes"))
 
 
 @register("_contrib_div_sqrt_dim")

@@ -13,7 +13,7 @@ from typing import Callable
 
 from migrate.errors import UnsupportedOpError
 
-__all__ = ["OpNode", "register", "translator", "known_ops"]
+__all__ = ["OpNode", "register", "translator", "known_ops", "documentation_name"]
 
 _TRANSLATORS: dict[str, Callable] = {}
 
@@ -53,11 +53,27 @@ class OpNode:
             return {"true": True, "false": False, "none": None}.get(text.lower(), text)
         return value
 
+    def tuple_attr(self, key: str, default=()) -> tuple:
+        """The attribute ``key`` as a tuple (a bare value becomes a 1-tuple; absent or None gives ``default``)."""
+        value = self.attr(key)
+        if value is None:
+            return tuple(default)
+        return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+    def optional_input(self, index: int):
+        """The expression of input ``index``, or None where the node has fewer inputs."""
+        return self.inputs[index] if len(self.inputs) > index else None
+
+    def call(self, helper: str, *args) -> str:
+        """The expression calling runtime helper ``helper`` on ``args`` (recorded in ``helpers`` for the file)."""
+        self.helpers.add(helper)
+        return f"{helper}({', '.join(str(a) for a in args)})"
+
     def unsupported(self, what: str) -> UnsupportedOpError:
         """The error for an attribute value this op's translation does not cover."""
         return UnsupportedOpError(f"MXNet node {self.name!r} (op {self.op}): {what} has no PyTorch translation; "
-                                  f"rewrite that layer in MXNet with supported settings, or add a translator in "
-                                  f"migrate/generate/ops.py")
+                                  f"rewrite that layer in MXNet with supported settings, or extend its translator in "
+                                  f"migrate/generate/ (ops*.py)")
 
 
 def register(*ops: str):
@@ -84,14 +100,48 @@ def translator(op: str, node_name: str) -> Callable:
     """The translator of MXNet op ``op``.
 
     Raises:
-        UnsupportedOpError: no translator is registered (names the op, the node and the nearest known ops).
+        UnsupportedOpError: no translator is registered (names the op, the node, the op's name in MXNet's
+            documentation and the nearest known ops).
+
+    Example:
+        >>> translator("Convolution", "conv0_fwd")  # doctest: +ELLIPSIS
+        <function _convolution at ...>
     """
     if op not in _TRANSLATORS:
         near = difflib.get_close_matches(op, _TRANSLATORS, n=3, cutoff=0.5)
-        raise UnsupportedOpError(f"MXNet node {node_name!r} uses op {op!r}, which has no PyTorch translation "
-                                 f"(nearest known ops: {near or 'none'}); replace the layer in MXNet, or add a "
-                                 f"translator with @register({op!r}) in migrate/generate/ops.py")
+        raise UnsupportedOpError(f"MXNet node {node_name!r} uses op {op!r} (documented as {documentation_name(op)}),"
+                                 f" which has no PyTorch translation (nearest known ops: {near or 'none'}); replace "
+                                 f"the layer in MXNet, or add a translator with @register({op!r}) in one of "
+                                 f"migrate/generate/ops*.py")
     return _TRANSLATORS[op]
+
+
+_NAMESPACES = (("_contrib_", "contrib."), ("_linalg_", "linalg."), ("_image_", "image."), ("_random_", "random."),
+               ("_npx_", "npx."), ("_npi_", "numpy."), ("_np_", "numpy."))
+_OPERATORS = {"equal": "__eq__", "not_equal": "__ne__", "greater": "__gt__", "greater_equal": "__ge__",
+              "lesser": "__lt__", "lesser_equal": "__le__", "plus": "__add__", "minus": "__sub__",
+              "rminus": "__rsub__", "mul": "__mul__", "div": "__truediv__", "rdiv": "__rtruediv__", "mod": "__mod__",
+              "rmod": "__rmod__", "power": "__pow__", "rpower": "__rpow__"}
+_CONTROL_FLOW = {"_foreach": "foreach", "_while_loop": "while_loop", "_cond": "cond"}
+
+
+def documentation_name(op: str) -> str:
+    """The name under which MXNet 1.9's documentation describes graph op ``op``.
+
+    Example:
+        >>> documentation_name("_contrib_box_nms"), documentation_name("_greater_scalar")
+        ('mxnet.symbol.contrib.box_nms', 'mxnet.symbol.Symbol.__gt__ with a scalar')
+    """
+    if op in _CONTROL_FLOW:
+        return f"mxnet.symbol.contrib.{_CONTROL_FLOW[op]}"
+    if op.startswith(("_sg_mkldnn_", "_sg_onednn_")):
+        return f"{op}, a fused subgraph op MXNet's MKLDNN backend writes (undocumented; export before fusing)"
+    for prefix, namespace in _NAMESPACES:
+        if op.startswith(prefix):
+            return f"mxnet.symbol.{namespace}{op[len(prefix):]}"
+    if op.endswith("_scalar") and op[1:-len("_scalar")] in _OPERATORS:
+        return f"mxnet.symbol.Symbol.{_OPERATORS[op[1:-len('_scalar')]]} with a scalar"
+    return f"mxnet.symbol.{op.lstrip('_')}"
 
 
 def known_ops() -> list:

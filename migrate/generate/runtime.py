@@ -37,6 +37,16 @@ def _mx_batch_norm(x, gamma, beta, running_mean, running_var, training, momentum
     return y.movedim(1, axis) if axis != 1 else y
 
 
+def _mx_axes_dropout(x, p, axes, training):
+    """MXNet's Dropout with ``axes``: one keep/drop draw shared along ``axes`` (variational dropout), kept values
+    scaled by 1 / (1 - p); the identity outside training. Draws torch's random numbers, not MXNet's."""
+    if not training or p == 0:
+        return x
+    shape = [1 if d in [a % x.dim() for a in axes] else s for d, s in enumerate(x.shape)]
+    keep = torch.bernoulli(torch.full(shape, 1 - p, dtype=x.dtype, device=x.device))
+    return x * keep / (1 - p)
+
+
 def _mx_reshape(x, shape, reverse=False):
     """MXNet's Reshape with its special codes: 0 copy a dimension, -1 infer, -2 copy the rest, -3 merge two,
     -4 split one in two (the next two codes, one may be -1); ``reverse`` matches codes from the right."""
@@ -116,12 +126,14 @@ def _mx_broadcast_to(x, shape):
     return x.expand([d if s == 0 else s for s, d in zip(shape, x.shape)])
 
 
-def _mx_pool_full(x, pool, kernel, stride, pad, count_include_pad):
+def _mx_pool_full(x, pool, kernel, stride, pad, count_include_pad, full=True):
     """MXNet's Pooling with pooling_convention='full': out = 1 + ceil((in + 2 pad - kernel) / stride), every window
     kept (torch's ceil_mode drops a last window that starts in the right padding). The average divides by the
-    window's cells inside the padded input (count_include_pad) or inside the input, as MXNet does."""
+    window's cells inside the padded input (count_include_pad) or inside the input, as MXNet does. With ``full``
+    False, the 'valid' convention with the padding written out (torch refuses an input smaller than the kernel
+    even where the padding makes up for it)."""
     n, spatial = len(kernel), x.shape[2:]
-    extra = [max(0, math.ceil((size + 2 * p - k) / s) * s + k - size - 2 * p)
+    extra = [max(0, math.ceil((size + 2 * p - k) / s) * s + k - size - 2 * p) if full else 0
              for size, k, s, p in zip(spatial, kernel, stride, pad)]
     both = [q for p in reversed(pad) for q in (p, p)]
     right = [v for e in reversed(extra) for v in (0, e)]
@@ -134,7 +146,12 @@ def _mx_pool_full(x, pool, kernel, stride, pad, count_include_pad):
 
 
 from migrate.generate.rnn_runtime import _mx_rnn  # noqa: E402 (its own module: the fused RNN op)
+from migrate.generate.runtime_detection import DETECTION_HELPERS  # noqa: E402 (one module per op family)
+from migrate.generate.runtime_sequence import SEQUENCE_HELPERS  # noqa: E402
+from migrate.generate.runtime_tensor import TENSOR_HELPERS  # noqa: E402
+from migrate.generate.runtime_vision import VISION_HELPERS  # noqa: E402
 
-HELPERS = {fn.__name__: fn for fn in (_mx_rnn, _mx_batch_norm, _mx_reshape, _mx_slice_axis, _mx_slice, _mx_split,
-                                      _mx_layer_norm, _mx_dot, _mx_softmax_output, _mx_broadcast_to,
-                                      _mx_pool_full)}
+HELPERS = {fn.__name__: fn for fn in (_mx_rnn, _mx_batch_norm, _mx_axes_dropout, _mx_reshape, _mx_slice_axis,
+                                      _mx_slice, _mx_split, _mx_layer_norm, _mx_dot, _mx_softmax_output,
+                                      _mx_broadcast_to, _mx_pool_full, *TENSOR_HELPERS, *SEQUENCE_HELPERS,
+                                      *VISION_HELPERS, *DETECTION_HELPERS)}

@@ -1,0 +1,147 @@
+"""Zoo report: for every model of the installed GluonCV and GluonNLP zoos, whether ``generate_torch`` writes a
+module whose eval-mode outputs equal MXNet's, and which op stops the others.
+
+Run: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/zoo_report.py [--only REGEX] [--out docs/zoo_report.md]
+     [--cache zoo_report.jsonl]
+
+Each model is built with random weights (``pretrained=False``, ``pretrained_base=False``; BatchNorm statistics and
+affine terms moved away from identity), run by MXNet on the first small input it accepts (see
+``zoo_models._SHAPES``), generated, and run by torch in eval mode. "match": every output within
+max |torch - mxnet| <= 1e-4 * max(1, max |mxnet|); "float32-limited": outside it in float32, within it with MXNet
+and the generated module both run in float64 (the difference is float32 rounding: deep random-init networks amplify
+it, and it reorders detections whose scores tie within it), or, where MXNet cannot run the graph in float64, the
+first selection op's (box_nms, topk, sort) input is within 1e-4 and the op on MXNet's own input gives MXNet's
+output, or MXNet itself with every weight multiplied by 1 + 1e-7 x noise moves by at least a third as much;
+"differs": otherwise; "refused":
+generate_torch stops at an op without translation (named); "not built": the zoo cannot build or MXNet cannot run
+the model here (downloads, GPU-only kernels, Blocks without a symbol graph); "crashed": the process died on it
+(rerun with the same --cache: each model is marked before it starts and its result appended when it ends, so a
+rerun goes on after it).
+"""
+import argparse
+import collections
+import gc
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoo_models  # noqa: E402 (bench/ is not a package)
+
+warnings.filterwarnings("ignore")
+
+
+def _run(entry, folder) -> dict:
+    try:
+        net, inputs, want = zoo_models.build(entry)
+    except Exception as exc:  # the zoo's own failure: report its first line
+        return {"status": "not built", "detail": f"{type(exc).__name__}: {zoo_models.error_line(exc)}"}
+    shapes = " ".join("x".join(map(str, x.shape)) for x in inputs)
+    result = zoo_models.check(net, inputs, want, os.path.join(folder, "model.py"))
+    result["input"] = shapes
+    return result
+
+
+def _results(names, cache) -> dict:
+    done = {}
+    if cache and os.path.exists(cache):
+        with open(cache) as f:
+            for line in f:
+                row = json.loads(line)
+                done[row["model"]] = row
+    zoo = zoo_models.gluoncv_zoo()
+    for entry in zoo_models.entries(zoo):
+        if entry.name not in names or entry.name in done:
+            continue
+        start = time.perf_counter()
+        if cache:  # read back as the result if the process dies on this model (a later line replaces it)
+            with open(cache, "a") as f:
+                f.write(json.dumps({"model": entry.name, "zoo": entry.zoo, "status": "crashed",
+                                    "detail": "the process died while checking it"}) + "\n")
+        with tempfile.TemporaryDirectory() as folder:
+            row = {"model": entry.name, "zoo": entry.zoo, **_run(entry, folder)}
+        row["total_s"] = round(time.perf_counter() - start, 1)
+        print(f"{entry.name}: {row['status']} {row.get('detail', '')}", file=sys.stderr, flush=True)
+        done[entry.name] = row
+        if cache:
+            with open(cache, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        gc.collect()
+    return done
+
+
+def _table(rows) -> list:
+    lines = ["| model | zoo | input | result | detail | generate (s) | lines |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        detail = r.get("detail", "").replace("|", "/")
+        if r["status"] in ("match", "differs", "float32-limited"):
+            detail = f"relative difference {detail}"
+        seconds = f"{r['seconds']:.2f}" if "seconds" in r else ""
+        lines.append(f"| {r['model']} | {r['zoo']} | {r.get('input', '')} | {r['status']} | {detail} | {seconds} | "
+                     f"{r.get('lines', '')} |")
+    return lines
+
+
+def _summary(rows) -> list:
+    counts = collections.Counter(r["status"] for r in rows)
+    lines = [f"{len(rows)} models: " + ", ".join(f"{counts[s]} {s}" for s in ("match", "float32-limited", "differs",
+                                                                               "refused", "error", "not built",
+                                                                               "crashed")
+                                                 if counts[s])]
+    stops = collections.defaultdict(list)
+    for r in rows:
+        if r["status"] == "refused":
+            stops[r["detail"].split(":")[0]].append(r["model"])
+    if stops:
+        lines += ["", "| op that stops generation | models |", "|---|---|"]
+        for op, models in sorted(stops.items(), key=lambda kv: -len(kv[1])):
+            lines.append(f"| {op[3:]} | {len(models)}: {', '.join(models[:6])}{' ...' if len(models) > 6 else ''} |")
+    return lines
+
+
+def main(argv=None) -> int:
+    """Run the report; print the markdown table (and write it to ``--out``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=None, help="regex: only models whose name matches")
+    parser.add_argument("--out", default=None, help="also write the markdown report here")
+    parser.add_argument("--cache", default=None, help="JSON-lines file of finished models (resumed from)")
+    args = parser.parse_args(argv)
+    zoo = zoo_models.gluoncv_zoo()
+    names = [e.name for e in zoo_models.entries(zoo) if args.only is None or re.search(args.only, e.name)]
+    done = _results(set(names), args.cache)
+    rows = [done[n] for n in names if n in done]
+    text = "\n".join(_summary(rows) + [""] + _table(rows))
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(_HEADER + text + "\n")
+    return 0
+
+
+_HEADER = """# Zoo report: generate_torch on the installed GluonCV and GluonNLP zoos
+
+Written by `OMP_NUM_THREADS=2 PYTHONPATH=. python bench/zoo_report.py --out docs/zoo_report.md` (gluoncv 0.10.5,
+gluonnlp 0.10.0, MXNet 1.9.1, 2-core CPU). Random weights (`pretrained=False`, `pretrained_base=False`; BatchNorm
+statistics and affine terms away from identity), the first small input MXNet accepts, eval mode. **match**: every
+output within max |torch - mxnet| <= 1e-4 x max(1, max |mxnet|); **float32-limited**: outside that in float32,
+within it with MXNet (`net.cast("float64")`) and the generated module (`.double()`) both run in float64, so the
+difference is float32 rounding (deep random-init networks whose activations grow to 1e4 amplify it; in detectors
+it reorders candidates whose scores tie within it), or, where MXNet cannot run the graph in float64, the input of
+the first selection op (box_nms, topk, sort) is within 1e-4 of MXNet's and the op run on MXNet's own input gives
+MXNet's output (so the outputs differ in which near-tie candidates it keeps), or MXNet itself with every weight
+multiplied by 1 + 1e-7 x noise moves by at least a third as much (the control of the README's demo);
+**differs**: otherwise; **refused**: generate_torch stops at the op named (nothing written); **error**: MXNet
+cannot make the model's symbol graph (its hybrid_forward fails with symbols) or torch cannot run the module;
+**not built**: the zoo cannot build the model here or MXNet cannot run it (downloads, GPU-only kernels, Blocks
+without a symbol graph); **crashed**: the process died on it. R-CNN models run with 100 proposals and at most
+100 masks (their test defaults, 300 and 1000, need over 11 GB for Mask R-CNN C4). "generate (s)": generate_torch's
+time; "lines": the generated file's length.
+
+"""
+
+if __name__ == "__main__":
+    sys.exit(main())

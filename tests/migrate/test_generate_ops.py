@@ -1,0 +1,478 @@
+"""Each MXNet op translated by generate_torch against MXNet's own operator, one table row per op and attribute
+setting: seeded random inputs, forward outputs and input gradients (MXNet in inference mode, the generated module
+in eval mode).
+
+An output or gradient matches when max |torch - mxnet| <= TOL * max(1, max |mxnet|) (TOL 1e-5 unless a row says
+otherwise). Where MXNet gives an op no gradient, the generated module gives zeros (or none) too.
+"""
+from dataclasses import dataclass
+from typing import Callable
+
+import mxnet as mx
+import numpy as np
+import pytest
+import torch
+from mxnet import autograd, gluon
+
+from migrate.generate import generate_torch
+
+TOL = 1e-5
+
+
+@dataclass
+class Case:
+    """One table row: ``fn(F, *inputs)`` builds the op with MXNet's F (symbol or ndarray)."""
+
+    name: str
+    fn: Callable
+    inputs: Callable  # rng -> list of numpy arrays
+    grad: bool = True  # compare input gradients
+    tol: float = TOL
+
+
+class _Op(gluon.HybridBlock):
+    def __init__(self, fn):
+        super().__init__(prefix="op_")
+        self._fn = fn
+
+    def hybrid_forward(self, F, *xs):
+        return self._fn(F, *xs)
+
+
+def _u(*shape, low=-1.0, high=1.0):
+    return lambda rng: rng.uniform(low, high, shape).astype(np.float32)
+
+
+def _ints(high, *shape, low=0):
+    return lambda rng: rng.randint(low, high, shape).astype(np.float32)
+
+
+def _boxes(batch, n, width=6, classes=3, seed_shift=0):
+    """Rows [id, score, x1, y1, x2, y2] with overlapping boxes in [0, 1], some ids -1."""
+    def make(rng):
+        x1, y1 = rng.uniform(0, 0.6, (batch, n)), rng.uniform(0, 0.6, (batch, n))
+        w, h = rng.uniform(0.1, 0.4, (batch, n)), rng.uniform(0.1, 0.4, (batch, n))
+        ids = rng.randint(-1, classes, (batch, n)).astype(np.float64)
+        rows = np.stack([ids, rng.uniform(0, 1, (batch, n)), x1, y1, x1 + w, y1 + h], -1)
+        return rows[..., :width].astype(np.float32)
+    return make
+
+
+def _corner(*shape):
+    def make(rng):
+        lo = rng.uniform(0, 0.6, shape + (2,))
+        return np.concatenate([lo, lo + rng.uniform(0.05, 0.4, shape + (2,))], -1).astype(np.float32)
+    return make
+
+
+def _rois(count, batch, size):
+    def make(rng):
+        xy = rng.uniform(-2, size * 0.7, (count, 2))
+        wh = rng.uniform(1, size * 0.6, (count, 2))
+        ids = rng.randint(0, batch, (count, 1))
+        return np.concatenate([ids, xy, xy + wh], 1).astype(np.float32)
+    return make
+
+
+def _both(*makers):
+    return lambda rng: [m(rng) for m in makers]
+
+
+CASES = [
+    # comparisons and logical ops: 0/1 in the input's dtype, no gradient
+    Case("_greater_scalar", lambda F, x: x > 0.25, _both(_u(3, 4))),
+    Case("_lesser_equal_scalar", lambda F, x: x <= 0.5, _both(lambda r: np.round(_u(3, 4)(r), 1))),
+    Case("_equal_scalar", lambda F, x: x == 0.5, _both(lambda r: np.round(_u(3, 4)(r), 1))),
+    Case("_not_equal_scalar", lambda F, x: x != 0.0, _both(lambda r: np.round(_u(3, 4)(r)))),
+    Case("_greater_equal_scalar", lambda F, x: F._internal._greater_equal_scalar(x, scalar=0.0), _both(_u(5))),
+    Case("_lesser_scalar", lambda F, x: F._internal._lesser_scalar(x, scalar=0.1), _both(_u(5))),
+    Case("_equal", lambda F, a, b: F._internal._equal(a, b), _both(_ints(3, 4, 3), _ints(3, 4, 3))),
+    Case("_greater", lambda F, a, b: F._internal._greater(a, b), _both(_u(4, 3), _u(4, 3))),
+    Case("broadcast_equal", lambda F, a, b: F.broadcast_equal(a, b), _both(_ints(3, 4, 3), _ints(3, 1, 3))),
+    Case("broadcast_not_equal", lambda F, a, b: F.broadcast_not_equal(a, b), _both(_ints(3, 4, 1), _ints(3, 1, 3))),
+    Case("broadcast_greater", lambda F, a, b: F.broadcast_greater(a, b), _both(_u(2, 3, 4), _u(1, 3, 1))),
+    Case("broadcast_greater_equal", lambda F, a, b: F.broadcast_greater_equal(a, b),
+         _both(_ints(3, 4, 3), _ints(3, 1, 3))),
+    Case("broadcast_lesser", lambda F, a, b: F.broadcast_lesser(a, b), _both(_u(2, 3, 4), _u(2, 1, 4))),
+    Case("broadcast_lesser_equal", lambda F, a, b: F.broadcast_lesser_equal(a, b),
+         _both(_ints(3, 4, 3), _ints(3, 4, 1))),
+    Case("broadcast_logical_and", lambda F, a, b: F.broadcast_logical_and(a, b), _both(_ints(2, 3, 4), _ints(2, 1, 4))),
+    Case("broadcast_logical_or", lambda F, a, b: F.broadcast_logical_or(a, b), _both(_ints(2, 3, 4), _ints(2, 3, 1))),
+    Case("broadcast_logical_xor", lambda F, a, b: F.broadcast_logical_xor(a, b), _both(_ints(2, 3, 4), _ints(2, 3, 4))),
+    Case("_logical_and_scalar", lambda F, x: F._internal._logical_and_scalar(x, scalar=1.0), _both(_ints(2, 6))),
+    Case("logical_not", lambda F, x: F.logical_not(x), _both(_ints(2, 6))),
+    # mod: the divisor's sign, x mod 0 = 0
+    Case("broadcast_mod", lambda F, a, b: F.broadcast_mod(a, b), _both(_ints(9, 4, 3, low=-9), _ints(4, 1, 3, low=-3)),
+         grad=False),
+    Case("_mod_scalar", lambda F, x: x % 3, _both(_u(6, low=-7, high=7)), grad=False),
+    Case("_rmod_scalar", lambda F, x: 5 % x, _both(_ints(4, 6, low=-4)), grad=False),
+    Case("broadcast_div int64 truncates", lambda F, a, b: F.cast(F.broadcast_div(F.cast(a, "int64"),
+                                                                                 F.cast(b, "int64")), "float32"),
+         _both(_ints(20, 3, 4, low=-20), _ints(6, 1, 4, low=1)), grad=False),
+    # rarer math
+    *[Case(op, (lambda name: lambda F, x: getattr(F, name)(x))(op), _both(_u(3, 5, low=lo, high=hi)))
+      for op, lo, hi in [("log2", 0.1, 3), ("log10", 0.1, 3), ("log1p", -0.5, 3), ("expm1", -1, 1), ("tan", -1, 1),
+                         ("arcsin", -0.9, 0.9), ("arccos", -0.9, 0.9), ("arctan", -3, 3), ("sinh", -2, 2),
+                         ("cosh", -2, 2), ("arcsinh", -3, 3), ("arccosh", 1.1, 3), ("arctanh", -0.9, 0.9),
+                         ("cbrt", 0.1, 3), ("rcbrt", 0.1, 3), ("gammaln", 0.2, 4), ("gamma", 0.2, 4),
+                         ("erfinv", -0.9, 0.9), ("degrees", -3, 3), ("radians", -90, 90)]],
+    *[Case(op, (lambda name: lambda F, x: getattr(F, name)(x))(op),
+           _both(lambda r: np.concatenate([_u(8, low=-3, high=3)(r), [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]]).astype(
+               np.float32)), grad=False) for op in ("sign", "ceil", "trunc", "fix", "round", "rint")],
+    Case("hard_sigmoid", lambda F, x: F.hard_sigmoid(x, alpha=0.3, beta=0.4), _both(_u(3, 6, low=-4, high=4))),
+    # creation
+    Case("_arange", lambda F, x: F.broadcast_add(x, F.arange(1, 3.5, 0.5, repeat=2)), _both(_u(2, 10))),
+    Case("_arange int32 stop only", lambda F, x: F.broadcast_add(x, F.cast(F.arange(6, dtype="int32"), "float32")),
+         _both(_u(3, 6))),
+    Case("_contrib_arange_like", lambda F, x: x * F.contrib.arange_like(x, start=1, step=0.5, repeat=2),
+         _both(_u(2, 5))),
+    Case("_contrib_arange_like axis", lambda F, x: F.broadcast_mul(x, F.contrib.arange_like(x, axis=1, repeat=3)),
+         _both(_u(2, 5))),
+    Case("_ones/_full", lambda F, x: x * F.ones((2, 3)) + F.full((2, 3), 2.5), _both(_u(2, 3))),
+    Case("ones_like/zeros_like", lambda F, x: F.ones_like(x) * 3 + F.zeros_like(x) + x, _both(_u(2, 3))),
+    # where, shape ops
+    Case("where", lambda F, c, a, b: F.where(c, a, b), _both(_ints(2, 3, 4), _u(3, 4), _u(3, 4))),
+    Case("where 1-D condition", lambda F, c, a, b: F.where(c, a, b), _both(_ints(2, 3), _u(3, 4), _u(3, 4))),
+    Case("tile", lambda F, x: F.tile(x, reps=(2, 1, 3)), _both(_u(2, 3))),
+    Case("repeat axis", lambda F, x: F.repeat(x, repeats=3, axis=1), _both(_u(2, 3))),
+    Case("repeat flat", lambda F, x: F.repeat(x, repeats=2), _both(_u(2, 3))),
+    Case("reverse", lambda F, x: F.reverse(x, axis=(0, 2)), _both(_u(2, 3, 4))),
+    Case("broadcast_axis", lambda F, x: F.broadcast_axis(x, axis=(0, 2), size=(3, 4)), _both(_u(1, 3, 1))),
+    Case("broadcast_like axes", lambda F, a, b: F.broadcast_like(a, b, lhs_axes=(0, 2), rhs_axes=(1, 0)),
+         _both(_u(1, 3, 1), _u(4, 2))),
+    Case("slice_like axes", lambda F, a, b: F.slice_like(a, b, axes=(1, -1)), _both(_u(3, 5, 6), _u(1, 2, 4))),
+    Case("slice_like all", lambda F, a, b: F.slice_like(a, b), _both(_u(3, 5, 6), _u(2, 2, 4))),
+    Case("shape_array/size_array", lambda F, x: F.broadcast_add(F.cast(F.shape_array(x), "float32"),
+                                                                F.cast(F.size_array(x), "float32")),
+         _both(_u(2, 3, 4)), grad=False),
+    Case("reshape_like", lambda F, a, b: F.reshape_like(a, b, lhs_begin=1, lhs_end=3, rhs_begin=0, rhs_end=1),
+         _both(_u(2, 3, 4), _u(12, 5))),
+    *[Case(f"Pad {mode}", (lambda m: lambda F, x: F.pad(x, mode=m, pad_width=(0, 0, 0, 0, 1, 2, 2, 1),
+                                                         constant_value=1.5))(mode), _both(_u(2, 3, 4, 5)))
+      for mode in ("constant", "edge", "reflect")],
+    Case("Pad 5-D edge", lambda F, x: F.pad(x, mode="edge", pad_width=(0, 0, 0, 0, 1, 0, 0, 2, 1, 1)),
+         _both(_u(1, 2, 3, 4, 3))),
+    # indexing and ordering
+    Case("take clip", lambda F, a, i: F.take(a, i, axis=1), _both(_u(3, 4, 2), _ints(6, 2, 5, low=-2))),
+    Case("take wrap", lambda F, a, i: F.take(a, i, axis=0, mode="wrap"), _both(_u(4, 3), _ints(9, 5, low=-5))),
+    Case("batch_take", lambda F, a, i: F.batch_take(a, i), _both(_u(4, 5), lambda r: r.randint(0, 5, 4).astype(
+        np.int32)), grad=False),  # MXNet registers no gradient
+    Case("pick clip", lambda F, a, i: F.pick(a, i, axis=1), _both(_u(3, 4, 2), _ints(6, 3, 2, low=-1))),
+    Case("pick wrap keepdims", lambda F, a, i: F.pick(a, i, axis=-1, keepdims=True, mode="wrap"),
+         _both(_u(3, 4), _ints(9, 3, low=-4))),
+    Case("gather_nd", lambda F, a, i: F.gather_nd(a, i), _both(_u(3, 4, 5), _ints(3, 2, 6))),
+    Case("gather_nd negative indices", lambda F, a, i: F.gather_nd(a, i), _both(_u(3, 4, 5), _ints(3, 2, 6, low=-3)),
+         grad=False),  # MXNet's backward writes outside the gradient for negative indices
+    Case("one_hot", lambda F, i: F.one_hot(i, 4, on_value=2.5, off_value=-1.0), _both(_ints(6, 2, 5, low=-1))),
+    *[Case(f"topk {ret} {kw}", (lambda ret, kw: lambda F, x: F.topk(x, k=2, ret_typ=ret, **kw))(ret, kw),
+           _both(_u(3, 5, 4))) for ret in ("indices", "value", "both", "mask")
+      for kw in ({"axis": 1}, {"axis": -1, "is_ascend": True})],
+    Case("topk axis None", lambda F, x: F.topk(x, k=3, axis=None, ret_typ="value"), _both(_u(3, 4))),
+    Case("sort", lambda F, x: F.sort(x, axis=1, is_ascend=False), _both(_u(3, 5, 2))),
+    Case("sort axis None", lambda F, x: F.sort(x, axis=None), _both(_u(3, 4))),
+    Case("argsort", lambda F, x: F.argsort(x, axis=0, is_ascend=False, dtype="int32"), _both(_u(4, 3))),
+    Case("argmax", lambda F, x: F.argmax(x, axis=1, keepdims=True), _both(_u(3, 5, 2))),
+    Case("argmin axis None", lambda F, x: F.argmin(x), _both(_u(3, 5))),
+    Case("argmax_channel", lambda F, x: F.argmax_channel(x), _both(_u(4, 6)), grad=False),
+    Case("norm L2 axis", lambda F, x: F.norm(x, axis=(1, 2), keepdims=True), _both(_u(2, 3, 4))),
+    Case("norm L1", lambda F, x: F.norm(x, ord=1, axis=1), _both(_u(2, 3, 4))),
+    Case("norm all", lambda F, x: F.norm(x), _both(_u(2, 3, 4))),
+    Case("min", lambda F, x: F.min(x, axis=(0, 2)), _both(_u(2, 3, 4))),
+    Case("prod", lambda F, x: F.prod(x, axis=1, keepdims=True), _both(_u(2, 3, 4, low=0.5, high=1.5))),
+    Case("sum axis None", lambda F, x: F.sum(x), _both(_u(2, 3))),
+    Case("Dropout axes (inference: identity)", lambda F, x: F.Dropout(x, p=0.5, axes=(1,)), _both(_u(2, 3, 4))),
+    Case("Pooling avg, input smaller than the kernel", lambda F, x: F.Pooling(
+        x, kernel=(3, 3, 3), stride=(1, 1, 1), pad=(1, 1, 1), pool_type="avg"), _both(_u(1, 2, 2, 2, 2))),
+    Case("Pooling avg, input smaller than the kernel, count_include_pad False", lambda F, x: F.Pooling(
+        x, kernel=(3, 3), stride=(1, 1), pad=(1, 1), pool_type="avg", count_include_pad=False), _both(_u(1, 2, 2, 2))),
+    # sequences and attention
+    Case("SequenceMask axis 0", lambda F, x, n: F.SequenceMask(x, n, use_sequence_length=True, value=-2.0),
+         _both(_u(5, 3, 2), lambda r: np.array([2, 5, 0], np.float32))),
+    Case("SequenceMask axis 1", lambda F, x, n: F.SequenceMask(x, n, use_sequence_length=True, axis=1),
+         _both(_u(3, 5, 2), lambda r: np.array([4, 1, 3], np.float32))),
+    Case("SequenceReverse", lambda F, x, n: F.SequenceReverse(x, n, use_sequence_length=True),
+         _both(_u(5, 3, 2), lambda r: np.array([2, 5, 1], np.float32))),
+    Case("SequenceLast axis 1", lambda F, x, n: F.SequenceLast(x, n, use_sequence_length=True, axis=1),
+         _both(_u(3, 5, 2), lambda r: np.array([4, 1, 5], np.float32))),
+    Case("softmax use_length", lambda F, x, n: F.softmax(x, F.cast(n, "int32"), use_length=True, axis=-1,
+                                                         temperature=2.0),
+         _both(_u(3, 4, 5), lambda r: np.array([[5, 1, 3, 2], [4, 5, 1, 2], [3, 3, 5, 1]], np.float32))),
+    Case("interleaved_matmul_selfatt_qk", lambda F, x: F.contrib.interleaved_matmul_selfatt_qk(x, heads=2),
+         _both(_u(4, 3, 2 * 3 * 5))),
+    Case("interleaved_matmul_selfatt_valatt",
+         lambda F, x, a: F.contrib.interleaved_matmul_selfatt_valatt(x, a, heads=2),
+         _both(_u(4, 3, 2 * 3 * 5), _u(3 * 2, 4, 4))),
+    Case("interleaved_matmul_encdec_qk", lambda F, q, kv: F.contrib.interleaved_matmul_encdec_qk(q, kv, heads=2),
+         _both(_u(4, 3, 2 * 5), _u(6, 3, 2 * 2 * 5))),
+    Case("interleaved_matmul_encdec_valatt",
+         lambda F, kv, a: F.contrib.interleaved_matmul_encdec_valatt(kv, a, heads=2),
+         _both(_u(6, 3, 2 * 2 * 5), _u(3 * 2, 4, 6))),
+    # vision
+    Case("UpSampling nearest", lambda F, x: F.UpSampling(x, scale=3, sample_type="nearest"), _both(_u(2, 3, 4, 5))),
+    Case("UpSampling nearest concat", lambda F, a, b: F.UpSampling(a, b, scale=2, sample_type="nearest", num_args=2),
+         _both(_u(1, 2, 4, 4), _u(1, 3, 2, 2))),
+    Case("UpSampling nearest sum", lambda F, a, b: F.UpSampling(a, b, scale=2, sample_type="nearest", num_args=2,
+                                                                multi_input_mode="sum"),
+         _both(_u(1, 2, 4, 4), _u(1, 2, 8, 8))),
+    Case("UpSampling bilinear", lambda F, x, w: F.UpSampling(x, w, scale=2, sample_type="bilinear", num_filter=3,
+                                                             num_args=2),
+         _both(_u(2, 3, 4, 5), _u(3, 1, 4, 4))),
+    *[Case(f"BilinearResize2D {kw}", (lambda kw: lambda F, x: F.contrib.BilinearResize2D(x, **kw))(kw),
+           _both(_u(2, 3, 5, 7)))
+      for kw in ({"height": 9, "width": 4}, {"height": 9, "width": 4, "align_corners": False},
+                 {"scale_height": 1.5, "scale_width": 0.6}, {"scale_height": 1.7, "scale_width": 2.0,
+                                                             "align_corners": False},
+                 {"scale_height": 2.0, "scale_width": 3.0, "mode": "odd_scale"},
+                 {"mode": "to_even_down"}, {"mode": "to_even_up", "align_corners": False}, {"mode": "to_odd_down"},
+                 {"mode": "to_odd_up"})],
+    Case("BilinearResize2D like", lambda F, x, y: F.contrib.BilinearResize2D(x, y, mode="like", align_corners=False),
+         _both(_u(2, 3, 5, 7), _u(1, 1, 8, 3)), grad=False),
+    *[Case(f"L2Normalization {mode}", (lambda m: lambda F, x: F.L2Normalization(x, mode=m, eps=1e-4))(mode),
+           _both(_u(2, 3, 4, 5))) for mode in ("instance", "channel", "spatial")],
+    Case("InstanceNorm", lambda F, x, g, b: F.InstanceNorm(x, g, b, eps=1e-3),
+         _both(_u(2, 3, 4, 5), _u(3, low=0.5, high=1.5), _u(3))),
+    Case("GroupNorm", lambda F, x, g, b: F.GroupNorm(x, g, b, num_groups=2, eps=1e-4),
+         _both(_u(2, 4, 3, 5), _u(2, low=0.5, high=1.5), _u(2)), tol=1e-4),
+    Case("SyncBatchNorm (inference)", lambda F, x, g, b, m, v: F.contrib.SyncBatchNorm(x, g, b, m, v, fix_gamma=False,
+                                                                                      eps=1e-4, key="sbn"),
+         _both(_u(2, 3, 4, 4), _u(3, low=0.5, high=1.5), _u(3), _u(3), _u(3, low=0.5, high=1.5)), grad=False),
+    *[Case(f"ROIAlign {kw}", (lambda kw: lambda F, x, r: F.contrib.ROIAlign(x, r, pooled_size=(3, 2),
+                                                                            spatial_scale=0.5, **kw))(kw),
+           _both(_u(2, 12, 10, 12), _rois(6, 2, 24)))
+      for kw in ({"sample_ratio": 2}, {"sample_ratio": -1}, {"sample_ratio": 2, "aligned": True},
+                 {"sample_ratio": 1, "position_sensitive": True})],
+    Case("ROIPooling", lambda F, x, r: F.ROIPooling(x, r, pooled_size=(3, 2), spatial_scale=0.5),
+         _both(_u(2, 4, 10, 12), _rois(6, 2, 24))),
+    # detection
+    Case("box_nms", lambda F, x: F.contrib.box_nms(x, overlap_thresh=0.3, valid_thresh=0.2, topk=12, id_index=0,
+                                                   force_suppress=False), _both(_boxes(2, 20))),
+    Case("box_nms force_suppress", lambda F, x: F.contrib.box_nms(x, overlap_thresh=0.3, id_index=0,
+                                                                  force_suppress=True, background_id=0),
+         _both(_boxes(2, 20))),
+    Case("box_nms no id, 3-D batch", lambda F, x: F.contrib.box_nms(x, overlap_thresh=0.4, coord_start=1,
+                                                                    score_index=0, topk=5),
+         _both(lambda r: _boxes(6, 15)(r)[..., 1:].reshape(2, 3, 15, 5))),
+    Case("box_nms center in, corner out", lambda F, x: F.contrib.box_nms(x, overlap_thresh=0.3, in_format="center",
+                                                                         out_format="corner"),
+         _both(_boxes(1, 20))),
+    Case("box_nms corner in, center out", lambda F, x: F.contrib.box_nms(x, overlap_thresh=0.3, out_format="center"),
+         _both(_boxes(1, 20))),
+    Case("box_nms all filtered", lambda F, x: F.contrib.box_nms(x, valid_thresh=2.0), _both(_boxes(1, 6))),
+    Case("box_iou corner", lambda F, a, b: F.contrib.box_iou(a, b), _both(_corner(2, 5), _corner(3))),
+    Case("box_iou center", lambda F, a, b: F.contrib.box_iou(a, b, format="center"),
+         _both(_corner(4), _corner(2, 3))),
+    Case("box_decode corner", lambda F, d, a: F.contrib.box_decode(d, a, std0=0.1, std1=0.1, std2=0.2, std3=0.2,
+                                                                   clip=0.5, format="corner"),
+         _both(_u(2, 6, 4), _corner(1, 6))),
+    Case("box_decode center", lambda F, d, a: F.contrib.box_decode(d, a), _both(_u(2, 6, 4), _corner(1, 6))),
+    Case("box_encode", lambda F, s, m, a, r, mean, std: F.contrib.box_encode(s, m, a, r, mean, std),
+         _both(_ints(2, 2, 6, low=-1), _ints(3, 2, 6), _corner(2, 6), _corner(2, 3),
+               lambda r: np.array([0, 0.1, 0, 0.2], np.float32), lambda r: np.array([0.1, 0.1, 0.2, 0.2], np.float32))),
+    Case("MultiBoxPrior", lambda F, x: F.contrib.MultiBoxPrior(x, sizes=(0.3, 0.5), ratios=(1, 2, 0.5), clip=True),
+         _both(_u(1, 2, 5, 7))),
+    Case("MultiBoxPrior steps offsets", lambda F, x: F.contrib.MultiBoxPrior(x, sizes=(0.2,), ratios=(1.5,),
+                                                                             steps=(0.3, 0.1), offsets=(0.2, 0.7)),
+         _both(_u(1, 2, 3, 4))),
+    *[Case(f"MultiBoxDetection {kw}", (lambda kw: lambda F, c, l, a: F.contrib.MultiBoxDetection(
+        F.softmax(c, axis=1), l, a, **kw))(kw), _both(_u(2, 4, 30, low=-2, high=2), _u(2, 120, low=-1, high=1),
+                                                      _corner(1, 30)))
+      for kw in ({"threshold": 0.3, "nms_threshold": 0.4}, {"nms_topk": 8, "force_suppress": True},
+                 {"nms_threshold": 1.5, "clip": False, "threshold": 0.35})],
+    *[Case(f"bipartite_matching {kw}", (lambda kw: lambda F, x: F.contrib.bipartite_matching(x, **kw))(kw),
+           _both(_u(2, 5, 4, low=0, high=1)))
+      for kw in ({"threshold": 0.2}, {"threshold": 0.6, "is_ascend": True}, {"threshold": 0.1, "topk": 2})],
+]
+
+
+def _mx_outputs(case, arrays):
+    """MXNet's outputs and input gradients (random head gradients, seeded)."""
+    inputs = [mx.nd.array(a, dtype=a.dtype) for a in arrays]
+    for x in inputs:
+        x.attach_grad()
+    with autograd.record(train_mode=False):
+        out = case.fn(mx.nd, *inputs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    rng = np.random.RandomState(7)
+    heads = [rng.standard_normal(o.shape).astype(np.float32) for o in outs]
+    float_outs = [(o, h) for o, h in zip(outs, heads) if np.issubdtype(o.dtype, np.floating)]
+    if case.grad and float_outs:
+        autograd.backward([o for o, _ in float_outs], [mx.nd.array(h, dtype=o.dtype) for o, h in float_outs])
+    return [o.asnumpy() for o in outs], heads, [x.grad.asnumpy() for x in inputs]
+
+
+def _torch_outputs(case, arrays, heads, path):
+    model = generate_torch(_Op(case.fn), [a.shape for a in arrays], path, input_dtypes=[a.dtype for a in arrays])
+    model.eval()
+    inputs = [torch.tensor(a, requires_grad=case.grad and np.issubdtype(a.dtype, np.floating)) for a in arrays]
+    out = model(*inputs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    pairs = [(o, torch.from_numpy(h).to(o.dtype)) for o, h in zip(outs, heads) if o.is_floating_point()
+             and o.requires_grad]
+    if case.grad and pairs:
+        torch.autograd.backward([o for o, _ in pairs], [h for _, h in pairs])
+    grads = [np.zeros(a.shape, a.dtype) if x.grad is None else x.grad.numpy() for a, x in zip(arrays, inputs)]
+    return [o.detach().numpy() for o in outs], grads
+
+
+def _assert_close(want, got, tol, what):
+    assert want.shape == got.shape, f"{what}: shape {got.shape}, MXNet {want.shape}"
+    want64, got64 = want.astype(np.float64), got.astype(np.float64)
+    diff = float(np.abs(want64 - got64).max()) if want.size else 0.0
+    scale = max(1.0, float(np.abs(want64).max()) if want.size else 0.0)
+    assert diff <= tol * scale, f"{what}: largest difference {diff:.3g} (allowed {tol * scale:.3g})"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_op_matches_mxnet(case, tmp_path):
+    """The generated module's outputs (and gradients, where the op has them) equal MXNet's."""
+    arrays = case.inputs(np.random.RandomState(0))
+    want, heads, want_grads = _mx_outputs(case, arrays)
+    got, got_grads = _torch_outputs(case, arrays, heads, tmp_path / "op.py")
+    assert len(got) == len(want), f"{len(got)} outputs, MXNet {len(want)}"
+    for i, (w, g) in enumerate(zip(want, got)):
+        _assert_close(w, g, case.tol, f"output {i}")
+        assert str(g.dtype) == str(w.dtype), f"output {i}: dtype {g.dtype}, MXNet {w.dtype}"
+    if case.grad:
+        for i, (w, g) in enumerate(zip(want_grads, got_grads)):
+            _assert_close(w, g, case.tol, f"gradient of input {i}")
+
+
+def _deformable(modulated, groups=1, deformable_groups=1):
+    def fn(F, x, offset, mask, weight, bias):
+        kw = dict(kernel=(3, 3), pad=(1, 1), stride=(2, 1), dilate=(1, 2), num_filter=4, num_group=groups,
+                  num_deformable_group=deformable_groups)
+        if modulated:
+            return F.contrib.ModulatedDeformableConvolution(x, offset, mask, weight, bias, **kw)
+        return F.contrib.DeformableConvolution(x, offset, weight, bias, **kw)
+    return fn
+
+
+def _deformable_inputs(rng, offsets, deformable_groups=1, groups=1):
+    x = rng.uniform(-1, 1, (2, 4, 7, 6)).astype(np.float32)
+    offset = offsets(rng, (2, 2 * 9 * deformable_groups, 4, 4))  # output map 4 x 4
+    mask = rng.uniform(0, 1, (2, 9 * deformable_groups, 4, 4)).astype(np.float32)
+    weight = rng.uniform(-1, 1, (4, 4 // groups, 3, 3)).astype(np.float32)
+    return [x, offset.astype(np.float32), mask, weight, rng.uniform(-1, 1, 4).astype(np.float32)]
+
+
+class TestDeformableConvolution:
+    """MXNet 1.9.1's CPU build has no deformable convolution kernel ("only implemented in GPU"), so the translation
+    is checked against MXNet's Convolution where a deformable convolution reduces to one (zero offsets; whole-pixel
+    offsets, which shift the input), and against torchvision.ops.deform_conv2d (the same DCNv2 sampling) for
+    fractional offsets: outputs and gradients within 1e-4."""
+
+    def _generated(self, fn, arrays, tmp_path):
+        return generate_torch(_Op(fn), [a.shape for a in arrays], tmp_path / "dcn.py").eval()
+
+    @pytest.mark.parametrize("modulated", [False, True])
+    def test_zero_offsets_equal_convolution(self, tmp_path, modulated):
+        """Offsets 0 (and a mask of 1): MXNet's Convolution with the same kernel, stride, pad, dilation and groups."""
+        arrays = _deformable_inputs(np.random.RandomState(1), lambda r, s: np.zeros(s), groups=2)
+        arrays[2][:] = 1.0
+        model = self._generated(_deformable(modulated, groups=2), arrays, tmp_path)
+        got = model(*[torch.from_numpy(a) for a in arrays]).detach().numpy()
+        x, _, _, w, b = (mx.nd.array(a) for a in arrays)
+        want = mx.nd.Convolution(x, w, b, kernel=(3, 3), pad=(1, 1), stride=(2, 1), dilate=(1, 2), num_filter=4,
+                                 num_group=2).asnumpy()
+        _assert_close(want, got, 1e-4, "output")
+
+    def test_whole_pixel_offsets_shift_the_input(self, tmp_path):
+        """dy = +1 on every tap (two deformable groups, dx = -1 in the second): MXNet's Convolution, without
+        padding, of the zero-padded input moved up one row (and right one column for the second group's channels),
+        as a deformable convolution samples the input itself where a plain one would read padding."""
+        arrays = _deformable_inputs(np.random.RandomState(2), lambda r, s: np.zeros(s), deformable_groups=2)
+        offset = arrays[1].reshape(2, 2, 9, 2, 4, 4)
+        offset[:, :, :, 0] = 1.0
+        offset[:, 1, :, 1] = -1.0
+        arrays[2][:] = 1.0
+        model = self._generated(_deformable(True, deformable_groups=2), arrays, tmp_path)
+        got = model(*[torch.from_numpy(a) for a in arrays]).detach().numpy()
+        x = arrays[0]
+        h, w = x.shape[2:]
+        moved = np.zeros(x.shape[:2] + (h + 2, w + 2), np.float32)  # padded row p reads input row p - 1 + dy
+        moved[:, :2, :h, 1:w + 1] = x[:, :2]
+        moved[:, 2:, :h, 2:w + 2] = x[:, 2:]
+        want = mx.nd.Convolution(mx.nd.array(moved), mx.nd.array(arrays[3]), mx.nd.array(arrays[4]), kernel=(3, 3),
+                                 stride=(2, 1), dilate=(1, 2), num_filter=4).asnumpy()
+        _assert_close(want, got, 1e-4, "output")
+
+    def test_fractional_offsets_equal_torchvision(self, tmp_path):
+        """Offsets in [-2.5, 2.5] (some samples leave the map), mask in [0, 1], two deformable groups: outputs and
+        gradients of input, offsets, mask, weight and bias equal torchvision.ops.deform_conv2d's."""
+        ops = pytest.importorskip("torchvision.ops")
+        arrays = _deformable_inputs(np.random.RandomState(3), lambda r, s: r.uniform(-2.5, 2.5, s),
+                                    deformable_groups=2)
+        model = self._generated(_deformable(True, deformable_groups=2), arrays, tmp_path)
+        ours = [torch.tensor(a, requires_grad=True) for a in arrays]
+        theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+        got = model(*ours)
+        want = ops.deform_conv2d(theirs[0], theirs[1], theirs[3], theirs[4], stride=(2, 1), padding=(1, 1),
+                                 dilation=(1, 2), mask=theirs[2])
+        head = torch.from_numpy(np.random.RandomState(4).standard_normal(want.shape).astype(np.float32))
+        got.backward(head)
+        want.backward(head)
+        _assert_close(want.detach().numpy(), got.detach().numpy(), 1e-4, "output")
+        for i, (a, b) in enumerate(zip(theirs, ours)):
+            _assert_close(a.grad.numpy(), b.grad.numpy(), 1e-4, f"gradient of input {i}")
+
+
+class TestTranslationTable:
+    def test_translators_need_no_mxnet(self):
+        """Every translator module imports and translates with MXNet unimportable (the table will also serve
+        MXNet-free matching): the same ops as here, and a box_nms node becomes its helper call."""
+        import subprocess
+        import sys
+
+        from migrate.generate import known_ops
+        code = ("import sys; sys.modules['mxnet'] = None\n"
+                "from migrate.generate import ops, ops_detection, ops_indexing, ops_sequence, ops_tensor, ops_vision, "
+                "rnn_ops\n"
+                "from migrate.generate.registry import OpNode, known_ops, translator\n"
+                "node = OpNode('_contrib_box_nms', 'nms0', {'overlap_thresh': '0.45', 'topk': '400', 'id_index': '0'},"
+                " ['x'])\n"
+                "print(len(known_ops())); print(translator(node.op, node.name)(node))\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        count, expr = out.stdout.strip().splitlines()
+        assert int(count) == len(known_ops())
+        assert expr == "_mx_box_nms(x, 0.45, 0.0, 400, 2, 1, 0, -1.0, False, 'corner', 'corner')"
+
+    @pytest.mark.parametrize("op, name", [
+        ("_contrib_box_nms", "mxnet.symbol.contrib.box_nms"), ("_greater_scalar", "mxnet.symbol.Symbol.__gt__ with a "
+                                                                                  "scalar"),
+        ("_foreach", "mxnet.symbol.contrib.foreach"), ("_linalg_gemm2", "mxnet.symbol.linalg.gemm2"),
+        ("_arange", "mxnet.symbol.arange"), ("topk", "mxnet.symbol.topk")])
+    def test_documentation_names(self, op, name):
+        """An unknown op's error names the page of MXNet's documentation that describes it."""
+        from migrate.generate.registry import documentation_name
+        assert documentation_name(op) == name
+
+
+def test_variational_dropout_shares_its_mask(tmp_path):
+    """Dropout with axes=(1,) in train mode: one keep/drop draw per (sample, feature), shared along axis 1; kept
+    values scaled by 1 / (1 - p)."""
+    model = generate_torch(_Op(lambda F, x: F.Dropout(x, p=0.5, axes=(1,))), [(40, 6, 30)], tmp_path / "drop.py")
+    model.train()
+    torch.manual_seed(0)
+    out = model(torch.ones(40, 6, 30))
+    kept = out != 0
+    assert bool((kept == kept[:, :1]).all()), "the mask differs along the shared axis"
+    assert set(torch.unique(out).tolist()) == {0.0, 2.0}
+    assert 0.4 <= float(kept.float().mean()) <= 0.6
+
+
+def test_known_ops_cover_the_model_zoos():
+    """The ops issue 31 lists for MXNet 1.9.1's model zoos all have translators."""
+    from migrate.generate import known_ops
+    wanted = {"Pad", "UpSampling", "_contrib_BilinearResize2D", "L2Normalization", "_greater_scalar", "_lesser_scalar",
+              "_equal_scalar", "broadcast_equal", "broadcast_greater", "broadcast_logical_and", "logical_not",
+              "_arange", "_contrib_arange_like", "_ones", "_full", "ones_like", "zeros_like", "where", "take", "pick",
+              "gather_nd", "one_hot", "tile", "repeat", "topk", "sort", "argsort", "argmax", "argmin", "norm",
+              "InstanceNorm", "GroupNorm", "SequenceMask", "_contrib_interleaved_matmul_selfatt_qk",
+              "_contrib_interleaved_matmul_selfatt_valatt", "_contrib_interleaved_matmul_encdec_qk",
+              "_contrib_interleaved_matmul_encdec_valatt", "_contrib_box_nms", "_contrib_box_iou",
+              "_contrib_box_decode", "_contrib_MultiBoxPrior", "_contrib_MultiBoxDetection", "_contrib_ROIAlign",
+              "ROIPooling", "_contrib_bipartite_matching", "slice_like", "shape_array", "broadcast_axis", "reverse",
+              "log2", "broadcast_mod", "reshape_like", "_contrib_SyncBatchNorm",
+              "_contrib_ModulatedDeformableConvolution"}
+    assert wanted <= set(known_ops()), sorted(wanted - set(known_ops()))
