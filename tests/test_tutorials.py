@@ -224,7 +224,8 @@ class TestT08Check:
     def test_wrong_twin_fixed_step_by_step(self, tmp_path, capsys):
         """--fast: the wrong twin's first divergence is the conv after the pooling (count_include_pad); with the
         pooling fixed, the first BatchNorm's running mean at step 1 (momentum read inverted); with both fixed only
-        running variances differ (torch's unbiased update); the generated module passes every tensor (exit 0)."""
+        running variances differ (torch's unbiased update); each over 100x its control runs' difference (float32
+        rounding); the generated module passes every tensor (exit 0)."""
         from tutorials import t08_check
         assert t08_check.main(["--fast", "--out", str(tmp_path)]) == 0
         runs = _summary(tmp_path)["runs"]
@@ -236,6 +237,7 @@ class TestT08Check:
         assert [f["cause"].split(":")[0] for f in firsts] == ["average pooling over padding",
                                                               "BatchNorm momentum read inverted",
                                                               "unbiased running variance"]
+        assert all(f["max_abs_diff"] > 100 * f["control"] for f in firsts), firsts  # far above float32 rounding
         assert runs[1]["diverged_kinds"] == runs[2]["diverged_kinds"] == ["running statistic"]
         assert runs[3]["diverged"] == 0 and runs[3]["compared"] == runs[0]["compared"] == 55
         printed = capsys.readouterr().out

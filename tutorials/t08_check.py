@@ -5,7 +5,10 @@ the twin are wrong: the BatchNorm got MXNet's ``momentum=0.9`` copied over (torc
 MXNet's 0.9 is torch's 0.1), and the average pooling was written with ``count_include_pad=False`` (MXNet counts the
 padded zeros in the average). ``migrate check`` trains both models on one batch, compares every forward output, the
 loss and every gradient, then every weight, momentum buffer and running statistic after each step, and names the
-first tensor that differs with its likely cause. One fix at a time:
+first tensor that differs with its likely cause. Each row also shows its ``control``: how far rounding moves that
+tensor when each framework trains against itself with its weights times 1 + 1e-5 x noise; a difference counts only
+beyond the tolerance and beyond 10x that, so an exact twin passes in float32 and a wrong setting stands hundreds of
+times above it. One fix at a time:
 
 1. MXNet trains N steps (LrTrainer, momentum SGD, weight decay off for biases and norms) and exports what ``migrate``
    reads.
@@ -119,10 +122,12 @@ def run_check(args: list) -> tuple:
 
 
 def shown(table: str) -> str:
-    """The table's header, its diverging rows (at most 6) and the lines under it."""
+    """The table's header, its diverging rows (at most 6) and the lines under it (the control runs' rule, the first
+    divergence and its cause, the verdict)."""
     lines = table.splitlines()
     rows = [line for line in lines[1:] if "DIVERGES" in line] or ["(no row diverges)"]
-    tail = [line for line in lines if line.startswith(("first divergence", "  likely cause", "training check"))]
+    tail = [line for line in lines if line.startswith(("control:", "first divergence", "  likely cause",
+                                                        "training check"))]
     return "\n".join(lines[:1] + rows[:6] + ([f"... ({len(rows) - 6} more diverging rows)"] if len(rows) > 6 else [])
                      + tail)
 
@@ -155,7 +160,8 @@ def main(argv=None) -> int:
         first = check["first_divergence"]
         summary.append({"twin": label, "exit_code": code, "compared": check["compared"],
                         "diverged": check["diverged"], "first_divergence": first and {
-                            k: first[k] for k in ("kind", "name", "torch_name", "step", "cause")},
+                            k: first[k] for k in ("kind", "name", "torch_name", "step", "max_abs_diff", "control",
+                                                  "cause")},
                         "diverged_kinds": sorted({r["kind"] for r in check["rows"] if not r["ok"]})})
     _common.write_json(os.path.join(args.out, "summary.json"), {"steps": args.steps, "check_steps": CHECK_STEPS,
                                                                 "runs": summary})

@@ -14,6 +14,7 @@ import numpy as np
 from mxformats.optional import import_mxnet
 from mxformats.settings import OPTIMIZER_ALIASES
 from mxformats.states import split_states, states_bytes, unpickle_states
+from migrate.check.rounding import unit_noise
 from migrate.errors import InputFileError
 from migrate.mapping.node_outputs import mxnet_executor
 from migrate.optim.groups import base_lr
@@ -35,17 +36,24 @@ class MXNetTraining:
         settings: the settings document, or None (forward, loss and gradients only).
         states: the states file (path or bytes) of ``trainer.save_states``, or None.
         float64: run in float64 (parameters, states and float inputs cast).
+        perturb: when > 0, every parameter (not the running statistics) is multiplied by ``1 + perturb * noise``
+            (``rounding.unit_noise``, seeded): the control run of ``check_training``. ``perturbation`` then holds, per
+            name, what that added (float32 subtraction of values this close is exact).
+        seed: seeds that noise.
 
     Examples:
         >>> side = MXNetTraining(source, [x], ["conv0_fwd"], settings)  # doctest: +SKIP
         >>> nodes, outputs = side.forward()
     """
 
-    def __init__(self, source, inputs: list, ops: list, settings=None, states=None, float64=False):
+    def __init__(self, source, inputs: list, ops: list, settings=None, states=None, float64=False, perturb=0.0,
+                 seed=0):
         mx = import_mxnet("migrate.check_training (running the MXNet model)")
         self.symbol, self.dropouts = symbol_without_dropout(source.symbol)
         self.param_names = list(source.params)
         self.values = {name: _cast(value, float64) for name, value in source.params.items()}
+        names = [n for n in self.symbol.list_arguments() if n in source.params] if perturb else []
+        self.perturbation = _perturb(self.values, names, perturb, seed)
         self.values.update({n: mx.nd.array(x, dtype=x.dtype) for n, x in zip(source.input_names, inputs)})
         frozen = {n for n, e in (settings or {}).get("params", {}).items() if e["frozen"]}
         self.trained = [n for n in self.symbol.list_arguments() if n in source.params and n not in frozen]
@@ -60,7 +68,7 @@ class MXNetTraining:
             self.updater = mx.optimizer.get_updater(self.optimizer)
             self.updater.states.update({i: _cast(state, float64) for i, state in saved_states.items()})
             self.updater.states_synced.update(dict.fromkeys(saved_states, False))
-        self._outputs = []
+        self._outputs, self._gradients = [], None
 
     def forward(self) -> tuple[dict, list]:
         """One training-mode forward (batch statistics; the running statistics move): (op -> output, final
@@ -72,12 +80,15 @@ class MXNetTraining:
     def backward(self, head_grads: list) -> None:
         """Backward from ``head_grads`` (numpy, one per final output); the exposed node outputs get zero."""
         import mxnet as mx
+        self._gradients = None
         zeros = [mx.nd.zeros_like(o) for o in self._outputs[:len(self.exposed)]]
         self.executor.backward(zeros + [mx.nd.array(g, dtype=g.dtype) for g in head_grads])
 
     def gradients(self) -> dict:
-        """MXNet name -> gradient of the summed loss (before ``rescale_grad``), numpy."""
-        return {name: grad.asnumpy() for name, grad in self.grads.items()}
+        """MXNet name -> gradient of the summed loss (before ``rescale_grad``), numpy (read once per backward)."""
+        if self._gradients is None:
+            self._gradients = {name: grad.asnumpy() for name, grad in self.grads.items()}
+        return self._gradients
 
     def step(self) -> dict:
         """One update of every trainable parameter the settings list, in index order; returns MXNet name -> the
@@ -154,6 +165,21 @@ def _cast(value, float64: bool):
     if value is None or not hasattr(value, "astype"):
         return value
     return value.astype("float64") if float64 and value.dtype in (np.float16, np.float32) else value.copy()
+
+
+def _perturb(values: dict, names: list, scale: float, seed: int) -> dict:
+    """Multiply each float array ``values[name]`` of ``names`` in place by ``1 + scale * noise`` (``unit_noise``,
+    seeded, applied in the array's dtype); returns name -> what that added, numpy."""
+    rng = np.random.default_rng(seed)
+    added = {}
+    for name in names:
+        value = values[name].asnumpy()
+        if not np.issubdtype(value.dtype, np.floating):
+            continue
+        noisy = value * (1 + scale * unit_noise(rng, value.shape)).astype(value.dtype)
+        values[name][:] = noisy
+        added[name] = noisy - value
+    return added
 
 
 def _scheduler(mx, document):

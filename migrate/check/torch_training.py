@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import torch
 
 from migrate import arguments
+from migrate.check.rounding import unit_noise
 from migrate.errors import ArgumentError
 from migrate.mapping.node_outputs import captured_module_outputs, torch_inputs
 from migrate.mapping.weights import load_mxnet_weights
@@ -29,16 +31,22 @@ class TorchTraining:
         optimizer: None (migrate's exact optimizer from the settings) or a callable ``optimizer(model)`` that
             returns a ``torch.optim.Optimizer`` over the model it is given (the copy).
         float64: train the copy in float64.
+        perturb: when > 0, every parameter of the copy (not the buffers) is multiplied by ``1 + perturb * noise``
+            (``rounding.unit_noise``, seeded): the control run of ``check_training``. ``perturbation`` then holds, per
+            key, what that added, numpy.
+        seed: seeds that noise.
 
     Examples:
         >>> side = TorchTraining(model, source.params, mapping, settings)  # doctest: +SKIP
     """
 
-    def __init__(self, torch_model, params, mapping, settings=None, states=None, optimizer=None, float64=False):
+    def __init__(self, torch_model, params, mapping, settings=None, states=None, optimizer=None, float64=False,
+                 perturb=0.0, seed=0):
         self.model = copy.deepcopy(torch_model)
         load_mxnet_weights(self.model, params, mapping)
         if float64:
             self.model.double()
+        self.perturbation = _perturb(self.model, perturb, seed) if perturb else {}
         self.model.train()
         self.dropouts = _without_dropout(self.model)
         self.named = dict(self.model.named_parameters())
@@ -93,6 +101,21 @@ class TorchTraining:
         param = self.named.get(key)
         held = self.optimizer.state.get(param, {}) if param is not None and self.optimizer is not None else {}
         return {k: v.detach().numpy() for k, v in held.items() if torch.is_tensor(v) and v.dim() > 0}
+
+
+def _perturb(model, scale: float, seed: int) -> dict:
+    """Multiply every float parameter of ``model`` in place by ``1 + scale * noise`` (``unit_noise``, seeded, applied
+    in the parameter's dtype and on its device); returns key -> what that added, numpy."""
+    rng = np.random.default_rng(seed)
+    added = {}
+    with torch.no_grad():
+        for key, param in sorted(model.named_parameters()):
+            if param.is_floating_point():
+                noise = torch.from_numpy(unit_noise(rng, tuple(param.shape)))
+                before = param.detach().clone()
+                param.mul_((1 + scale * noise).to(device=param.device, dtype=param.dtype))
+                added[key] = (param.detach() - before).cpu().numpy()
+    return added
 
 
 def _user_optimizer(factory, model):

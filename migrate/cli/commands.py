@@ -72,8 +72,10 @@ _FLAGS = {  # flag -> argparse keywords; each subcommand takes the flags named i
                      "fixed random projection of the outputs"),
     "--loss": dict(choices=("sum", "mean"), default="sum", help="how the torch training reduces the loss over the "
                    "batch: sum (MXNet's convention, gradients then times rescale_grad 1/B; default) or mean"),
-    "--float64": dict(action="store_true", help="train both models in float64: float32 rounding, which training "
-                      "amplifies in deep nets, then neither hides nor fakes a difference"),
+    "--float64": dict(action="store_true", help="train both models in float64 and judge by the tolerance alone: no "
+                      "rounding hides a difference, even where float32's is large (the notes name such tensors); "
+                      "default float32, where a difference counts beyond 10x the rounding noise that control runs "
+                      "(each framework against itself, weights times 1 + 1e-5 x noise) measure per tensor"),
     "--check-training": dict(type=int, default=None, metavar="K", help="also train both models K steps on one batch "
                              "of --input-shape and compare them tensor by tensor (as `migrate check`)"),
     "--format": dict(choices=("pt", "safetensors"), default=None, help="weights file format: safetensors "
@@ -98,7 +100,8 @@ _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
             ("--states", "--kwargs", "--mapping", "--format", "--check-training"),
             "output folder: built under a temporary name beside it and renamed when complete (its parent must exist)"),
     "check": ("train both models K steps on one batch of --input-shape and compare forward outputs, loss, gradients, "
-              "weights, optimizer states and running statistics; name the first difference and its likely cause",
+              "weights, optimizer states and running statistics, each against its float32 rounding noise; name the "
+              "first difference and its likely cause",
               ("--symbol", "--params", "--settings", "--torch", "--input-shape"),
               ("--states", "--kwargs", "--mapping", "--steps", "--labels", "--loss", "--float64"), None),
     "generate": ("write a standalone torch module (readable source, MXNet's training semantics) for the MXNet model",
