@@ -27,23 +27,14 @@ import numpy as np
 
 from mxformats.errors import LrTrainerError
 from mxformats import atomic
-from migrate import migration_folder
-from migrate.check.training import check_training
+from migrate import (check_training, control_from_mxnet, convert_optimizer_state, generate_torch, migration_folder,
+                     name_mapping, param_groups, torch_lr_scheduler, torch_optimizer, verify)
 from migrate.cli import data_commands, inputs, interrupts
 from migrate.cli.report import Report
 from migrate.cli.staged_folder import StagedFolder, pause_point
 from migrate.errors import (CliUsageError, InputFileError, LabelsError, MigrateError, MXNetRequiredError,
                             OutputPathError, StatesOrderWarning)
-from migrate.generate import generate_torch
-from migrate.mapping.export import load_mxnet
-from migrate.mapping.name_mapping import name_mapping
-from migrate.mapping.stream import write_state_dict
-from migrate.mapping.verify import verify
-from migrate.mapping.weights import converted_keys, load_mxnet_weights
-from migrate.optim.groups import param_groups
-from migrate.optim.state_conversion import convert_optimizer_state
-from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
-from migrate.torch_control import control_from_mxnet
+from migrate.mapping import converted_keys, load_mxnet, load_mxnet_weights, write_state_dict
 
 __all__ = ["main"]
 
