@@ -253,3 +253,22 @@ def torch_residual(stride1=2, stride2=1):
 def torch_too_big():
     """A factory whose model cannot be allocated (2**50 float32 weights): ``tests.migrate.models:torch_too_big``."""
     return torch.nn.Linear(2 ** 25, 2 ** 25)
+
+
+def residual_files(folder, **optimizer_params) -> None:
+    """``MxResidual`` trained 2 LrTrainer steps (sgd, lr 0.05, momentum 0.9, plus ``optimizer_params``) on seeded
+    (2, 3, 8, 8) batches, then written into ``folder``: ``res-symbol.json``, ``res-0000.params``, ``settings.json``
+    and ``trainer.states`` (what ``migrate`` reads)."""
+    from gluon_lr import LrTrainer
+    net = gluon(MxResidual)
+    net.hybridize()
+    trainer = LrTrainer(net, "sgd", {"learning_rate": 0.05, "momentum": 0.9, **optimizer_params})
+    rng = np.random.RandomState(0)
+    for _ in range(2):
+        with mx.autograd.record():
+            loss = (net(mx.nd.array(rng.randn(2, 3, 8, 8))) ** 2).sum()
+        loss.backward()
+        trainer.step(2)
+    net.export(str(folder / "res"))
+    trainer.export_settings(str(folder / "settings.json"))
+    trainer.save_states(str(folder / "trainer.states"))

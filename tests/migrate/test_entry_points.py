@@ -9,14 +9,10 @@ import hashlib
 import math
 import os
 
-import mxnet as mx
-import numpy as np
 import pytest
 import torch
-from mxnet import autograd
 
 import migrate
-from gluon_lr import LrTrainer
 from migrate.cli import main
 from migrate.errors import (ArgumentError, InputFileError, InputShapeError, MappingError, MigrateError,
                             ModelTypeError, SettingsError, StateConversionError)
@@ -29,18 +25,7 @@ SHAPE = (1, 3, 8, 8)
 def made(tmp_path_factory):
     """name -> path or object: the exported files, the `migrate all` folder and the mapping."""
     folder = tmp_path_factory.mktemp("entry-points")
-    net = M.gluon(M.MxResidual)
-    net.hybridize()
-    trainer = LrTrainer(net, "sgd", {"learning_rate": 0.05, "momentum": 0.9})
-    rng = np.random.RandomState(0)
-    for _ in range(2):
-        with autograd.record():
-            loss = (net(mx.nd.array(rng.randn(2, 3, 8, 8))) ** 2).sum()
-        loss.backward()
-        trainer.step(2)
-    net.export(str(folder / "res"))
-    trainer.export_settings(str(folder / "settings.json"))
-    trainer.save_states(str(folder / "trainer.states"))
+    M.residual_files(folder)
     files = (str(folder / "res-symbol.json"), str(folder / "res-0000.params"))
     assert main(["all", "--symbol", files[0], "--params", files[1], "--settings", str(folder / "settings.json"),
                  "--states", str(folder / "trainer.states"), "--torch", "tests.migrate.models:torch_residual",

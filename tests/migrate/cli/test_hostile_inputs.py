@@ -14,11 +14,8 @@ import subprocess
 import sys
 
 import mxnet as mx
-import numpy as np
 import pytest
-from mxnet import autograd
 
-from gluon_lr import LrTrainer
 from migrate.cli import main
 from tests.migrate import models as M
 
@@ -32,19 +29,7 @@ SCHEDULE = {"type": "FactorScheduler", "base_lr": 0.05, "step": 5, "factor": 0.5
 def files(tmp_path_factory):
     """Exported network, settings, states and the mapping `migrate map` wrote, plus hostile files beside them."""
     folder = tmp_path_factory.mktemp("hostile")
-    net = M.gluon(M.MxResidual)
-    net.hybridize()
-    schedule = mx.lr_scheduler.FactorScheduler(step=5, factor=0.5, base_lr=0.05)
-    trainer = LrTrainer(net, "sgd", {"learning_rate": 0.05, "momentum": 0.9, "lr_scheduler": schedule})
-    rng = np.random.RandomState(0)
-    for _ in range(2):
-        with autograd.record():
-            loss = (net(mx.nd.array(rng.randn(2, 3, 8, 8))) ** 2).sum()
-        loss.backward()
-        trainer.step(2)
-    net.export(str(folder / "res"))
-    trainer.export_settings(str(folder / "settings.json"))
-    trainer.save_states(str(folder / "trainer.states"))
+    M.residual_files(folder, lr_scheduler=mx.lr_scheduler.FactorScheduler(step=5, factor=0.5, base_lr=0.05))
     assert main(["map", "--symbol", str(folder / "res-symbol.json"), "--params", str(folder / "res-0000.params"),
                  "--torch", TORCH, "--input-shape", "1,3,8,8", "--out", str(folder / "mapping.json")]) == 0
     _hostile_files(folder)

@@ -13,12 +13,8 @@ import signal
 import subprocess
 import sys
 
-import mxnet as mx
-import numpy as np
 import pytest
-from mxnet import autograd
 
-from gluon_lr import LrTrainer
 from migrate.cli import main
 from migrate.cli.interrupts import INTERRUPTED
 from tests.migrate import models as M
@@ -33,18 +29,7 @@ MXNET_LOG = re.compile(r"^\[\d\d:\d\d:\d\d\] ")  # MXNet's own C++ log lines (gr
 def files(tmp_path_factory):
     """The exported network, its settings and its LrTrainer states."""
     folder = tmp_path_factory.mktemp("interrupts")
-    net = M.gluon(M.MxResidual)
-    net.hybridize()
-    trainer = LrTrainer(net, "sgd", {"learning_rate": 0.05, "momentum": 0.9})
-    rng = np.random.RandomState(0)
-    for _ in range(2):
-        with autograd.record():
-            loss = (net(mx.nd.array(rng.randn(2, 3, 8, 8))) ** 2).sum()
-        loss.backward()
-        trainer.step(2)
-    net.export(str(folder / "res"))
-    trainer.export_settings(str(folder / "settings.json"))
-    trainer.save_states(str(folder / "trainer.states"))
+    M.residual_files(folder)
     return folder
 
 
