@@ -331,6 +331,61 @@ def _float64_difference(net, model, inputs) -> float:
     return relative_difference(want, got)
 
 
+_FLOAT32_BY_DEFAULT = {op: "float32" for op in ("argsort", "topk", "_arange", "_zeros", "_ones", "_full", "_linspace",
+                                                 "_eye", "one_hot")}  # ops whose dtype attribute defaults to it
+
+
+def _float64_symbol(symbol) -> tuple:
+    """(``symbol`` with every float32 ``dtype`` attribute and variable dtype made float64, how many ops changed)."""
+    import json
+    import mxnet as mx
+    graph, made = json.loads(symbol.tojson()), 0
+    for node in graph["nodes"]:
+        attrs = node.get("attrs", {})
+        if node["op"] != "null" and attrs.get("dtype", _FLOAT32_BY_DEFAULT.get(node["op"])) in ("float32",
+                                                                                              "'float32'"):
+            node["attrs"] = {**attrs, "dtype": "float64"}
+            made += 1
+        elif node["op"] == "null" and attrs.get("__dtype__") == "0":  # MXNet's type flag 0 is float32, 1 float64
+            attrs["__dtype__"] = "1"
+    return mx.sym.load_json(json.dumps(graph)), made
+
+
+def _float64_graph_difference(net, inputs) -> tuple:
+    """(relative difference, float32 constants made float64) of MXNet and the generated module both running the
+    net's symbol graph in float64, for Blocks that MXNet cannot cast (a float32 constant such as the ``arange`` of
+    R-CNN's ROI batch ids meets float64 data): every float32 ``dtype`` attribute and variable dtype in the graph
+    becomes float64, and the module is generated from that graph. (inf, 0) if either cannot run it."""
+    import mxnet as mx
+    import torch
+
+    from migrate.generate import generate_torch
+    names, made = ["data"] if len(inputs) == 1 else [f"data{i}" for i in range(len(inputs))], 0
+    data = {n: x.astype(np.float64) if x.dtype.kind == "f" else x for n, x in zip(names, inputs)}
+    try:
+        symbol = net(*[mx.sym.var(n) for n in names])
+        symbol = mx.sym.Group(list(_flat(symbol))) if isinstance(symbol, (list, tuple)) else symbol
+        symbol, made = _float64_symbol(symbol)
+        params = {k: p.data().astype("float64") if np.dtype(p.dtype).kind == "f" else p.data()
+                  for k, p in net.collect_params().items() if k in set(symbol.list_inputs())}
+        args = {k: mx.nd.array(data[k], dtype=data[k].dtype) if k in data else params[k]
+                for k in symbol.list_arguments()}
+        aux = {k: params[k] for k in symbol.list_auxiliary_states()}
+        want = [o.asnumpy() for o in symbol.bind(mx.cpu(), args, aux_states=aux).forward()]
+        with tempfile.TemporaryDirectory() as folder:
+            symbol.save(os.path.join(folder, "net-symbol.json"))
+            mx.nd.save(os.path.join(folder, "net-0000.params"), params)
+            model = generate_torch((os.path.join(folder, "net-symbol.json"), os.path.join(folder, "net-0000.params")),
+                                   [x.shape for x in inputs], os.path.join(folder, "net.py"),
+                                   input_dtypes=[data[n].dtype for n in names]).eval()
+            with torch.no_grad():
+                got = [o.numpy() for o in _flat(model(*[torch.from_numpy(data[n]) for n in names]))]
+    except Exception:  # a float32-only kernel or an op the float64 graph cannot run: no such run
+        _flush_engine()
+        return float("inf"), made
+    return relative_difference(want, got), made
+
+
 def _flush_engine() -> None:
     """Raise and drop any error MXNet's asynchronous engine still holds (it would surface in a later op)."""
     import mxnet as mx
@@ -427,13 +482,45 @@ def _mxnet_self_difference(net, inputs, want) -> float:
     return 0.0 if moved is None else relative_difference(want, moved)
 
 
+def _without_float64_cast(net, inputs, want, diff) -> dict:
+    """Status and detail of a model outside TOL in float32 that MXNet cannot cast to float64: float32-limited
+    when the first selection op parts the outputs on near ties, when MXNet itself moves by at least a third as
+    much with its weights multiplied by 1 + 1e-7 x noise, or when MXNet and the module generated from the symbol
+    graph with its float32 constants made float64 agree in float64; differs otherwise."""
+    try:
+        selection = _selection_check(net, inputs)
+    except Exception:  # a part that does not generate or run alone: no such check
+        _flush_engine()
+        selection = None
+    if selection is not None and selection[1] <= TOL and selection[2] <= TOL:
+        op, before, on_mxnet = selection
+        return {"status": "float32-limited",
+                "detail": f"{diff:.2g} in float32; {op}'s input within {before:.2g} of MXNet's, and {op} run on "
+                          f"MXNet's own input within {on_mxnet:.2g} of MXNet's output: it keeps other near-tie "
+                          f"candidates"}
+    own = _mxnet_self_difference(net, inputs, want)  # MXNet cannot cast the Block to float64
+    if diff <= 3 * own:
+        return {"status": "float32-limited",
+                "detail": f"{diff:.2g} in float32 (no float64 run: MXNet with weights x (1 + 1e-7 noise) moves "
+                          f"{own:.2g})"}
+    exact, made = _float64_graph_difference(net, inputs)
+    if exact < float("inf"):
+        return {"status": "float32-limited" if exact <= TOL else "differs",
+                "detail": f"{diff:.2g} in float32, {exact:.2g} in float64 (the symbol graph run by both, its {made} "
+                          f"float32 constants made float64; MXNet with weights x (1 + 1e-7 noise) moves {own:.2g})"}
+    return {"status": "differs",
+            "detail": f"{diff:.2g} in float32 (no float64 run: MXNet with weights x (1 + 1e-7 noise) moves {own:.2g})"}
+
+
 def check(net, inputs, want, path) -> dict:
     """Generate ``net`` into ``path`` and compare its eval outputs with MXNet's ``want``: a dict with 'status',
     'detail', 'seconds' (generation) and 'lines' (source length). Status: match (within TOL), float32-limited
     (outside TOL in float32, within it with MXNet and the module both run in float64: the difference is float32
     rounding, which deep random-init networks amplify and which reorders detections whose scores tie within it;
-    where MXNet cannot run the graph in float64: MXNet itself, its weights multiplied by 1 + 1e-7 x noise, moves
-    by at least a third as much), differs, refused (the op is named), error."""
+    where MXNet cannot cast the Block to float64: the first selection op parts them on near ties, or MXNet
+    itself, its weights multiplied by 1 + 1e-7 x noise, moves by at least a third as much, or else MXNet and a
+    module generated from the symbol graph with its float32 constants made float64 agree in float64), differs,
+    refused (the op is named), error."""
     import torch
 
     from migrate.errors import UnsupportedOpError
@@ -459,17 +546,4 @@ def check(net, inputs, want, path) -> dict:
     if exact <= TOL or exact < float("inf"):
         return {**row, "status": "float32-limited" if exact <= TOL else "differs",
                 "detail": f"{diff:.2g} in float32, {exact:.2g} in float64"}
-    try:
-        selection = _selection_check(net, inputs)
-    except Exception:  # a part that does not generate or run alone: no such check
-        _flush_engine()
-        selection = None
-    if selection is not None and selection[1] <= TOL and selection[2] <= TOL:
-        op, before, on_mxnet = selection
-        return {**row, "status": "float32-limited",
-                "detail": f"{diff:.2g} in float32; {op}'s input within {before:.2g} of MXNet's, and {op} run on "
-                          f"MXNet's own input within {on_mxnet:.2g} of MXNet's output: it keeps other near-tie "
-                          f"candidates"}
-    own = _mxnet_self_difference(net, inputs, want)  # MXNet has no float64 run of this graph
-    return {**row, "status": "float32-limited" if diff <= 3 * own else "differs",
-            "detail": f"{diff:.2g} in float32 (no float64 run: MXNet with weights x (1 + 1e-7 noise) moves {own:.2g})"}
+    return {**row, **_without_float64_cast(net, inputs, want, diff)}

@@ -2,7 +2,9 @@
 module whose eval-mode outputs equal MXNet's, and which op stops the others.
 
 Run: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/zoo_report.py [--only REGEX] [--out docs/zoo_report.md]
-     [--cache zoo_report.jsonl]
+     [--cache zoo_report.jsonl] [--update]
+(``--only REGEX --update --out docs/zoo_report.md`` reruns the matching models and replaces just their rows and
+the counts in the existing report.)
 
 Each model is built with random weights (``pretrained=False``, ``pretrained_base=False``; BatchNorm statistics and
 affine terms moved away from identity), run by MXNet on the first small input it accepts (see
@@ -11,8 +13,9 @@ max |torch - mxnet| <= 1e-4 * max(1, max |mxnet|); "float32-limited": outside it
 and the generated module both run in float64 (the difference is float32 rounding: deep random-init networks amplify
 it, and it reorders detections whose scores tie within it), or, where MXNet cannot run the graph in float64, the
 first selection op's (box_nms, topk, sort) input is within 1e-4 and the op on MXNet's own input gives MXNet's
-output, or MXNet itself with every weight multiplied by 1 + 1e-7 x noise moves by at least a third as much;
-"differs": otherwise; "refused":
+output, or MXNet itself with every weight multiplied by 1 + 1e-7 x noise moves by at least a third as much, or,
+failing those, MXNet and a module generated from the model's symbol graph with its float32 constants made float64
+agree within it, both run in float64; "differs": otherwise; "refused":
 generate_torch stops at an op without translation (named); "not built": the zoo cannot build or MXNet cannot run
 the model here (downloads, GPU-only kernels, Blocks without a symbol graph); "crashed": the process died on it
 (rerun with the same --cache: each model is marked before it starts and its result appended when it ends, so a
@@ -103,16 +106,41 @@ def _summary(rows) -> list:
     return lines
 
 
+def _rows_in(path) -> dict:
+    """The rows of a report this script wrote (model -> row), read back from its markdown table."""
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) != 7 or cells[0] in ("model", "---"):
+                continue
+            model, zoo, shapes, status, detail, seconds, lines = cells
+            row = {"model": model, "zoo": zoo, "status": status,
+                   "detail": detail.removeprefix("relative difference ")}
+            row.update({"input": shapes} if shapes else {})
+            row.update({"seconds": float(seconds), "lines": int(lines)} if seconds else {})
+            rows[model] = row
+    return rows
+
+
 def main(argv=None) -> int:
     """Run the report; print the markdown table (and write it to ``--out``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=None, help="regex: only models whose name matches")
     parser.add_argument("--out", default=None, help="also write the markdown report here")
     parser.add_argument("--cache", default=None, help="JSON-lines file of finished models (resumed from)")
+    parser.add_argument("--update", action="store_true",
+                        help="rerun only the --only models and replace their rows in the --out report")
     args = parser.parse_args(argv)
+    if args.update and not (args.out and os.path.exists(args.out)):
+        parser.error("--update rewrites the rows of an existing --out report: give its path")
     zoo = zoo_models.gluoncv_zoo()
-    names = [e.name for e in zoo_models.entries(zoo) if args.only is None or re.search(args.only, e.name)]
+    everything = [e.name for e in zoo_models.entries(zoo)]
+    names = [n for n in everything if args.only is None or re.search(args.only, n)]
     done = _results(set(names), args.cache)
+    if args.update:
+        done = {**_rows_in(args.out), **{n: done[n] for n in names if n in done}}
+        names = everything
     rows = [done[n] for n in names if n in done]
     text = "\n".join(_summary(rows) + [""] + _table(rows))
     print(text)
@@ -133,13 +161,24 @@ difference is float32 rounding (deep random-init networks whose activations grow
 it reorders candidates whose scores tie within it), or, where MXNet cannot run the graph in float64, the input of
 the first selection op (box_nms, topk, sort) is within 1e-4 of MXNet's and the op run on MXNet's own input gives
 MXNet's output (so the outputs differ in which near-tie candidates it keeps), or MXNet itself with every weight
-multiplied by 1 + 1e-7 x noise moves by at least a third as much (the control of the README's demo);
+multiplied by 1 + 1e-7 x noise moves by at least a third as much (the control of the README's demo), or, failing
+those, MXNet and a module generated from the model's symbol graph with its float32 constants (the `arange` of
+R-CNN's ROI batch ids, argsort's float32 indices) made float64 agree within it, both run in float64;
 **differs**: otherwise; **refused**: generate_torch stops at the op named (nothing written); **error**: MXNet
 cannot make the model's symbol graph (its hybrid_forward fails with symbols) or torch cannot run the module;
 **not built**: the zoo cannot build the model here or MXNet cannot run it (downloads, GPU-only kernels, Blocks
 without a symbol graph); **crashed**: the process died on it. R-CNN models run with 100 proposals and at most
 100 masks (their test defaults, 300 and 1000, need over 11 GB for Mask R-CNN C4). "generate (s)": generate_torch's
 time; "lines": the generated file's length.
+
+Two MXNet CPU behaviours shape the detector rows. Its topk/sort/argsort order equal values as libstdc++'s
+std::sort or std::partial_sort leave them (not by index): random-init Mask R-CNNs give many classes exactly equal
+scores, and the generated module replays that order for rows with ties. Its ROIAlign documents a zero output for an
+ROI whose batch index is negative, which the FPN R-CNNs give each pyramid level for the other levels' ROIs, but the
+1.9.1 CPU kernel leaves that ROI's output as the memory held before (and zeroes one element of ROI 0's): MXNet's
+own outputs of those models vary from run to run, while the generated module writes the documented zeros.
+`bench/zoo_op_replay.py` runs each op's translation on MXNet's own inputs for that op: ROIAlign with such ROIs is
+the one op it finds apart from MXNet in the R-CNN, SSD, YOLOv3 and CenterNet models it was run on.
 
 """
 

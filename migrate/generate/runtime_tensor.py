@@ -2,7 +2,8 @@
 
 Copied into generated files like those in ``runtime`` (each uses only ``torch``, ``F`` and ``math``). MXNet returns
 indices as float32 unless an op's ``dtype`` says otherwise, and casts float indices to integers by truncation;
-these helpers do the same.
+these helpers do the same. topk, sort and argsort give equal values the order MXNet's CPU kernel gives them
+(libstdc++'s std::sort or std::partial_sort, replayed for rows with ties).
 """
 import math  # noqa: F401 (the generated file imports it for the helpers)
 
@@ -67,17 +68,136 @@ def _mx_one_hot(indices, depth, on_value, off_value, dtype):
     return torch.where(hot, on, torch.tensor(off_value, dtype=dtype, device=indices.device))
 
 
-def _mx_topk(x, axis, k, ret_typ, is_ascend, dtype):
-    """MXNet's topk: the ``k`` largest (smallest if ``is_ascend``) along ``axis`` (None: flattened); returns the
-    indices (as ``dtype``), the values, both, or a 0/1 mask of the input's shape and dtype."""
+def _mx_heap_adjust(a, keys, hole, length, value):
+    """libstdc++'s ``__adjust_heap`` on the index list ``a`` (a max-heap by ``keys``): the hole at ``hole`` sinks
+    to a leaf along the larger children, then ``value`` rises from there."""
+    top, child = hole, hole
+    while child < (length - 1) // 2:
+        child = 2 * (child + 1)
+        if keys[a[child]] < keys[a[child - 1]]:
+            child -= 1
+        a[hole] = a[child]
+        hole = child
+    if length % 2 == 0 and child == (length - 2) // 2:
+        child = 2 * (child + 1)
+        a[hole] = a[child - 1]
+        hole = child - 1
+    parent = (hole - 1) // 2
+    while hole > top and keys[a[parent]] < keys[value]:
+        a[hole] = a[parent]
+        hole, parent = parent, (parent - 1) // 2
+    a[hole] = value
+
+
+def _mx_partial_sort(a, keys, lo, mid, hi):
+    """libstdc++'s ``std::partial_sort(a + lo, a + mid, a + hi)`` by ``keys``: a heap of a[lo:mid] takes each
+    smaller later element, then is sorted by popping."""
+    heap, n = a[lo:mid], mid - lo
+    for parent in range((n - 2) // 2, -1, -1):
+        _mx_heap_adjust(heap, keys, parent, n, heap[parent])
+    for i in range(mid, hi):
+        if n and keys[a[i]] < keys[heap[0]]:
+            value, a[i] = a[i], heap[0]
+            _mx_heap_adjust(heap, keys, 0, n, value)
+    for last in range(n - 1, 0, -1):
+        value, heap[last] = heap[last], heap[0]
+        _mx_heap_adjust(heap, keys, 0, last, value)
+    a[lo:mid] = heap
+
+
+def _mx_median_to_first(a, keys, first, x, y, z):
+    """libstdc++'s ``__move_median_to_first``: the median of a[x], a[y], a[z] by ``keys`` swapped into a[first]."""
+    kx, ky, kz = keys[a[x]], keys[a[y]], keys[a[z]]
+    if kx < ky:
+        pick = y if ky < kz else z if kx < kz else x
+    else:
+        pick = x if kx < kz else z if ky < kz else y
+    a[first], a[pick] = a[pick], a[first]
+
+
+def _mx_introsort(a, keys):
+    """libstdc++'s ``std::sort`` on the index list ``a`` by ``keys`` (ascending): quicksort with the median of
+    three as pivot down to ranges of 16, heapsort past 2 log2(n) levels, then one insertion sort. Equal keys end
+    up in this algorithm's order."""
+    ranges = [(0, len(a), 2 * (len(a).bit_length() - 1))] if len(a) > 1 else []
+    while ranges:
+        lo, hi, depth = ranges.pop()
+        while hi - lo > 16:
+            if depth == 0:
+                _mx_partial_sort(a, keys, lo, hi, hi)
+                break
+            depth -= 1
+            _mx_median_to_first(a, keys, lo, lo + 1, lo + (hi - lo) // 2, hi - 1)
+            pivot, i, j = keys[a[lo]], lo + 1, hi
+            while True:
+                while keys[a[i]] < pivot:
+                    i += 1
+                j -= 1
+                while pivot < keys[a[j]]:
+                    j -= 1
+                if i >= j:
+                    break
+                a[i], a[j] = a[j], a[i]
+                i += 1
+            ranges.append((i, hi, depth))
+            hi = i
+    for i in range(1, len(a)):  # the final insertion sort (the first 16 guarded, the rest unguarded: the same)
+        value, j = a[i], i
+        while j > 0 and keys[value] < keys[a[j - 1]]:
+            a[j] = a[j - 1]
+            j -= 1
+        a[j] = value
+
+
+def _mx_cpu_order(rows, k, descending):
+    """Per row of ``rows`` (M, N), the indices of its first ``k`` elements in the order MXNet's CPU topk, sort and
+    argsort give them. MXNet calls std::sort (k * 8 > N) or std::partial_sort, which order equal values neither
+    by index nor stably: a row whose first k + 1 values in order are all different has one answer, torch's sort's;
+    a row with ties among them replays libstdc++'s algorithm on its values (a Python loop over the row, run for
+    such rows only). Traced or exported, every row takes torch's order (ties then in index order)."""
+    if torch.onnx.is_in_onnx_export() or torch.jit.is_tracing():
+        return _mx_sorted_indices(rows, -1, descending)[:, :k]
+    order = torch.sort(rows, dim=-1, descending=descending, stable=True)
+    tied = (order.values[:, 1:k + 1] == order.values[:, :k][:, :rows.shape[1] - 1]).any(1)
+    indices = order.indices[:, :k]
+    if not bool(tied.any()):
+        return indices
+    indices = indices.clone()
+    for r in tied.nonzero()[:, 0].tolist():
+        keys = (-rows[r] if descending else rows[r]).tolist()
+        a = list(range(len(keys)))
+        if k * 8 > len(keys):
+            _mx_introsort(a, keys)
+        else:
+            _mx_partial_sort(a, keys, 0, k, len(keys))
+        indices[r] = torch.tensor(a[:k], dtype=indices.dtype, device=indices.device)
+    return indices
+
+
+def _mx_ordered(x, axis, k, is_ascend):
+    """(values, indices) of the first ``k`` elements of ``x`` along ``axis`` (None: flattened; k < 1: all) in
+    MXNet's CPU order; the values carry the gradient to the elements they came from."""
     if axis is None:
         x, axis = x.reshape(-1), 0
+    axis = axis % x.dim()
     k = x.shape[axis] if k < 1 else k
-    values, indices = torch.topk(x, k, dim=axis, largest=not is_ascend, sorted=True)
+    moved = x.movedim(axis, -1)
+    rows = moved.reshape(-1, moved.shape[-1])
+    index = _mx_cpu_order(rows.detach(), k, not is_ascend).reshape(moved.shape[:-1] + (k,))
+    return moved.gather(-1, index).movedim(-1, axis), index.movedim(-1, axis)
+
+
+def _mx_topk(x, axis, k, ret_typ, is_ascend, dtype):
+    """MXNet's topk: the ``k`` largest (smallest if ``is_ascend``) along ``axis`` (None: flattened), ties in
+    MXNet's CPU order; returns the indices (as ``dtype``), the values, both, or a 0/1 mask of the input's shape
+    and dtype."""
+    values, indices = _mx_ordered(x, axis, k, is_ascend)
     if ret_typ == "value":
         return values
     if ret_typ == "mask":
-        return torch.zeros_like(x).scatter(axis, indices, 1.0).detach()
+        flat = x.reshape(-1) if axis is None else x
+        mask = torch.zeros_like(flat).scatter(0 if axis is None else axis, indices, 1.0).detach()
+        return mask.reshape(x.shape)
     if ret_typ == "both":
         return values, indices.to(dtype)
     return indices.to(dtype)
@@ -93,16 +213,12 @@ def _mx_sorted_indices(key, dim, descending):
 
 def _mx_sort(x, axis, is_ascend):
     """MXNet's sort along ``axis`` (None: flattened)."""
-    if axis is None:
-        x, axis = x.reshape(-1), 0
-    return torch.gather(x, axis, _mx_sorted_indices(x, axis, not is_ascend))
+    return _mx_ordered(x, axis, 0, is_ascend)[0]
 
 
 def _mx_argsort(x, axis, is_ascend, dtype):
-    """MXNet's argsort along ``axis`` (None: flattened), indices as ``dtype``."""
-    if axis is None:
-        x, axis = x.reshape(-1), 0
-    return _mx_sorted_indices(x, axis, not is_ascend).to(dtype)
+    """MXNet's argsort along ``axis`` (None: flattened), indices as ``dtype``, ties in MXNet's CPU order."""
+    return _mx_ordered(x, axis, 0, is_ascend)[1].to(dtype)
 
 
 def _mx_argmax(x, axis, keepdims, smallest=False):
@@ -182,6 +298,7 @@ def _mx_pad(x, mode, pad_width, constant_value):
     return F.pad(x, pads, "replicate" if mode == "edge" else "reflect")
 
 
-TENSOR_HELPERS = [_mx_mod, _mx_div, _mx_axis_indices, _mx_take, _mx_pick, _mx_gather_nd, _mx_one_hot, _mx_topk,
-                  _mx_sorted_indices, _mx_sort, _mx_argsort, _mx_argmax, _mx_norm, _mx_slice_like, _mx_reshape_like,
-                  _mx_arange_like, _mx_broadcast_axis, _mx_broadcast_like, _mx_where, _mx_pad]
+TENSOR_HELPERS = [_mx_mod, _mx_div, _mx_axis_indices, _mx_take, _mx_pick, _mx_gather_nd, _mx_one_hot,
+                  _mx_heap_adjust, _mx_partial_sort, _mx_median_to_first, _mx_introsort, _mx_cpu_order, _mx_ordered,
+                  _mx_topk, _mx_sorted_indices, _mx_sort, _mx_argsort, _mx_argmax, _mx_norm, _mx_slice_like,
+                  _mx_reshape_like, _mx_arange_like, _mx_broadcast_axis, _mx_broadcast_like, _mx_where, _mx_pad]

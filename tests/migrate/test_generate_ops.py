@@ -171,6 +171,15 @@ CASES = [
     Case("sort", lambda F, x: F.sort(x, axis=1, is_ascend=False), _both(_u(3, 5, 2))),
     Case("sort axis None", lambda F, x: F.sort(x, axis=None), _both(_u(3, 4))),
     Case("argsort", lambda F, x: F.argsort(x, axis=0, is_ascend=False, dtype="int32"), _both(_u(4, 3))),
+    # equal values: MXNet's CPU kernel orders them as libstdc++'s std::sort (k * 8 > n) or std::partial_sort does,
+    # neither by index nor stably (equal scores pick Mask R-CNN's boxes and masks); sort's gradient shows the order
+    *[Case(f"{op} ties {kw}", (lambda op, kw: lambda F, x: getattr(F, op)(x, **kw))(op, kw),
+           _both(_ints(3, 3, 70)))
+      for op, kw in [("argsort", {"axis": 1, "is_ascend": False}), ("argsort", {"axis": -1}),
+                     ("sort", {"axis": -1, "is_ascend": False}), ("sort", {"axis": None}),
+                     ("topk", {"axis": 1, "k": 20, "ret_typ": "both"}),
+                     ("topk", {"axis": -1, "k": 5, "ret_typ": "both", "is_ascend": True}),
+                     ("topk", {"axis": 1, "k": 12, "ret_typ": "mask"})]],
     Case("argmax", lambda F, x: F.argmax(x, axis=1, keepdims=True), _both(_u(3, 5, 2))),
     Case("argmin axis None", lambda F, x: F.argmin(x), _both(_u(3, 5))),
     Case("argmax_channel", lambda F, x: F.argmax_channel(x), _both(_u(4, 6)), grad=False),
@@ -446,6 +455,27 @@ class TestTranslationTable:
         """An unknown op's error names the page of MXNet's documentation that describes it."""
         from migrate.generate.registry import documentation_name
         assert documentation_name(op) == name
+
+
+class TestROIAlignIgnoredROIs:
+    """ROIs with a negative batch index (the FPN R-CNNs give each pyramid level the other levels' ROIs as -1 rows):
+    MXNet documents a zero output for them. Its 1.9.1 CPU kernel writes one 0 at element n of the whole output
+    (ROI n's index) and leaves ROI n's block as the memory held before, so MXNet's forward is compared on the
+    other ROIs only (ROI 0 is the ignored one: its index falls in its own block); gradients are compared whole."""
+
+    def test_ignored_roi_gives_zeros_and_no_gradient(self, tmp_path):
+        """The ignored ROI's output is 0; the others' outputs and the feature map's gradient equal MXNet's."""
+        rng = np.random.RandomState(0)
+        rois = _rois(5, 2, 24)(rng)
+        rois[0] = -1.0
+        case = Case("ROIAlign ignored", lambda F, x, r: F.contrib.ROIAlign(x, r, pooled_size=(3, 2), spatial_scale=0.5,
+                                                                          sample_ratio=2), None)
+        arrays = [_u(2, 4, 10, 12)(rng), rois]
+        want, heads, want_grads = _mx_outputs(case, arrays)
+        got, got_grads = _torch_outputs(case, arrays, heads, tmp_path / "op.py")
+        assert np.array_equal(got[0][0], np.zeros_like(got[0][0])), "the ignored ROI's output should be 0"
+        _assert_close(want[0][1:], got[0][1:], TOL, "output of the other ROIs")
+        _assert_close(want_grads[0], got_grads[0], TOL, "gradient of the feature map")
 
 
 def test_variational_dropout_shares_its_mask(tmp_path):

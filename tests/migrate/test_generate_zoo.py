@@ -1,5 +1,5 @@
 """generate_torch on model-zoo families that were refused before their ops had translations: GluonCV
-classification (Xception, NASNet, HRNet), detection (SSD, YOLOv3, Faster R-CNN, CenterNet), segmentation
+classification (Xception, NASNet, HRNet), detection (SSD, YOLOv3, Faster/Mask R-CNN, CenterNet), segmentation
 (FCN, DeepLab, PSP), pose, and GluonNLP's BERT/transformer in small configurations.
 
 Random weights (BatchNorm statistics and affine terms moved away from identity), small inputs, eval mode: every
@@ -101,6 +101,16 @@ class TestDetection:
         net = model_zoo.get_model("faster_rcnn_resnet50_v1b_voc", pretrained=False, pretrained_base=False)
         net._rpn_test_post_nms = net.rpn._test_post_nms = 24  # its zoo function fixes the count: set before use
         _check(net, [_image(1, 3, 128, 128)], tmp_path / "m.py")
+
+    def test_mask_rcnn_tied_scores(self, model_zoo, tmp_path):
+        """Mask R-CNN ResNet101-v1d (argsort of the per-class NMS scores, gather_nd of boxes and masks by class id,
+        ROIAlign), 128x128, 16 proposals and masks: its random-init scores tie exactly, and which boxes and masks
+        it keeps follows MXNet's CPU order of equal values (libstdc++'s std::sort), not index order."""
+        net = model_zoo.get_model("mask_rcnn_resnet101_v1d_coco", pretrained=False, pretrained_base=False)
+        net._rpn_test_post_nms = net.rpn._test_post_nms = 16  # set before the first forward, which reads them
+        net._rcnn_max_dets = 16
+        want, _ = _check(net, [_image(1, 3, 128, 128)], tmp_path / "m.py")
+        assert len(np.unique(want[1])) < want[1].size, "the test should keep tied scores"
 
 
 class TestSegmentationAndPose:
