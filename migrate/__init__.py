@@ -10,9 +10,10 @@ torch tensor by tensor). ``load_settings`` reads the settings file gluon_lr wrot
 ``data`` reads MXNet's RecordIO datasets (``RecordFile``, ``RecordDataset``, ``convert_records``; ``migrate data`` on
 the command line).
 
-Nothing here imports MXNet: the torch side runs where MXNet cannot be installed (numpy 2, Python 3.12+). Only what
-reads a live MXNet model (``name_mapping``, ``verify``, ``generate_torch`` of a Gluon block or MXNet files, and the
-CLI commands that do so) needs it, and raises ``MXNetRequiredError`` without it.
+Nothing here imports MXNet: the torch side runs where MXNet cannot be installed (numpy 2, Python 3.12+). MXNet's
+files (symbol JSON, params, states) are read without it, and the CLI maps, verifies, generates and converts them
+without it; only what reads a live Gluon block or runs the MXNet model (``check_training``, ``migrate check``) needs
+it, and raises ``MXNetRequiredError`` without it.
 """
 from migrate.cli import interrupts as _interrupts
 

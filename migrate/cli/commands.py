@@ -34,7 +34,8 @@ from migrate.cli.report import Report
 from migrate.cli.staged_folder import StagedFolder, pause_point
 from migrate.errors import (CliUsageError, InputFileError, LabelsError, MigrateError, MXNetRequiredError,
                             OutputPathError, StatesOrderWarning)
-from migrate.mapping import converted_keys, load_mxnet, load_mxnet_weights, write_state_dict
+from migrate.mapping import (EXPORTED_WITH_MXNET, converted_keys, files_reader, generated_mapping, load_mxnet_weights,
+                             model_source, verify_translated, write_state_dict)
 
 __all__ = ["main"]
 
@@ -294,7 +295,14 @@ def _equivalent(report) -> bool:
             and report.sections.get("verify", {}).get("ok", False))
 
 
+def _check_needs_mxnet() -> None:
+    """``check`` trains the MXNet model: MXNetRequiredError where MXNet does not read the files, before reading."""
+    if files_reader() != EXPORTED_WITH_MXNET:
+        raise MXNetRequiredError.for_("training the MXNet model (migrate check, --check-training)")
+
+
 def _run_check(args, report):
+    _check_needs_mxnet()
     document, labels = inputs.settings(args.settings), _labels(args)
     with tempfile.TemporaryDirectory(prefix="migrate-check-") as folder:  # --torch generate: model.py lives here
         model = _generated_model(args, os.path.join(folder, GENERATED)) if args.torch == "generate" else _model(args)
@@ -312,6 +320,7 @@ def _training_check(args, model, mapping, document, report, steps, labels=None, 
         report.text.append("training check skipped: names are unmapped, the weights cannot be copied")
         return
     shapes, dtypes = inputs.input_shapes(args.input_shape)
+    _check_needs_mxnet()
     with _stage(args, f"training both models {steps} step(s) and comparing"):
         result = check_training(_mx_source(args), model, shapes, input_dtypes=dtypes, labels=labels, loss=loss,
                                 settings=document, states=_states_path(args), mapping=mapping, steps=steps,
@@ -335,6 +344,7 @@ def _labels(args):
 def _run_generate(args, report):
     inputs.output_paths([args.out], _inputs(args), args.force)
     model = _generated_model(args, args.out)
+    _record_reader(report, files_reader())
     report.outputs.append(args.out)
     report.text.append(f"generated {type(model).__name__} in {args.out}: {len(model.MXNET_NAMES)} MXNet "
                        f"parameters and states as state_dict keys (MXNET_NAMES in the file maps them)")
@@ -372,7 +382,7 @@ def _mx_source(args):
     if getattr(args, "mx_source", None) is None:
         shapes, dtypes = inputs.input_shapes(args.input_shape)
         with _stage(args, "reading the MXNet model"):
-            args.mx_source = load_mxnet(inputs.mx_files(args), shapes, dtypes)
+            args.mx_source = model_source(inputs.mx_files(args), shapes, dtypes)
     return args.mx_source
 
 
@@ -384,8 +394,12 @@ def _mapping(args, model, report, document=None, show=False):
         inputs.mapping_needs(args)
         shapes, dtypes = inputs.input_shapes(args.input_shape)
         mx_source = _mx_source(args)
-        with _stage(args, "exporting both models to ONNX (structure only) and matching", unit="node") as tick:
-            mapping, source = name_mapping(mx_source, model, shapes, input_dtypes=dtypes, progress=tick), "matched"
+        _record_reader(report, mx_source.reader)
+        if args.torch == "generate":  # the module is the graph's own translation: its MXNET_NAMES are the mapping
+            mapping, source = generated_mapping(mx_source, model), "generated"
+        else:
+            with _stage(args, "exporting both models to ONNX (structure only) and matching", unit="node") as tick:
+                mapping, source = name_mapping(mx_source, model, shapes, input_dtypes=dtypes, progress=tick), "matched"
     report.unmapped = inputs.unmapped_names(mapping, model, document)
     report.checks["equivalent"] = not mapping.differences
     report.sections["mapping"] = {"source": source, "mapped": len(mapping), "differences": mapping.differences,
@@ -404,19 +418,43 @@ def _verify(args, model, mapping, report):
         return
     shapes, dtypes = inputs.input_shapes(args.input_shape)
     mx_source = _mx_source(args)
+    _record_reader(report, mx_source.reader)
+    if mx_source.without_mxnet and args.torch == "generate":
+        _generated_needs_no_verification(report)
+        return
     with _stage(args, "verifying node by node", unit="node") as tick:
-        result = verify(mx_source, model, mapping, shapes, input_dtypes=dtypes, in_place=True, progress=tick)
+        if mx_source.without_mxnet:  # no MXNet to run: compared with the graph's torch translation
+            result = verify_translated(mx_source, model, mapping, shapes, input_dtypes=dtypes)
+        else:
+            result = verify(mx_source, model, mapping, shapes, input_dtypes=dtypes, in_place=True, progress=tick)
     args.weights_loaded = True  # verify copied the MXNet weights into the model itself
     first = result.first_divergence
+    compared_with = "the graph's torch translation" if mx_source.without_mxnet else "MXNet"
     report.checks["verified"] = result.verified  # compared: a skipped node is not a passed one
-    report.sections["verify"] = {"ok": result.ok, "max_abs_diff": result.max_abs_diff, "atol": result.atol,
-                                 "nodes": len(result.rows), "skipped": [r.mx_node for r in result.skipped],
+    report.sections["verify"] = {"ok": result.ok, "compared_with": compared_with,
+                                 "max_abs_diff": result.max_abs_diff, "atol": result.atol, "nodes": len(result.rows),
+                                 "skipped": [r.mx_node for r in result.skipped],
                                  "passes": result.passes, "output_bytes": result.output_bytes,
                                  "first_divergence": first and {
                                      "mxnet": first.mx_node, "torch": first.torch_node,
                                      "max_abs_diff": first.max_abs_diff, "note": first.note},
                                  "rows": result.to_dict()["rows"]}
     report.text.append(str(result))
+
+
+def _record_reader(report, reader: str) -> None:
+    """Say once, in the text and the JSON (``mxnet_graph``), which path read the MXNet model."""
+    if "mxnet_graph" not in report.sections:
+        report.sections["mxnet_graph"] = reader
+        report.text.append(f"MXNet model: {reader}")
+
+
+def _generated_needs_no_verification(report) -> None:
+    """Without MXNet there is no MXNet run to compare with, and a generated module is the graph's own translation:
+    comparing it with the translation would compare it with itself."""
+    report.sections["verify"] = {"ok": True, "compared_with": None, "nodes": 0}
+    report.text.append("verification: not run (no MXNet here, and the torch module is the graph's own translation, "
+                       "op by op, by the translators tested against MXNet)")
 
 
 def _weights(args, model, mapping, report) -> dict:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import json
 import os
 import re
 import sys
@@ -18,12 +17,14 @@ from migrate.generate import ops_tensor, ops_vision, rnn_ops  # noqa: F401
 from migrate.generate.names import identifier, local_names, param_keys
 from migrate.generate.registry import OpNode, translator
 from migrate.generate.runtime import HELPERS
-from migrate.mapping.export import load_mxnet, normalize_shapes
+from migrate.generate.shapes import LOSS_HEADS, translated_shapes
+from migrate.mapping.export import normalize_shapes
+from migrate.mapping.file_source import model_source
+from migrate.mapping.symbol_graph import aux_state_names, symbol_document
 from mxformats.atomic import write_text
 
-__all__ = ["generate_torch"]
+__all__ = ["generate_torch", "translated_module"]
 
-LOSS_HEADS = {"SoftmaxOutput", "Softmax", "LinearRegressionOutput", "MAERegressionOutput", "LogisticRegressionOutput"}
 MULTI_OUTPUT = {"SliceChannel", "split", "RNN"}
 
 
@@ -40,7 +41,9 @@ def generate_torch(mx_model, input_shapes, path, *, input_dtypes=None):
 
     Args:
         mx_model: an initialized Gluon ``HybridBlock`` or a tuple ``(symbol_json_path, params_path)`` (Module
-            checkpoints included: ``arg:``/``aux:`` prefixes are dropped).
+            checkpoints included: ``arg:``/``aux:`` prefixes are dropped). Files are read without MXNet where MXNet
+            is not installed (or ``MIGRATE_WITHOUT_MXNET=1``): the node shapes then come from running each node's
+            translation, and the file written is the same as with MXNet.
         input_shapes: one input shape tuple, or a list of them for several inputs.
         path: the Python file to write (its folder must exist). The class is named after the Gluon block's class
             (or the symbol file's stem).
@@ -74,9 +77,9 @@ def generate_torch(mx_model, input_shapes, path, *, input_dtypes=None):
         random numbers, not MXNet's.
     """
     shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
-    source = load_mxnet(mx_model, shapes, dtypes)
+    source = model_source(mx_model, shapes, dtypes)
     class_name = _class_name(mx_model)
-    code, keys, aux = _source(source, mx_model, shapes, class_name)
+    code, keys, aux = _source(source, mx_model, shapes, dtypes, class_name)
     state = _state(source, keys, aux)
     module = types.ModuleType("migrate_generated_check")
     exec(compile(code, str(path), "exec"), module.__dict__)  # the whole file runs before anything is written
@@ -84,6 +87,38 @@ def generate_torch(mx_model, input_shapes, path, *, input_dtypes=None):
     write_text(path, code, error=InputFileError)
     model = getattr(_import(path), class_name)()
     model.load_state_dict(state)
+    return model
+
+
+def translated_module(source, input_shapes, input_dtypes=None):
+    """The module ``generate_torch`` would write for ``source``, built in memory (no file), MXNet's weights loaded.
+
+    ``name_mapping`` and ``verify`` use it as the MXNet side of files read without MXNet: one translation of MXNet's
+    ops serves generation, matching and verification.
+
+    Args:
+        source: an ``MxSource`` (``file_source.read_mxnet_files``, or ``load_mxnet``).
+        input_shapes: one input shape tuple, or a list of them.
+        input_dtypes: None (float32), one dtype, or one per input.
+
+    Returns:
+        An instance of the translated class (class name ``MxnetGraph``), in training mode.
+
+    Raises:
+        UnsupportedOpError, InputShapeError, InputFileError: as ``generate_torch``.
+
+    Examples:
+        >>> source = read_mxnet_files("net-symbol.json", "net-0000.params")  # doctest: +SKIP
+        >>> model = translated_module(source, (1, 3, 32, 32))  # doctest: +SKIP
+        >>> model.MXNET_NAMES["conv0_weight"]  # doctest: +SKIP
+        'conv0.weight'
+    """
+    shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
+    code, keys, aux = _source(source, source, shapes, dtypes, "MxnetGraph")
+    module = types.ModuleType("migrate_translated")
+    exec(compile(code, "<migrate translated module>", "exec"), module.__dict__)
+    model = module.MxnetGraph()
+    model.load_state_dict(_state(source, keys, aux))
     return model
 
 
@@ -100,7 +135,11 @@ def _state(source, keys, aux) -> dict:
     if missing:
         raise InputFileError(f"MXNet parameters {missing[:10]} are used by the graph but have no value in the "
                              f"params; save the params file from the same model as the symbol")
-    return {key: torch.from_numpy(np.ascontiguousarray(source.params[name].asnumpy())) for name, key in keys.items()}
+    return {key: torch.from_numpy(np.ascontiguousarray(_numpy(source.params[name]))) for name, key in keys.items()}
+
+
+def _numpy(value) -> np.ndarray:
+    return value.asnumpy() if hasattr(value, "asnumpy") else np.asarray(value)
 
 
 def _import(path):
@@ -112,9 +151,10 @@ def _import(path):
     return module
 
 
-def _graph(source, shapes):
-    """(nodes, heads, data input names, each node's output shapes in node order)."""
-    graph = json.loads(source.symbol.tojson())
+def _graph(source, shapes, dtypes):
+    """(nodes, heads, data input names, each node's output shapes in node order). Read without MXNet, the shapes
+    come from running the translations (``shapes.translated_shapes``), else from MXNet's shape inference."""
+    graph = symbol_document(source.symbol)
     nodes, heads = graph["nodes"], graph["heads"]
     label_only = {nodes[e[0]]["name"] for n in nodes if n["op"] in LOSS_HEADS for e in n["inputs"][1:]}
     used_elsewhere = {nodes[e[0]]["name"] for n in nodes if n["op"] not in LOSS_HEADS for e in n["inputs"]}
@@ -122,6 +162,8 @@ def _graph(source, shapes):
     if len(inputs) != len(shapes):
         raise InputShapeError(f"the MXNet graph has {len(inputs)} data input(s) {inputs}; received "
                               f"{len(shapes)} shape(s) {shapes}; give one shape per input")
+    if source.without_mxnet:
+        return nodes, heads, inputs, translated_shapes(nodes, inputs, shapes, dtypes, source.params)
     return nodes, heads, inputs, _node_shapes(nodes, *_shapes(source, dict(zip(inputs, shapes))))
 
 
@@ -155,11 +197,11 @@ def _shapes(source, given) -> tuple:
     return internals.list_outputs(), [tuple(s) if s else None for s in out_shapes]
 
 
-def _source(source, mx_model, shapes, class_name) -> tuple:
+def _source(source, mx_model, shapes, dtypes, class_name) -> tuple:
     """(the file's text, MXNet name -> state_dict key, the set of auxiliary-state names)."""
-    nodes, heads, inputs, out_shapes = _graph(source, shapes)
+    nodes, heads, inputs, out_shapes = _graph(source, shapes, dtypes)
     multi = {i for i, n in enumerate(nodes) if n["op"] in MULTI_OUTPUT or len(out_shapes[i]) > 1}
-    aux = set(source.symbol.list_auxiliary_states())
+    aux = set(aux_state_names(source.symbol) if source.without_mxnet else source.symbol.list_auxiliary_states())
     used = [n["name"] for n in nodes if n["op"] == "null" and n["name"] in source.params]
     keys = param_keys(mx_model, used)
     arg_names = [identifier(name) for name in inputs]
@@ -232,7 +274,7 @@ def _spec_lines(keys, names, source) -> list:
 
 def _file(class_name, mx_model, keys, aux, source, arg_names, shapes, lines, helpers) -> str:
     origin = (f"symbol file {os.path.basename(str(mx_model[0]))}" if isinstance(mx_model, (tuple, list))
-              else f"Gluon block {type(mx_model).__name__}")
+              else "graph" if mx_model is source else f"Gluon block {type(mx_model).__name__}")
     params = [n for n in keys if n not in aux]
     buffers = [n for n in keys if n in aux]
     helper_src = "\n\n".join(inspect.getsource(HELPERS[h]) for h in _helper_closure(helpers))

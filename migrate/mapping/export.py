@@ -33,9 +33,13 @@ from migrate.mapping import module_checkpoint
 from migrate.mapping.onnx_converters import mxnet_converters
 from migrate.mapping.simplify import simplify_graph
 
-__all__ = ["MxSource", "STRUCTURE_ONLY", "export_mxnet", "export_torch", "load_mxnet", "node_output_shapes",
-           "normalize_shapes"]
+__all__ = ["MxSource", "EXPORTED_WITH_MXNET", "READ_WITHOUT_MXNET", "STRUCTURE_ONLY", "export_mxnet", "export_torch",
+           "load_mxnet", "node_output_shapes", "normalize_shapes"]
 
+EXPORTED_WITH_MXNET = "exported with MXNet"
+"""``MxSource.reader`` of a model MXNet itself read (a Gluon block, or files through ``mx.sym.load``)."""
+READ_WITHOUT_MXNET = "MXNet graph read from symbol.json without MXNet"
+"""``MxSource.reader`` of files read by ``file_source.read_mxnet_files`` (no MXNet involved)."""
 STRUCTURE_ONLY = "structure-only: weights not exported"
 """The external-data location of an initializer exported without its bytes (``with_weights=False``)."""
 
@@ -45,16 +49,25 @@ class MxSource:
     """An MXNet model as a symbol plus its parameter values, whatever form the user gave it in.
 
     Attributes:
-        symbol: the output symbol (inputs are variables named in ``input_names``).
-        params: parameter name -> ``mx.nd.NDArray`` (arguments and auxiliary states, no ``arg:``/``aux:``).
+        symbol: the output symbol (inputs are variables named in ``input_names``): an ``mx.sym.Symbol``, or a
+            ``mxformats.symbol.SymbolGraph`` when the files were read without MXNet (``file_source``).
+        params: parameter name -> ``mx.nd.NDArray``, or ``numpy.ndarray`` when read without MXNet (arguments and
+            auxiliary states, no ``arg:``/``aux:``).
         input_names: the data inputs of ``symbol`` in order.
         notes: what was changed on the way in (loss heads cut from a Module checkpoint), one line each.
+        reader: which path read the model: ``EXPORTED_WITH_MXNET`` or ``READ_WITHOUT_MXNET`` (reports say it).
     """
 
     symbol: object
     params: dict
     input_names: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    reader: str = EXPORTED_WITH_MXNET
+
+    @property
+    def without_mxnet(self) -> bool:
+        """True when the model was read from its files without MXNet (``symbol`` is a ``SymbolGraph``)."""
+        return self.reader == READ_WITHOUT_MXNET
 
 
 def normalize_shapes(input_shapes, input_dtypes=None) -> tuple[list[tuple], list[np.dtype]]:
@@ -150,6 +163,7 @@ def _load_mx_files(sym_path: str, params_path: str) -> MxSource:
     except Exception as exc:
         raise InputFileError(f"MXNet params file {params_path!r}: expected an NDArray dict written by "
                              f"HybridBlock.export or mx.nd.save; could not read it ({_first_line(exc)})") from None
+    raw = {} if isinstance(raw, list) and not raw else raw  # a graph without parameters saves no names
     if not isinstance(raw, dict):
         raise InputFileError(f"MXNet params file {params_path!r}: expected a dict of named arrays, received a "
                              f"list of {len(raw)} unnamed arrays; save with mx.nd.save(path, dict)")
@@ -313,12 +327,18 @@ def export_mxnet(source: MxSource, shapes, dtypes, *, with_weights=False, progre
     Raises:
         InputShapeError: the shapes do not fit the model.
         ExportError: MXNet's exporter has no translation for an op (names it).
+        MXNetRequiredError: MXNet is not installed (its exporter runs MXNet).
+        ModelTypeError: ``source`` was read without MXNet (``file_source``): ``name_mapping`` exports such a source
+            with ``translated_export.export_translated``.
 
     Examples:
         >>> shapes, dtypes = [(1, 3, 32, 32)], [np.float32]
         >>> model = export_mxnet(load_mxnet(net, shapes, dtypes), shapes, dtypes)  # doctest: +SKIP
     """
-    import mxnet as mx
+    mx = import_mxnet("exporting the MXNet graph to ONNX (name_mapping's MXNet side)")
+    if source.without_mxnet:
+        raise ModelTypeError(f"export_mxnet: the model was read without MXNet ({source.reader}); export it with "
+                             f"migrate.mapping.translated_export.export_translated (name_mapping does)")
     import onnx
     static = _check_mx_shapes(source, shapes)
     params = {k: v if with_weights or _size(v.shape) <= 1 else _ShapeOnly(v) for k, v in source.params.items()}

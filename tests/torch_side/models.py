@@ -37,3 +37,25 @@ def bn_depthwise_net() -> BnDepthwiseNet:
     """Factory ``migrate all --torch tests.torch_side.models:bn_depthwise_net`` builds."""
     torch.manual_seed(0)
     return BnDepthwiseNet()
+
+
+class ModuleBnTwin(torch.nn.Module):
+    """The twin of ``tests.migrate.mapping.test_module_batchnorm.bn_symbol`` (a Module checkpoint): conv (no bias),
+    BatchNorm2d with MXNet's eps, a per-channel PReLU, global average pool, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(2, 4, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(4, eps=1e-3, momentum=0.1)
+        self.relu1 = torch.nn.PReLU(4)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        x = self.relu1(self.bn1(self.conv1(x)))
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def module_bn_twin() -> ModuleBnTwin:
+    """Factory ``migrate all --torch tests.torch_side.models:module_bn_twin`` builds."""
+    torch.manual_seed(0)
+    return ModuleBnTwin()

@@ -49,27 +49,30 @@ class TestImports:
         assert 'pip install "gluon-lr[mxnet]"' in message and "gluon_lr" in message and "numpy < 1.24" in message
 
     def test_mxnet_side_of_migrate_is_a_typed_error(self, tmp_path):
-        """Reading an MXNet model (name_mapping of symbol/params files) without MXNet: MXNetRequiredError."""
-        code = (f"import migrate\nfrom tests.torch_side import models\n"
-                f"try:\n    migrate.name_mapping(({str(tmp_path / 'a-symbol.json')!r}, {str(tmp_path / 'a.params')!r}),"
-                f" models.bn_depthwise_net(), (1, 3, 8, 8))\n"
+        """Running an MXNet model (check_training of symbol/params files) without MXNet: MXNetRequiredError (reading
+        the files for name_mapping, generate_torch and the CLI does not: tests/migrate/test_without_mxnet_files.py)."""
+        files = (str(tmp_path / "a-symbol.json"), str(tmp_path / "a.params"))
+        code = (f"import numpy\nimport migrate\nfrom tests.torch_side import models\n"
+                f"try:\n    migrate.check_training({files!r}, models.bn_depthwise_net(), "
+                f"numpy.zeros((1, 3, 8, 8), numpy.float32))\n"
                 f"except migrate.errors.MXNetRequiredError as exc:\n    print('typed:', exc)\n")
         done = _child(code)
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("typed:") and 'pip install "gluon-lr[mxnet]"' in done.stdout
 
-    def test_cli_map_without_mxnet_exits_2_with_one_line(self, tmp_path):
-        """``migrate map`` without MXNet: exit 2, one error line naming MXNet and the install, no traceback."""
+    def test_cli_check_without_mxnet_exits_2_with_one_line(self, tmp_path):
+        """``migrate check`` (it trains the MXNet model) without MXNet: exit 2, one error line naming MXNet and the
+        install, no traceback."""
         (tmp_path / "a-symbol.json").write_text("{}")
         (tmp_path / "a-0000.params").write_bytes(b"\0" * 16)
+        (tmp_path / "settings.json").write_text("{}")
         code = ("import sys; from migrate.cli import main\n"
-                f"sys.exit(main(['map', '--symbol', {str(tmp_path / 'a-symbol.json')!r}, '--params', "
-                f"{str(tmp_path / 'a-0000.params')!r}, '--torch', 'tests.torch_side.models:bn_depthwise_net', "
-                f"'--input-shape', '1,3,8,8', '--out', {str(tmp_path / 'm.json')!r}]))\n")
+                f"sys.exit(main(['check', '--symbol', {str(tmp_path / 'a-symbol.json')!r}, '--params', "
+                f"{str(tmp_path / 'a-0000.params')!r}, '--settings', {str(tmp_path / 'settings.json')!r}, '--torch', "
+                f"'tests.torch_side.models:bn_depthwise_net', '--input-shape', '1,3,8,8']))\n")
         done = _child(code)
         assert done.returncode == 2, (done.stdout, done.stderr)
         assert "Traceback" not in done.stderr and "needs MXNet 1.9.1" in done.stderr, done.stderr
-        assert not (tmp_path / "m.json").exists()
 
 
 def _v2(array: np.ndarray, flag: int, magic=V2_MAGIC) -> bytes:

@@ -1,0 +1,106 @@
+"""The MXNet side's ONNX graph without MXNet: the graph translated to torch (``generate``'s translators), exported.
+
+Matching reads the MXNet model as an ONNX graph whose initializers carry the MXNet parameter names. MXNet's own
+exporter needs MXNet; for files read without it (``file_source``), the module ``generate_torch`` would write is
+built in memory (``translated_module``), exported by ``export_torch`` (structure-only, training mode, as the torch
+side), and its initializers renamed from ``state_dict`` keys to MXNet names (``MXNET_NAMES``). A linear layer over
+packed parameters (GluonNLP's query/key/value weights concatenated) is written as MXNet's exporter writes it, one
+``Gemm`` over the packed weight and bias, where torch writes ``MatMul`` of its transpose and an ``Add``, so that
+matching splits it per parameter alike. The matched mapping then converts as the one matched against MXNet's export
+does (tests/migrate/test_without_mxnet_files.py: model-zoo, GluonCV and GluonNLP pairs, RNNs, Module checkpoints).
+
+Examples:
+    >>> model = export_translated(read_mxnet_files(*files), [(1, 3, 32, 32)], [np.float32])  # doctest: +SKIP
+    >>> model.graph.initializer[0].name  # doctest: +SKIP
+    'resnetv10_conv0_weight'
+"""
+from __future__ import annotations
+
+import onnx.helper
+
+from migrate.generate.generator import translated_module
+from migrate.mapping.export import MxSource, export_torch
+
+__all__ = ["export_translated"]
+
+
+def export_translated(source: MxSource, shapes, dtypes, *, progress=None):
+    """Return the ONNX ``ModelProto`` of ``source``'s graph, translated to torch, initializers named as in MXNet.
+
+    Args:
+        source: the MXNet model (read without MXNet, or with it).
+        shapes: one shape per data input.
+        dtypes: one numpy dtype per data input.
+        progress: optional callable ``progress(1)``, called per module traced.
+
+    Returns:
+        An ``onnx.ModelProto`` (structure-only, as ``export_torch`` writes it).
+
+    Raises:
+        UnsupportedOpError: a node has no translation (names the op and the node).
+        InputShapeError: the shapes do not fit the graph.
+        ExportError: torch's ONNX export of the translation fails.
+
+    Examples:
+        >>> export_translated(source, [(2, 4)], [np.float32]).graph.input[0].name  # doctest: +SKIP
+        'data'
+    """
+    module = translated_module(source, shapes, dtypes)
+    model = export_torch(module, shapes, dtypes, progress=progress)
+    mx_names = {key: name for name, key in module.MXNET_NAMES.items()}
+    graph = model.graph
+    for item in list(graph.initializer) + list(graph.input) + list(graph.value_info):
+        item.name = mx_names.get(item.name, item.name)
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            node.input[i] = mx_names.get(name, name)
+    _packed_linear_as_gemm(graph, set(source.params))
+    return model
+
+
+_PLUMBING = frozenset({"Reshape", "Concat", "Identity", "Unsqueeze", "Squeeze", "Flatten", "Cast"})
+
+
+def _packed_linear_as_gemm(graph, params: set) -> None:
+    """Each ``MatMul(x, Transpose(packed weight))`` [``+ packed bias``] becomes ``Gemm(x, packed weight[, packed
+    bias], transB=1)``, as MXNet's exporter writes a FullyConnected over packed parameters (the graph is read for its
+    structure only: matching splits such a Gemm into one linear node per parameter)."""
+    producer = {out: node for node in graph.node for out in node.output}
+    consumers = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    for node in [n for n in graph.node if n.op_type == "MatMul"]:
+        transpose = producer.get(node.input[1])
+        if transpose is None or transpose.op_type != "Transpose" or len(_params_behind(transpose.input[0], producer,
+                                                                                       params)) < 2:
+            continue
+        adds = consumers.get(node.output[0], [])
+        bias = None
+        if len(adds) == 1 and adds[0].op_type == "Add":
+            other = [v for v in adds[0].input if v != node.output[0]]
+            bias = other[0] if len(other) == 1 and len(_params_behind(other[0], producer, params)) >= 2 else None
+        inputs = [node.input[0], transpose.input[0]] + ([bias] if bias else [])
+        output = adds[0].output[0] if bias else node.output[0]
+        gemm = onnx.helper.make_node("Gemm", inputs, [output], name=node.name, transB=1)
+        position = list(graph.node).index(node)
+        graph.node.remove(node)
+        if bias:
+            graph.node.remove(adds[0])
+        graph.node.insert(position, gemm)
+
+
+def _params_behind(value: str, producer: dict, params: set) -> set:
+    """The parameters ``value`` is made of through plumbing ops (reshapes, concatenations)."""
+    found, stack, seen = set(), [value], set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in params:
+            found.add(name)
+        elif name in producer and producer[name].op_type in _PLUMBING:
+            node = producer[name]
+            stack.extend(node.input if node.op_type == "Concat" else node.input[:1])
+    return found
