@@ -21,7 +21,7 @@ running variance on resnet18_v1's first BatchNorm, still lies over 100x above it
 A tensor diverges when its difference exceeds ``max(atol x max(1, |MXNet|), NOISE_FACTOR x control)``; a tensor the
 control runs leave unchanged (difference 0) keeps the ``atol`` rule alone. On exact twins (resnet18_v1 against
 torchvision's over 3 steps, resnet50_v1 against its generated module at 64 and 32 pixels) every difference beyond
-atol stays within 3x its control; the recognised causes lie over 100x above theirs (``tests/migrate/test_check.py``):
+atol stays within 3x its control; the recognised causes lie over 100x above theirs (``tests/migrate/check/test_check.py``):
 ``NOISE_FACTOR`` 10 sits between.
 """
 from __future__ import annotations

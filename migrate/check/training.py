@@ -47,7 +47,7 @@ def check_training(mx_model, torch_model, inputs, *, labels=None, loss="sum", se
     (``migrate.check.rounding`` says why). A tensor diverges when its largest absolute difference exceeds
     ``max(atol * max(1, largest |MXNet value|), 10 * control)``; a tensor the control runs leave unchanged keeps the
     ``atol`` rule. On exact twins the differences beyond atol stay within 3x their control (resnet18_v1 against
-    torchvision over 3 steps, resnet50_v1 against its generated module; ``tests/migrate/test_check.py``), while each
+    torchvision over 3 steps, resnet50_v1 against its generated module; ``tests/migrate/check/test_check.py``), while each
     recognised cause lies over 100x above it. Where a difference follows a known pattern, the row names the likely
     cause with both values: BatchNorm momentum read inverted, torch's unbiased running variance, eps, average
     pooling's ``count_include_pad``, a mean loss with ``rescale_grad`` 1/B, a frozen parameter or a ``fix_gamma``

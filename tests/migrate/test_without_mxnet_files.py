@@ -36,8 +36,8 @@ from tests.migrate.mapping import test_model_zoo as zoo_pairs
 from tests.migrate.mapping import test_module_batchnorm as mod_bn
 from tests.migrate.mapping import test_rnn as rnn_pairs
 from tests.migrate.mapping.test_gluoncv import model_zoo  # noqa: F401  (fixture: gluoncv's zoo next to torch >= 2)
-from tests.migrate.test_generate import OpsBlock, RecurrentNet, TransformerBlock
-from tests.migrate.test_generate import generate_module as generate_module_from
+from tests.migrate.generate.test_generate import OpsBlock, RecurrentNet, TransformerBlock
+from tests.migrate.generate.test_generate import generate_module as generate_module_from
 from tests.test_torch_env import MxBnDepthwise
 from tests.torch_side import models as torch_models
 

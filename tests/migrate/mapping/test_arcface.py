@@ -16,7 +16,7 @@ import torch
 
 import migrate
 from migrate.cli.commands import main as migrate_main
-from tests.migrate.test_generate import generate_module
+from tests.migrate.generate.test_generate import generate_module
 from tests.migrate.mapping.test_module_batchnorm import (assert_close, bound_module, checkpoint, module_arrays, module_steps,
                                                  torch_steps)
 

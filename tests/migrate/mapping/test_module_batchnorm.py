@@ -18,7 +18,7 @@ import migrate
 from gluon_lr import export_settings
 from migrate.cli.commands import main
 from migrate.mapping.weights import convert_weights
-from tests.migrate.test_generate import generate_module
+from tests.migrate.generate.test_generate import generate_module
 
 STEPS, BATCH, ATOL = 3, 4, 1e-5
 SHAPE = (BATCH, 2, 6, 6)

@@ -54,7 +54,7 @@ def _hf_bert(act="gelu", eps=1e-12):
 _HF = [(r"position_weight$", "embeddings.position_embeddings.weight"),
        (r"token_type_embed_embedding0_weight$", "embeddings.token_type_embeddings.weight"),
        (r"word_embed_embedding0_weight$", "embeddings.word_embeddings.weight"),
-       (r"encoder0_layernorm0_(gamma|beta)$", "embeddings.LayerNorm.{ln}"),
+       (r"encoder\d+_layernorm0_(gamma|beta)$", "embeddings.LayerNorm.{ln}"),
        (r"transformer(\d+)_dotproductselfattentioncell0_(query|key|value)_(weight|bias)$",
         "encoder.layer.{0}.attention.self.{1}.{2}"),
        (r"transformer(\d+)_proj_(weight|bias)$", "encoder.layer.{0}.attention.output.dense.{1}"),

@@ -13,7 +13,7 @@ from gluon_lr import Rule
 from migrate.check.rounding import NOISE_FACTOR, tensor_check
 from migrate.cli import main
 from migrate.errors import ArgumentError, LabelsError, ModelTypeError, OutputMismatchError, UnsupportedLossError
-from tests.migrate import check_models as C
+from tests.migrate.check import check_models as C
 
 SGD = {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-3}
 
@@ -396,7 +396,7 @@ def conv_files(conv, tmp_path_factory):
 def _check_args(folder, *extra):
     return ["check", "--symbol", str(folder / "conv-symbol.json"), "--params", str(folder / "conv-0000.params"),
             "--settings", str(folder / "settings.json"), "--states", str(folder / "trainer.states"), "--torch",
-            "tests.migrate.check_models:TorchConvNet", "--input-shape", ",".join(map(str, C.CONV_SHAPE)), *extra]
+            "tests.migrate.check.check_models:TorchConvNet", "--input-shape", ",".join(map(str, C.CONV_SHAPE)), *extra]
 
 
 @pytest.fixture(scope="module")
