@@ -35,7 +35,7 @@ from migrate.cli.staged_folder import StagedFolder, pause_point
 from migrate.errors import (CliUsageError, InputFileError, LabelsError, MigrateError, MXNetRequiredError,
                             OutputPathError, StatesOrderWarning)
 from migrate.mapping import (EXPORTED_WITH_MXNET, converted_keys, files_reader, generated_mapping, load_mxnet_weights,
-                             model_source, verify_translated, write_state_dict)
+                             model_source, write_state_dict)
 
 __all__ = ["main"]
 
@@ -423,10 +423,8 @@ def _verify(args, model, mapping, report):
         _generated_needs_no_verification(report)
         return
     with _stage(args, "verifying node by node", unit="node") as tick:
-        if mx_source.without_mxnet:  # no MXNet to run: compared with the graph's torch translation
-            result = verify_translated(mx_source, model, mapping, shapes, input_dtypes=dtypes)
-        else:
-            result = verify(mx_source, model, mapping, shapes, input_dtypes=dtypes, in_place=True, progress=tick)
+        # without MXNet, verify compares with the graph's torch translation
+        result = verify(mx_source, model, mapping, shapes, input_dtypes=dtypes, in_place=True, progress=tick)
     args.weights_loaded = True  # verify copied the MXNet weights into the model itself
     first = result.first_divergence
     compared_with = "the graph's torch translation" if mx_source.without_mxnet else "MXNet"

@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from migrate import arguments
-from migrate.mapping.export import load_mxnet, node_output_shapes, normalize_shapes
+from migrate.mapping.export import node_output_shapes, normalize_shapes
+from migrate.mapping.file_source import model_source
 from migrate.mapping.node_outputs import (captured_module_outputs, max_diff, mxnet_executor, node_pairs,
                                           packing_consumers, seeded_inputs, torch_inputs, without_folded_bias)
 from migrate.mapping.table import NameMapping
@@ -119,7 +120,8 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
            input_dtypes=None, in_place=False, memory_budget=MEMORY_BUDGET, progress=None) -> VerifyReport:
     """Copy the MXNet weights into (a copy of) the torch model and compare outputs node by node.
 
-    Both models run in eval mode on the same seeded random input. A node passes when its largest absolute
+    Both models run in eval mode on the same seeded random input. MXNet files read without MXNet (not installed, or
+    ``MIGRATE_WITHOUT_MXNET=1``) are compared with the graph's torch translation instead (``verify_translated``). A node passes when its largest absolute
     difference is at most ``atol * max(1, largest |MXNet output|)``; the final output uses the same rule. When
     the outputs of all matched nodes would take more than ``memory_budget`` bytes, the nodes are compared layer by
     layer: each pass runs both models and keeps only the next budget's worth of outputs (``report.passes``).
@@ -156,8 +158,11 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
     arguments.name_table(mapping, "verify(mapping)")
     atol = arguments.tolerance(atol, "verify(atol)")
     shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
-    source = load_mxnet(mx_model, shapes, dtypes)
+    source = model_source(mx_model, shapes, dtypes)
     model = torch_model if arguments.flag(in_place, "verify(in_place=...)") else copy.deepcopy(torch_model)
+    if source.without_mxnet:  # files read without MXNet: no MXNet to run, compared with the graph's translation
+        from migrate.mapping.verify_translated import verify_translated
+        return verify_translated(source, model, mapping, shapes, atol=atol, seed=seed, input_dtypes=dtypes)
     load_mxnet_weights(model, source.params, mapping)
     was_training = model.training
     model.eval()
