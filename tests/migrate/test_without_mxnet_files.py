@@ -215,12 +215,13 @@ def _module_pair(folder, fix_gamma):
     return (files["symbol"], files["params"]), mod_bn.SHAPE, mod_bn.TwinNet
 
 
-def _squeezenet_pair(folder):
-    net = zoo_pairs._zoo("squeezenet1_0", (1, 3, 224, 224))
+def _zoo_pair(folder, mx_name, tv_name, shape, **tv_kwargs):
+    """A model-zoo network (BatchNorm statistics away from identity) exported, and its torchvision counterpart."""
+    net = zoo_pairs._zoo(mx_name, shape)
     net.hybridize()
-    net(mx.nd.zeros((1, 3, 224, 224)))
-    files, _, _ = _exported(folder, "squeezenet", net, (1, 3, 224, 224))
-    return files, (1, 3, 224, 224), torchvision.models.squeezenet1_0
+    net(mx.nd.zeros(shape))
+    files, _, _ = _exported(folder, mx_name, net, shape)
+    return files, shape, lambda: getattr(torchvision.models, tv_name)(**tv_kwargs)
 
 
 def _rnn_pair(folder, case):
@@ -232,7 +233,11 @@ def _rnn_pair(folder, case):
     return files, shape, lambda: rnn_pairs._torch(*case), np.dtype(dtype)
 
 
-PAIRS = {"resnet18_v1-torchvision": _resnet_pair, "squeezenet1_0-torchvision": _squeezenet_pair,
+PAIRS = {"resnet18_v1-torchvision": _resnet_pair,
+         "squeezenet1_0-torchvision": lambda f: _zoo_pair(f, "squeezenet1_0", "squeezenet1_0", (1, 3, 224, 224)),
+         "densenet121-torchvision": lambda f: _zoo_pair(f, "densenet121", "densenet121", (1, 3, 224, 224)),
+         "inception_v3-torchvision": lambda f: _zoo_pair(f, "inception_v3", "inception_v3", (1, 3, 299, 299),
+                                                         aux_logits=False, init_weights=False),
          "module-fix_gamma": lambda f: _module_pair(f, True), "module-trained_gamma": lambda f: _module_pair(f, False),
          "lstm-2-bidirectional": lambda f: _rnn_pair(f, ("lstm", 2, True, False)),
          "gru-embedding": lambda f: _rnn_pair(f, ("gru", 2, True, True))}
@@ -287,6 +292,17 @@ class TestMatchingWithoutMxnet:
         files, _, _ = _exported(tmp_path, "bert", net, bert_pairs.SHAPES[0])
         _assert_same_mapping_and_verified(files, bert_pairs.SHAPES, bert_pairs._hf_bert,
                                           [np.dtype(d) for d in bert_pairs.DTYPES], monkeypatch=monkeypatch)
+
+    def test_same_differences_reported(self, tmp_path, monkeypatch):
+        """model-zoo resnet50_v1 (stride on the 1x1 conv) against torchvision's resnet50 (on the 3x3): both paths
+        pair every name and report the same 6 stride differences; both verifications fail."""
+        files, shape, twin = _zoo_pair(tmp_path, "resnet50_v1", "resnet50", (1, 3, 64, 64))
+        with_mx = migrate.name_mapping(files, twin(), shape)
+        monkeypatch.setenv(WITHOUT_MXNET_VARIABLE, "1")
+        without = migrate.name_mapping(files, twin(), shape)
+        assert len(with_mx.differences) == 6 and not with_mx.unmatched_mx and not with_mx.unmatched_torch
+        assert _converting(without) == _converting(with_mx)
+        assert not migrate.verify(files, twin(), without, shape).ok
 
     def test_verify_translated_finds_a_wrong_weight(self, tmp_path, monkeypatch):
         """A mapping that swaps two same-shaped tensors fails verification and names the first diverging node."""
