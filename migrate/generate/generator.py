@@ -335,6 +335,14 @@ class {class_name}(_Node):
         for key, (shape, dtype, _) in BUFFERS.items():
             _add(self, key, torch.zeros(shape, dtype=dtype))
 
+    def _device(self):
+        """Where tensors the graph creates go (zeros, ones, arange, random): the device of the weights."""
+        for tensor in self.parameters():
+            return tensor.device
+        for tensor in self.buffers():
+            return tensor.device
+        return torch.device("cpu")
+
     def _record(self, path, value):
         if self.recorded is not None:
             self.recorded[path] = value.detach().clone()

@@ -1,6 +1,7 @@
 """Translators of MXNet's core layer ops to torch expressions, registered by MXNet op name (see ``registry``);
 the other families live in ``ops_tensor``, ``ops_indexing``, ``ops_sequence``, ``ops_vision``, ``ops_detection``
-and ``rnn_ops``.
+and ``rnn_ops``. Besides the layers: elementwise arithmetic, reductions, shape ops (``Reshape``, ``slice``,
+``split``/``SliceChannel``/``_split_v2``, ...) and products (``dot``, ``batch_dot``, ``_linalg_gemm2``).
 
 Each translator returns one Python expression over ``node.inputs``; the generated ``forward`` assigns it to a
 local variable. Where MXNet's op has no one-line equivalent the expression calls a helper from ``runtime`` (and
@@ -297,6 +298,12 @@ def _dot(node: OpNode) -> str:
     return _call(node, "_mx_dot", *node.inputs[:2], node.attr("transpose_a", False), node.attr("transpose_b", False))
 
 
+@register("_linalg_gemm2")
+def _linalg_gemm2(node: OpNode) -> str:
+    return node.call("_mx_gemm2", *node.inputs[:2], bool(node.attr("transpose_a", False)),
+                     bool(node.attr("transpose_b", False)), float(node.attr("alpha", 1.0)), node.attr("axis", -2))
+
+
 @register("LayerNorm")
 def _layer_norm(node: OpNode) -> str:
     x, gamma, beta = node.inputs[:3]
@@ -346,6 +353,19 @@ def _cast(node: OpNode) -> str:
 def _split(node: OpNode) -> str:
     return _call(node, "_mx_split", node.inputs[0], node.attr("num_outputs"), node.attr("axis", 1),
                  node.attr("squeeze_axis", False))
+
+
+@register("_split_v2")
+def _split_v2(node: OpNode) -> str:
+    """``split_v2``: the graph holds ``indices`` with a leading 0 (``(0, 2, 3)`` for Python's ``(2, 3)``) or
+    ``sections``; one output per index or section (a lone output is the tensor itself, as MXNet's graph has it)."""
+    indices, sections = node.tuple_attr("indices"), node.attr("sections", 0)
+    count = len(indices) if indices else sections
+    if count < 1:
+        raise node.unsupported(f"indices {indices} with sections {sections} (one of them must give the parts)")
+    expr = node.call("_mx_split_v2", node.inputs[0], indices or None, sections, node.attr("axis", 0),
+                     bool(node.attr("squeeze_axis", False)))
+    return f"{expr}[0]" if count == 1 else expr
 
 
 @register("broadcast_to")

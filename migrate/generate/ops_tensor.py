@@ -1,13 +1,16 @@
-"""Translators of MXNet's elementwise, creation and shape ops: comparisons and logical ops, ``mod``, the rarer math
-functions, ``_arange``/``arange_like``, ``_ones``/``_full``, ``where``, ``tile``, ``repeat``, ``reverse``,
-``broadcast_axis``, ``slice_like``, ``shape_array``, ``reshape_like`` and ``Pad``.
+"""Translators of MXNet's elementwise, creation, random and shape ops: comparisons and logical ops, ``mod``, the
+rarer math functions, ``_arange``/``arange_like``, ``_ones``/``_full``, ``_random_normal``, ``_random_uniform``,
+``_random_uniform_like``, ``_sample_multinomial``, ``where``, ``tile``, ``repeat``, ``reverse``, ``broadcast_axis``,
+``slice_like``, ``shape_array``, ``reshape_like`` and ``Pad``.
 
 MXNet's comparisons and logical ops return 0/1 in the dtype of their (first) input, not booleans, and have no
-gradient; so do these translations. Each translator is a pure function of the node (attributes, input
-expressions, inferred shapes) and imports no MXNet.
+gradient; so do these translations. The random ops draw in eval mode too, as MXNet's do in inference, from torch's
+generator (so never MXNet's numbers: the same distributions, shapes and dtypes). Each translator is a pure function
+of the node (attributes, input expressions, inferred shapes) and imports no MXNet.
 """
 from __future__ import annotations
 
+from migrate.errors import UnsupportedOpError
 from migrate.generate.registry import OpNode, register
 
 __all__ = []
@@ -73,8 +76,8 @@ _UNARY = {"log2": "torch.log2({})", "log10": "torch.log10({})", "log1p": "torch.
           "cbrt": "(torch.sign({0}) * torch.abs({0}) ** (1.0 / 3))", "rcbrt": "(1.0 / torch.sign({0}) / "
           "torch.abs({0}) ** (1.0 / 3))", "gammaln": "torch.lgamma({})", "gamma": "torch.lgamma({0}).exp()",
           "erfinv": "torch.erfinv({})", "degrees": "torch.rad2deg({})", "radians": "torch.deg2rad({})",
-          "size_array": "torch.tensor([{0}.numel()], dtype=torch.int64)",
-          "shape_array": "torch.tensor({0}.shape, dtype=torch.int64)"}
+          "size_array": "torch.tensor([{0}.numel()], dtype=torch.int64, device={0}.device)",
+          "shape_array": "torch.tensor({0}.shape, dtype=torch.int64, device={0}.device)"}
 
 
 @register(*_UNARY)
@@ -103,12 +106,52 @@ def _static_shape(node: OpNode) -> tuple:
 
 @register("_ones", "ones")
 def _ones(node: OpNode) -> str:
-    return f"torch.ones({_static_shape(node)}, dtype={_dtype(node)})"
+    return f"torch.ones({_static_shape(node)}, dtype={_dtype(node)}, device=self._device())"
 
 
 @register("_full", "full")
 def _full(node: OpNode) -> str:
-    return f"torch.full({_static_shape(node)}, {float(node.attr('value'))}, dtype={_dtype(node)})"
+    return (f"torch.full({_static_shape(node)}, {float(node.attr('value'))}, dtype={_dtype(node)}, "
+            f"device=self._device())")
+
+
+def _sample_shape(node: OpNode) -> tuple:
+    """A random op's ``shape``; where it is empty or has unknown (0) axes, the shape MXNet inferred from the
+    node's consumers."""
+    shape = node.tuple_attr("shape")
+    if shape and 0 not in shape and -1 not in shape:
+        return shape
+    if node.out_shape is None:
+        raise UnsupportedOpError(f"MXNet node {node.name!r} (op {node.op}) has shape {shape}, which only MXNet's "
+                                 f"shape inference completes (from the node's consumers); install MXNet 1.9.1 "
+                                 f"(Python <= 3.11, numpy < 1.24) for generate_torch to read it, or save the symbol "
+                                 f"with the op's full shape")
+    return tuple(node.out_shape)
+
+
+@register("_random_normal")
+def _random_normal(node: OpNode) -> str:
+    return (f"torch.normal({float(node.attr('loc', 0.0))}, {float(node.attr('scale', 1.0))}, {_sample_shape(node)}, "
+            f"dtype={_dtype(node)}, device=self._device())")
+
+
+@register("_random_uniform")
+def _random_uniform(node: OpNode) -> str:
+    low, high = float(node.attr("low", 0.0)), float(node.attr("high", 1.0))
+    return f"torch.empty({_sample_shape(node)}, dtype={_dtype(node)}, device=self._device()).uniform_({low}, {high})"
+
+
+@register("_random_uniform_like")
+def _random_uniform_like(node: OpNode) -> str:
+    """The input's shape and dtype; no gradient reaches the input (MXNet gives it zeros)."""
+    low, high = float(node.attr("low", 0.0)), float(node.attr("high", 1.0))
+    return f"torch.empty_like({node.inputs[0]}).uniform_({low}, {high})"
+
+
+@register("_sample_multinomial")
+def _sample_multinomial(node: OpNode) -> str:
+    return node.call("_mx_sample_multinomial", node.inputs[0], node.tuple_attr("shape"),
+                     bool(node.attr("get_prob", False)), _dtype(node, "int32"))
 
 
 @register("_arange", "arange")
@@ -120,7 +163,7 @@ def _arange(node: OpNode) -> str:
         start, stop = 0.0, start
     repeat = node.attr("repeat", 1)
     count = max(0, -int(-(float(stop) - start) // step))
-    expr = f"(torch.arange({count}, dtype={_dtype(node)}) * {step} + {start})"
+    expr = f"(torch.arange({count}, dtype={_dtype(node)}, device=self._device()) * {step} + {start})"
     return f"{expr}.repeat_interleave({repeat})" if repeat > 1 else expr
 
 

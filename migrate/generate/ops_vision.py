@@ -1,7 +1,7 @@
 """Translators of MXNet's vision ops: ``UpSampling`` (nearest and bilinear), ``_contrib_BilinearResize2D``,
-``L2Normalization``, ``InstanceNorm``, ``GroupNorm``, ``_contrib_SyncBatchNorm``, ``_contrib_ROIAlign``,
-``ROIPooling`` and the deformable convolutions. Each translator is a pure function of the node and imports no
-MXNet; the arithmetic lives in ``runtime_vision``.
+``L2Normalization``, ``InstanceNorm``, ``GroupNorm``, ``LRN``, ``_contrib_SyncBatchNorm``, ``_contrib_ROIAlign``,
+``ROIPooling``, the deformable convolutions, ``Crop``, ``depth_to_space`` and ``space_to_depth``. Each translator is
+a pure function of the node and imports no MXNet; the arithmetic lives in ``runtime_vision``.
 """
 from __future__ import annotations
 
@@ -56,6 +56,15 @@ def _group_norm(node: OpNode) -> str:
     return node.call("_mx_group_norm", *node.inputs[:3], node.attr("num_groups", 1), float(node.attr("eps", 1e-5)))
 
 
+@register("LRN")
+def _lrn(node: OpNode) -> str:
+    nsize = node.attr("nsize")
+    if not isinstance(nsize, int) or nsize < 1:
+        raise node.unsupported(f"nsize {nsize!r} (a positive window width is required)")
+    return node.call("_mx_lrn", node.inputs[0], nsize, float(node.attr("alpha", 1e-4)),
+                     float(node.attr("beta", 0.75)), float(node.attr("knorm", 2.0)))
+
+
 @register("_contrib_SyncBatchNorm")
 def _sync_batch_norm(node: OpNode) -> str:
     """One device's SyncBatchNorm is MXNet's BatchNorm (statistics of this process's batch)."""
@@ -94,3 +103,18 @@ def _deformable_convolution(node: OpNode) -> str:
     return node.call("_mx_deformable_conv", x, offset, mask, weight, bias, node.tuple_attr("stride", (1, 1)),
                      node.tuple_attr("pad", (0, 0)), node.tuple_attr("dilate", (1, 1)), node.attr("num_group", 1),
                      node.attr("num_deformable_group", 1))
+
+
+@register("Crop")
+def _crop(node: OpNode) -> str:
+    """``Crop`` (deprecated in MXNet for ``slice``): a second input gives only its height and width (no gradient)."""
+    like = node.optional_input(1) if node.attr("num_args", 1) > 1 else None
+    if like is None and min(node.tuple_attr("h_w", (0, 0))) < 1:
+        raise node.unsupported(f"h_w {node.tuple_attr('h_w', (0, 0))} with one input (MXNet needs the crop size)")
+    return node.call("_mx_crop", node.inputs[0], like, node.tuple_attr("h_w", (0, 0)),
+                     node.tuple_attr("offset", (0, 0)), bool(node.attr("center_crop", False)))
+
+
+@register("depth_to_space", "space_to_depth")
+def _depth_to_space(node: OpNode) -> str:
+    return node.call(f"_mx_{node.op}", node.inputs[0], node.attr("block_size"))

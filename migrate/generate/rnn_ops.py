@@ -44,7 +44,7 @@ def _zeros(node: OpNode) -> str:
         if node.out_shape is None:
             raise node.unsupported(f"zeros of shape {shape} whose unknown axes MXNet could not infer")
         shape = tuple(node.out_shape)
-    return f"torch.zeros({shape}, dtype=torch.{node.attr('dtype', 'float32')})"
+    return f"torch.zeros({shape}, dtype=torch.{node.attr('dtype', 'float32')}, device=self._device())"
 
 
 @register("RNN")

@@ -98,6 +98,36 @@ def _mx_split(x, num_outputs, axis, squeeze_axis):
     return tuple(p.squeeze(axis) for p in parts) if squeeze_axis else parts
 
 
+def _mx_split_v2(x, indices, sections, axis, squeeze_axis):
+    """MXNet's split_v2: parts ``x[indices[i]:indices[i + 1]]`` along ``axis`` (the last to the end), or
+    ``sections`` equal parts; ``squeeze_axis`` drops the axis (each part must then have length 1)."""
+    size = x.shape[axis]
+    if indices is None:
+        if size % sections:
+            raise ValueError(f"split_v2: axis {axis} of length {size} does not split into {sections} equal sections")
+        indices = range(0, size, size // sections)
+    bounds = list(indices) + [size]
+    if any(b > e for b, e in zip(bounds, bounds[1:])):
+        raise ValueError(f"split_v2: indices {list(indices)} must be sorted and at most the axis length {size}")
+    parts = tuple(x.narrow(axis, b, e - b) for b, e in zip(bounds, bounds[1:]))
+    if squeeze_axis:
+        if any(p.shape[axis] != 1 for p in parts):
+            raise ValueError(f"split_v2: squeeze_axis needs parts of length 1 along axis {axis}")
+        return tuple(p.squeeze(axis) for p in parts)
+    return parts
+
+
+def _mx_gemm2(a, b, transpose_a, transpose_b, alpha, axis):
+    """MXNet's linalg.gemm2: ``alpha * op(a) @ op(b)`` over the leading axes, the matrices' rows on ``axis`` and
+    their columns on the last axis (a non-default ``axis`` is swapped with the second-last, and back)."""
+    swap = axis % a.dim() != a.dim() - 2
+    if swap:
+        a, b = a.transpose(axis, -2), b.transpose(axis, -2)
+    out = torch.matmul(a.transpose(-1, -2) if transpose_a else a, b.transpose(-1, -2) if transpose_b else b)
+    out = out if alpha == 1.0 else out * alpha
+    return out.transpose(axis, -2) if swap else out
+
+
 def _mx_layer_norm(x, gamma, beta, axis, eps):
     """MXNet's LayerNorm over one axis (any axis; gamma and beta have that axis' length)."""
     x = x.movedim(axis, -1)
@@ -152,6 +182,6 @@ from migrate.generate.runtime_tensor import TENSOR_HELPERS  # noqa: E402
 from migrate.generate.runtime_vision import VISION_HELPERS  # noqa: E402
 
 HELPERS = {fn.__name__: fn for fn in (_mx_rnn, _mx_batch_norm, _mx_axes_dropout, _mx_reshape, _mx_slice_axis,
-                                      _mx_slice, _mx_split, _mx_layer_norm, _mx_dot, _mx_softmax_output,
-                                      _mx_broadcast_to, _mx_pool_full, *TENSOR_HELPERS, *SEQUENCE_HELPERS,
-                                      *VISION_HELPERS, *DETECTION_HELPERS)}
+                                      _mx_slice, _mx_split, _mx_split_v2, _mx_gemm2, _mx_layer_norm, _mx_dot,
+                                      _mx_softmax_output, _mx_broadcast_to, _mx_pool_full, *TENSOR_HELPERS,
+                                      *SEQUENCE_HELPERS, *VISION_HELPERS, *DETECTION_HELPERS)}

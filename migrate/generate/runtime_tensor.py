@@ -1,4 +1,4 @@
-"""Runtime helpers of MXNet's tensor ops (indexing, ordering, creation, shape) for generated modules.
+"""Runtime helpers of MXNet's tensor ops (indexing, ordering, creation, sampling, shape) for generated modules.
 
 Copied into generated files like those in ``runtime`` (each uses only ``torch``, ``F`` and ``math``). MXNet returns
 indices as float32 unless an op's ``dtype`` says otherwise, and casts float indices to integers by truncation;
@@ -298,7 +298,27 @@ def _mx_pad(x, mode, pad_width, constant_value):
     return F.pad(x, pads, "replicate" if mode == "edge" else "reflect")
 
 
+def _mx_sample_multinomial(data, shape, get_prob, dtype):
+    """MXNet's sample_multinomial: per distribution (the last axis of ``data``, read unnormalized) ``shape`` draws
+    (one where ``shape`` is empty), each the first class whose running sum of probabilities (float32) reaches a
+    uniform float32 draw in [0, 1); a row summing short of the draw gives index K, as MXNet's kernel does. With
+    ``get_prob`` also the log-probability of each draw (in ``data``'s dtype; its gradient is head / p at the drawn
+    class, MXNet's backward). A 1-D ``data`` with an empty ``shape`` gives shape (1,)."""
+    k = data.shape[-1]
+    rows = data.reshape(-1, k)
+    draws = math.prod(shape)
+    cumulative = torch.cumsum(rows.detach().double(), 1).float()
+    uniform = torch.rand(rows.shape[0], draws, dtype=torch.float32, device=data.device)
+    index = torch.searchsorted(cumulative.contiguous(), uniform)
+    out_shape = (tuple(shape) or (1,)) if data.dim() == 1 else tuple(data.shape[:-1]) + tuple(shape)
+    sample = index.reshape(out_shape).to(dtype)
+    if not get_prob:
+        return sample
+    return sample, torch.log(rows.gather(1, index.clamp(max=k - 1))).reshape(out_shape)
+
+
 TENSOR_HELPERS = [_mx_mod, _mx_div, _mx_axis_indices, _mx_take, _mx_pick, _mx_gather_nd, _mx_one_hot,
                   _mx_heap_adjust, _mx_partial_sort, _mx_median_to_first, _mx_introsort, _mx_cpu_order, _mx_ordered,
                   _mx_topk, _mx_sorted_indices, _mx_sort, _mx_argsort, _mx_argmax, _mx_norm, _mx_slice_like,
-                  _mx_reshape_like, _mx_arange_like, _mx_broadcast_axis, _mx_broadcast_like, _mx_where, _mx_pad]
+                  _mx_reshape_like, _mx_arange_like, _mx_broadcast_axis, _mx_broadcast_like, _mx_where, _mx_pad,
+                  _mx_sample_multinomial]

@@ -1,5 +1,6 @@
 """Runtime helpers of MXNet's vision ops for generated modules: nearest ``UpSampling``, ``BilinearResize2D`` (its
-size modes and align-corners rule), ``L2Normalization``, ``GroupNorm``, ``ROIAlign`` and ``ROIPooling``.
+size modes and align-corners rule), ``L2Normalization``, ``GroupNorm``, ``LRN``, ``ROIAlign``, ``ROIPooling``, the
+deformable convolutions, ``Crop``, ``depth_to_space`` and ``space_to_depth``.
 
 Copied into generated files like those in ``runtime`` (each uses only ``torch``, ``F`` and ``math``).
 The ROI ops run on every ROI at once (no loop over ROIs): the bilinear weights of ROIAlign are separable, so each
@@ -118,7 +119,7 @@ def _mx_roi_align(x, rois, pooled_size, spatial_scale, sample_ratio, position_se
     ROIs get no gradient (as in MXNet); an ROI with a negative batch index gives zeros."""
     rois = rois.detach()
     ph, pw = pooled_size
-    batch = rois[:, 0].long() if rois.shape[1] == 5 else torch.zeros(rois.shape[0], dtype=torch.long)
+    batch = rois[:, 0].long() if rois.shape[1] == 5 else torch.zeros(rois.shape[0], dtype=torch.long, device=rois.device)
     box = rois[:, -4:] * spatial_scale - (0.5 if aligned else 0.0)
     width, height = box[:, 2] - box[:, 0], box[:, 3] - box[:, 1]
     if not aligned:
@@ -131,7 +132,7 @@ def _mx_roi_align(x, rois, pooled_size, spatial_scale, sample_ratio, position_se
     wy = _mx_roi_axis_weights(box[:, 1], height / ph, grid_h, ph, x.shape[2], gh)
     wx = _mx_roi_axis_weights(box[:, 0], width / pw, grid_w, pw, x.shape[3], gw)
     rows = torch.einsum("nkw,rqw->nrkq", x.reshape(x.shape[0], -1, x.shape[3]), wx.to(x.dtype))
-    rows = rows[batch.clamp(min=0), torch.arange(rois.shape[0])].reshape(rois.shape[0], x.shape[1], x.shape[2], pw)
+    rows = rows[batch.clamp(min=0), torch.arange(rois.shape[0], device=rois.device)].reshape(rois.shape[0], x.shape[1], x.shape[2], pw)
     out = torch.einsum("rchq,rph->rcpq", rows, wy.to(x.dtype)) / (grid_h * grid_w).to(x.dtype)[:, None, None, None]
     out = out * (batch >= 0).to(x.dtype)[:, None, None, None]
     if position_sensitive:
@@ -219,6 +220,42 @@ def _mx_deformable_conv(x, offset, mask, weight, bias, stride, pad, dilate, grou
     return out if bias is None else out + bias.reshape(1, -1, 1, 1)
 
 
+def _mx_lrn(x, nsize, alpha, beta, knorm):
+    """MXNet's LRN: ``x / (knorm + alpha / nsize * sum of x ** 2 over nearby channels) ** beta``. The window holds
+    the (nsize - 1) // 2 channels on each side: nsize for an odd nsize; for an even one, MXNet's default CPU build
+    (MKLDNN) sums nsize - 1 channels and still divides alpha by nsize (its plain build refuses even sizes)."""
+    window = 2 * ((nsize - 1) // 2) + 1
+    return F.local_response_norm(x, window, alpha * window / nsize, beta, knorm)
+
+
+def _mx_crop(x, like, h_w, offset, center_crop):
+    """MXNet's Crop of an NCHW input: height and width from ``like``'s axes 2 and 3 (a second input) or ``h_w``;
+    the window's top-left corner at ``offset`` (y, x), or centred (rounded down) with ``center_crop``."""
+    height, width = (like.shape[2], like.shape[3]) if like is not None else h_w
+    top, left = ((x.shape[2] - height) // 2, (x.shape[3] - width) // 2) if center_crop else offset
+    if top < 0 or left < 0 or top + height > x.shape[2] or left + width > x.shape[3]:
+        raise ValueError(f"Crop: a {height}x{width} window at offset ({top}, {left}) leaves the input's "
+                         f"{x.shape[2]}x{x.shape[3]} (height x width)")
+    return x[:, :, top:top + height, left:left + width]
+
+
+def _mx_depth_to_space(x, block):
+    """MXNet's depth_to_space (ONNX's DCR order): channel ``(i * block + j) * C' + c`` moves to channel ``c`` at
+    row offset ``i`` and column offset ``j`` of each block (torch's pixel_shuffle uses the CRD order)."""
+    n, c, h, w = x.shape
+    y = x.reshape(n, block, block, c // block ** 2, h, w).permute(0, 3, 4, 1, 5, 2)
+    return y.reshape(n, c // block ** 2, h * block, w * block)
+
+
+def _mx_space_to_depth(x, block):
+    """MXNet's space_to_depth, the inverse of ``depth_to_space``: each block's pixel (i, j) of channel ``c`` moves to
+    channel ``(i * block + j) * C + c``."""
+    n, c, h, w = x.shape
+    y = x.reshape(n, c, h // block, block, w // block, block).permute(0, 3, 5, 1, 2, 4)
+    return y.reshape(n, c * block ** 2, h // block, w // block)
+
+
 VISION_HELPERS = [_mx_upsampling_nearest, _mx_resize_size, _mx_resize_source, _mx_bilinear_resize, _mx_l2_normalization,
                   _mx_group_norm, _mx_roi_axis_weights, _mx_roi_align, _mx_round_half_away, _mx_roi_pooling,
-                  _mx_bilinear_gather, _mx_deformable_conv]
+                  _mx_bilinear_gather, _mx_deformable_conv, _mx_lrn, _mx_crop, _mx_depth_to_space,
+                  _mx_space_to_depth]

@@ -38,9 +38,14 @@ class _Pending:
 
 
 class _Module:
-    """What ``self`` is in a translated expression while shapes are computed: a module in eval mode."""
+    """What ``self`` is in a translated expression while shapes are computed: a module in eval mode, on the CPU."""
 
     training = False
+
+    @staticmethod
+    def _device():
+        import torch
+        return torch.device("cpu")
 
 
 def translated_shapes(nodes: list, inputs: list, shapes: list, dtypes: list, params: dict) -> list:

@@ -327,9 +327,9 @@ class TestErrors:
         and the nearest known ops; no file is written."""
         class Gram(gluon.HybridBlock):
             def hybrid_forward(self, F, x):
-                return F.linalg.gemm2(x, x, transpose_b=True)
-        with pytest.raises(UnsupportedOpError, match=r"node 'gram_gemm20' uses op '_linalg_gemm2' \(documented "
-                                                     r"as mxnet.symbol.linalg.gemm2\).*nearest known ops"):
+                return F.linalg.syrk(x)
+        with pytest.raises(UnsupportedOpError, match=r"node 'gram_syrk0' uses op '_linalg_syrk' \(documented "
+                                                     r"as mxnet.symbol.linalg.syrk\).*nearest known ops"):
             generate_torch(Gram(prefix="gram_"), (2, 5), tmp_path / "t.py")
         assert not (tmp_path / "t.py").exists()
 
@@ -435,12 +435,12 @@ class TestCli:
     def test_unsupported_op_exit_2_nothing_written(self, tmp_path, capsys):
         """An op without translation: exit 2, the error names the op, no file is written."""
         fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, no_bias=True, name="fc")
-        mx.sym.linalg.gemm2(fc, fc, transpose_b=True, name="gram").save(str(tmp_path / "t-symbol.json"))
+        mx.sym.linalg.syrk(fc, name="gram").save(str(tmp_path / "t-symbol.json"))
         mx.nd.save(str(tmp_path / "t-0000.params"), {"arg:fc_weight": mx.nd.ones((3, 5))})
         args = ["generate", "--symbol", str(tmp_path / "t-symbol.json"), "--params", str(tmp_path / "t-0000.params"),
                 "--input-shape", "2,5", "--out", str(tmp_path / "t.py")]
         assert migrate.cli.main(args) == 2
-        assert "op '_linalg_gemm2'" in capsys.readouterr().err and not (tmp_path / "t.py").exists()
+        assert "op '_linalg_syrk'" in capsys.readouterr().err and not (tmp_path / "t.py").exists()
 
 
 def generate_module(path):

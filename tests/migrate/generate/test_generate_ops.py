@@ -3,8 +3,12 @@ setting: seeded random inputs, forward outputs and input gradients (MXNet in inf
 in eval mode).
 
 An output or gradient matches when max |torch - mxnet| <= TOL * max(1, max |mxnet|) (TOL 1e-5 unless a row says
-otherwise). Where MXNet gives an op no gradient, the generated module gives zeros (or none) too.
+otherwise). Where MXNet gives an op no gradient, the generated module gives zeros (or none) too. The random ops
+cannot draw MXNet's numbers: ``TestRandomOps`` checks their shapes and dtypes against MXNet's and both samples
+against the distribution. Every op MXNet's own ONNX exporter converts has a translation, and the ops only that
+exporter knew before generate the same file from symbol/params files read without MXNet.
 """
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -14,6 +18,7 @@ import pytest
 import torch
 from mxnet import autograd, gluon
 
+from migrate.errors import UnsupportedOpError
 from migrate.generate import generate_torch
 
 TOL = 1e-5
@@ -147,6 +152,20 @@ CASES = [
          _both(_u(2, 3, 4)), grad=False),
     Case("reshape_like", lambda F, a, b: F.reshape_like(a, b, lhs_begin=1, lhs_end=3, rhs_begin=0, rhs_end=1),
          _both(_u(2, 3, 4), _u(12, 5))),
+    # split_v2: the graph stores indices with a leading 0, or sections
+    Case("_split_v2 indices", lambda F, x: F.split_v2(x, (2, 3), axis=1), _both(_u(2, 5, 3))),
+    Case("_split_v2 indices with an empty part", lambda F, x: F.split_v2(x, (0, 4), axis=-1), _both(_u(2, 3, 6))),
+    Case("_split_v2 sections squeeze_axis", lambda F, x: F.split_v2(x, 3, axis=1, squeeze_axis=True),
+         _both(_u(2, 3, 4))),
+    Case("_split_v2 sections", lambda F, x: F.split_v2(x, 2, axis=0), _both(_u(4, 3))),
+    Case("_split_v2 one section", lambda F, x: F.split_v2(x, 1, axis=1) * 2, _both(_u(2, 3))),
+    # linalg.gemm2: alpha * op(A) op(B), matrix rows on axis
+    Case("_linalg_gemm2", lambda F, a, b: F.linalg.gemm2(a, b, transpose_b=True, alpha=2.5), _both(_u(3, 4), _u(5, 4))),
+    Case("_linalg_gemm2 batch transpose_a", lambda F, a, b: F.linalg.gemm2(a, b, transpose_a=True),
+         _both(_u(2, 3, 4, 5), _u(2, 3, 4, 2))),
+    Case("_linalg_gemm2 axis 1", lambda F, a, b: F.linalg.gemm2(a, b, transpose_a=True, transpose_b=True, alpha=-0.5,
+                                                                  axis=1),
+         _both(_u(2, 4, 3, 5), _u(2, 6, 3, 4))),
     *[Case(f"Pad {mode}", (lambda m: lambda F, x: F.pad(x, mode=m, pad_width=(0, 0, 0, 0, 1, 2, 2, 1),
                                                          constant_value=1.5))(mode), _both(_u(2, 3, 4, 5)))
       for mode in ("constant", "edge", "reflect")],
@@ -252,6 +271,19 @@ CASES = [
                  {"sample_ratio": 1, "position_sensitive": True})],
     Case("ROIPooling", lambda F, x, r: F.ROIPooling(x, r, pooled_size=(3, 2), spatial_scale=0.5),
          _both(_u(2, 4, 10, 12), _rois(6, 2, 24))),
+    # LRN: alpha / nsize; an even nsize sums nsize - 1 channels in MXNet's MKLDNN build
+    *[Case(f"LRN {kw}", (lambda kw: lambda F, x: F.LRN(x, **kw))(kw), _both(_u(2, 7, 3, 4, low=-2, high=2)))
+      for kw in ({"nsize": 3}, {"nsize": 5, "alpha": 0.5, "beta": 0.6, "knorm": 1.5}, {"nsize": 1, "alpha": 2.0},
+                 {"nsize": 4, "alpha": 0.8, "beta": 1.3, "knorm": 0.7})],
+    Case("Crop h_w offset", lambda F, x: F.Crop(x, h_w=(3, 2), offset=(2, 1), num_args=1), _both(_u(2, 3, 6, 5))),
+    Case("Crop like center_crop", lambda F, x, y: F.Crop(x, y, center_crop=True, num_args=2),
+         _both(_u(2, 3, 7, 6), _u(1, 1, 4, 3))),  # offsets (7 - 4) // 2 and (6 - 3) // 2 round down
+    Case("Crop like offset", lambda F, x, y: F.Crop(x, y, offset=(1, 3), num_args=2),
+         _both(_u(2, 3, 7, 6), _u(1, 2, 5, 3))),
+    Case("depth_to_space", lambda F, x: F.depth_to_space(x, 2), _both(_u(2, 8, 3, 2))),
+    Case("depth_to_space block 3", lambda F, x: F.depth_to_space(x, 3), _both(_u(1, 18, 2, 3))),
+    Case("space_to_depth", lambda F, x: F.space_to_depth(x, 2), _both(_u(2, 3, 4, 6))),
+    Case("space_to_depth block 3", lambda F, x: F.space_to_depth(x, 3), _both(_u(1, 2, 6, 3))),
     # detection
     Case("box_nms", lambda F, x: F.contrib.box_nms(x, overlap_thresh=0.3, valid_thresh=0.2, topk=12, id_index=0,
                                                    force_suppress=False), _both(_boxes(2, 20))),
@@ -476,6 +508,202 @@ class TestROIAlignIgnoredROIs:
         assert np.array_equal(got[0][0], np.zeros_like(got[0][0])), "the ignored ROI's output should be 0"
         _assert_close(want[0][1:], got[0][1:], TOL, "output of the other ROIs")
         _assert_close(want_grads[0], got_grads[0], TOL, "gradient of the feature map")
+
+
+def _mxnet_sample(fn, arrays, grad_head):
+    """MXNet's outputs of ``fn`` (``mx.random.seed(0)``) and its input gradients for head ``grad_head(shape)`` on the
+    last output (no gradients where ``grad_head`` is None)."""
+    mx.random.seed(0)
+    inputs = [mx.nd.array(a, dtype=a.dtype) for a in arrays]
+    for x in inputs:
+        x.attach_grad()
+    with autograd.record(train_mode=False):
+        out = fn(mx.nd, *inputs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    if grad_head is None:
+        return [o.asnumpy() for o in outs], []
+    head = grad_head(outs[-1].shape)
+    outs[-1].backward(mx.nd.array(head, dtype=head.dtype))
+    return [o.asnumpy() for o in outs], [x.grad.asnumpy() for x in inputs]
+
+
+def _torch_sample(model, arrays, grad_head):
+    """The generated module's outputs (``torch.manual_seed(0)``) and input gradients, as ``_mxnet_sample``'s (zeros
+    for an input no gradient reaches)."""
+    torch.manual_seed(0)
+    inputs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    out = model(*inputs)
+    outs = list(out) if isinstance(out, (list, tuple)) else [out]
+    if grad_head is None:
+        return [o.detach().numpy() for o in outs], []
+    if outs[-1].requires_grad:
+        outs[-1].backward(torch.from_numpy(grad_head(tuple(outs[-1].shape))))
+    grads = [np.zeros(a.shape, a.dtype) if x.grad is None else x.grad.numpy() for a, x in zip(arrays, inputs)]
+    return [o.detach().numpy() for o in outs], grads
+
+
+def _sampled(fn, arrays, tmp_path, grad_head=None):
+    """``(outputs, input gradients)`` of ``fn`` from MXNet and from its generated module (eval mode), numpy arrays."""
+    model = generate_torch(_Op(fn), [a.shape for a in arrays], tmp_path / "random.py",
+                           input_dtypes=[a.dtype for a in arrays]).eval()
+    return _mxnet_sample(fn, arrays, grad_head), _torch_sample(model, arrays, grad_head)
+
+
+def _assert_same_kind(want, got, what):
+    assert want.shape == got.shape, f"{what}: shape {got.shape}, MXNet {want.shape}"
+    assert want.dtype == got.dtype, f"{what}: dtype {got.dtype}, MXNet {want.dtype}"
+
+
+class TestRandomOps:
+    """The random ops draw torch's numbers, never MXNet's: MXNet's and the generated module's outputs have the same
+    shapes and dtypes, and both samples pass the same checks of the distribution (20000 draws; each bound is at
+    least 5 standard errors of the statistic), and their gradients follow MXNet's rules."""
+
+    @pytest.mark.parametrize("dtype", ["float32", "float64"])
+    def test_normal(self, tmp_path, dtype):
+        """_random_normal(loc=1.5, scale=0.5): mean 1.5 +- 0.02, standard deviation 0.5 +- 0.01, 68.27% +- 1.5% of
+        draws within one standard deviation."""
+        fn = lambda F, x: (x * 1, F.random.normal(loc=1.5, scale=0.5, shape=(200, 100), dtype=dtype))  # noqa: E731
+        (want, _), (got, _) = _sampled(fn, [_u(2, 3)(np.random.RandomState(0))], tmp_path)
+        _assert_same_kind(want[1], got[1], "sample")
+        for side, values in (("MXNet", want[1]), ("torch", got[1])):
+            values = values.astype(np.float64)
+            assert abs(values.mean() - 1.5) <= 0.02, f"{side}: mean {values.mean()}"
+            assert abs(values.std() - 0.5) <= 0.01, f"{side}: standard deviation {values.std()}"
+            inside = float((np.abs(values - 1.5) <= 0.5).mean())
+            assert abs(inside - 0.6827) <= 0.015, f"{side}: {inside:.4f} of draws within one standard deviation"
+
+    def test_normal_shape_from_its_consumer(self, tmp_path):
+        """_random_normal without a shape takes the shape MXNet's inference gives it (here its sum with the input)."""
+        (want, _), (got, _) = _sampled(lambda F, x: x + F.random.normal(), [_u(30, 40)(np.random.RandomState(0))],
+                                       tmp_path)
+        _assert_same_kind(want[0], got[0], "sum")
+        noise = got[0] - _u(30, 40)(np.random.RandomState(0))
+        assert abs(noise.mean()) <= 0.15 and abs(noise.std() - 1.0) <= 0.1, (noise.mean(), noise.std())
+
+    @pytest.mark.parametrize("dtype", ["float32", "float64"])
+    def test_uniform(self, tmp_path, dtype):
+        """_random_uniform(low=-1, high=2): every draw in [-1, 2), each tenth of the interval holds 10% +- 1.2% of
+        the draws."""
+        fn = lambda F, x: (x * 1, F.random.uniform(low=-1, high=2, shape=(200, 100), dtype=dtype))  # noqa: E731
+        (want, _), (got, _) = _sampled(fn, [_u(2, 3)(np.random.RandomState(0))], tmp_path)
+        _assert_same_kind(want[1], got[1], "sample")
+        for side, values in (("MXNet", want[1]), ("torch", got[1])):
+            assert values.min() >= -1 and values.max() < 2, f"{side}: range [{values.min()}, {values.max()}]"
+            share = np.histogram(values, bins=10, range=(-1, 2))[0] / values.size
+            assert np.abs(share - 0.1).max() <= 0.012, f"{side}: shares per tenth {share}"
+
+    def test_uniform_like(self, tmp_path):
+        """_random_uniform_like(low=2, high=3): the input's shape and dtype (float64), draws in [2, 3) with mean
+        2.5 +- 0.01, and a zero gradient for the input (as MXNet gives)."""
+        fn = lambda F, x: F.random.uniform_like(x, low=2, high=3)  # noqa: E731
+        data = np.random.RandomState(0).standard_normal((100, 200))
+        head = lambda shape: np.ones(shape, np.float64)  # noqa: E731
+        (want, want_grads), (got, got_grads) = _sampled(fn, [data], tmp_path, grad_head=head)
+        _assert_same_kind(want[0], got[0], "sample")
+        for side, values, grads in (("MXNet", want[0], want_grads), ("torch", got[0], got_grads)):
+            assert values.min() >= 2 and values.max() < 3, f"{side}: range [{values.min()}, {values.max()}]"
+            assert abs(values.mean() - 2.5) <= 0.01, f"{side}: mean {values.mean()}"
+            assert not grads[0].any(), f"{side}: the input's gradient is not zero"
+
+    @pytest.mark.parametrize("dtype", [None, "float32", "uint8"])
+    def test_multinomial(self, tmp_path, dtype):
+        """_sample_multinomial(shape=(100, 100)) of rows [0.1, 0.2, 0.3, 0.4] and [0.7, 0, 0.3, 0]: shape (2, 100,
+        100) and dtype (int32 by default) as MXNet's, each class drawn at its probability +- 0.025, classes of
+        probability 0 never."""
+        probs = np.array([[0.1, 0.2, 0.3, 0.4], [0.7, 0.0, 0.3, 0.0]], np.float32)
+        kw = {} if dtype is None else {"dtype": dtype}
+        fn = lambda F, p: F.sample_multinomial(p, shape=(100, 100), **kw)  # noqa: E731
+        (want, _), (got, _) = _sampled(fn, [probs], tmp_path)
+        _assert_same_kind(want[0], got[0], "sample")
+        for side, values in (("MXNet", want[0]), ("torch", got[0])):
+            for row, p in zip(values, probs):
+                share = np.bincount(row.astype(np.int64).ravel(), minlength=4) / row.size
+                assert np.abs(share - p).max() <= 0.025 and not share[p == 0].any(), f"{side}: shares {share}, {p}"
+
+    def test_multinomial_one_distribution(self, tmp_path):
+        """A 1-D distribution with no shape gives one draw of shape (1,), as MXNet's."""
+        fn = lambda F, p: F.sample_multinomial(p)  # noqa: E731
+        (want, _), (got, _) = _sampled(fn, [np.array([0.5, 0.5], np.float32)], tmp_path)
+        _assert_same_kind(want[0], got[0], "sample")
+
+    def test_multinomial_log_probability_and_gradient(self, tmp_path):
+        """get_prob=True: the second output is log p of each draw (float32, to 1e-6) and the gradient of a head h on
+        it is sum of h / p over the draws of each class (MXNet's backward), both sides checked on their own draws."""
+        probs = np.array([[0.25, 0.75], [0.6, 0.4]], np.float32)
+        fn = lambda F, p: F.sample_multinomial(p, shape=(50,), get_prob=True)  # noqa: E731
+        head = lambda shape: np.random.RandomState(3).uniform(0.5, 1.5, shape).astype(np.float32)  # noqa: E731
+        (want, want_grads), (got, got_grads) = _sampled(fn, [probs], tmp_path, grad_head=head)
+        for k in range(2):
+            _assert_same_kind(want[k], got[k], f"output {k}")
+        h = head((2, 50))
+        for side, (draws, log_p), grads in (("MXNet", want, want_grads), ("torch", got, got_grads)):
+            chosen = np.take_along_axis(probs, draws.astype(np.int64), 1)
+            _assert_close(np.log(chosen), log_p, 1e-6, f"{side}: log-probabilities")
+            expected = np.stack([np.bincount(d, weights=w / c, minlength=2) for d, w, c in zip(draws, h, chosen)])
+            _assert_close(expected.astype(np.float32), grads[0], 1e-5, f"{side}: gradient")
+
+
+def test_every_op_mxnet_exports_to_onnx_has_a_translation():
+    """Every op MXNet 1.9.1's own ONNX exporter converts (all its opsets) has a translation: files read without
+    MXNet (matching against the translated graph) never refuse a graph that the MXNet path exports."""
+    export = pytest.importorskip("mxnet.onnx.mx2onnx._export_onnx")
+    from migrate.generate import known_ops
+    exported = set().union(*(set(ops) for ops in export.MXNetGraph.registry_.values())) - {"null"}
+    assert len(exported) >= 100, f"MXNet's exporter lists only {len(exported)} ops: its registry was not filled"
+    missing = sorted(exported - set(known_ops()))
+    assert not missing, f"ops MXNet exports to ONNX without a translation: {missing}"
+
+
+_EXPORTER_OPS = ("LRN", "Crop", "depth_to_space", "space_to_depth", "_split_v2", "_linalg_gemm2")
+_RANDOM_GRAPHS = {
+    "_random_normal": (lambda F, x: x + F.random.normal(loc=1, scale=2, shape=(2, 3)), [(2, 3)]),
+    "_random_uniform": (lambda F, x: F.cast(x, "float64") + F.random.uniform(low=-1, high=2, shape=(2, 3),
+                                                                             dtype="float64"), [(2, 3)]),
+    "_random_uniform_like": (lambda F, x: F.random.uniform_like(x, low=2, high=3), [(2, 3)]),
+    "_sample_multinomial": (lambda F, p: F.sample_multinomial(F.softmax(p), shape=(4,), get_prob=True), [(2, 3)])}
+
+
+def _from_files(fn, shapes, folder, without_mxnet):
+    """The source ``generate_torch`` writes for ``fn``'s exported symbol/params files, read with or without MXNet."""
+    from migrate.mapping.file_source import WITHOUT_MXNET_VARIABLE
+    block = _Op(fn)
+    block.hybridize()
+    block(*[mx.nd.zeros(s) for s in shapes])
+    block.export(str(folder / "op"))
+    files = (folder / "op-symbol.json", folder / "op-0000.params")
+    path = folder / ("files.py" if without_mxnet else "mx.py")
+    previous = os.environ.pop(WITHOUT_MXNET_VARIABLE, None)
+    if without_mxnet:
+        os.environ[WITHOUT_MXNET_VARIABLE] = "1"
+    try:
+        generate_torch(files, shapes, path)
+    finally:
+        os.environ.pop(WITHOUT_MXNET_VARIABLE, None)
+        if previous is not None:
+            os.environ[WITHOUT_MXNET_VARIABLE] = previous
+    return path.read_text()
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name.startswith(_EXPORTER_OPS)] + [
+    Case(op, fn, lambda rng, shapes=shapes: [np.zeros(s, np.float32) for s in shapes])
+    for op, (fn, shapes) in _RANDOM_GRAPHS.items()], ids=lambda c: c.name)
+def test_exporter_ops_generate_alike_without_mxnet(case, tmp_path):
+    """The ops only MXNet's ONNX exporter knew before: their files generate, read without MXNet (shapes from the
+    translation itself), the same source as with MXNet."""
+    shapes = [a.shape for a in case.inputs(np.random.RandomState(0))]
+    assert _from_files(case.fn, shapes, tmp_path, True) == _from_files(case.fn, shapes, tmp_path, False)
+
+
+def test_random_op_without_a_shape_names_the_op_without_mxnet(tmp_path):
+    """A _random_normal whose shape only MXNet's inference completes (from its consumer) is refused without MXNet,
+    naming the node and saying that MXNet 1.9.1 completes it; nothing is written."""
+    with pytest.raises(UnsupportedOpError, match=r"'op__random_normal0' \(op _random_normal\) has shape \(\).*"
+                                                 r"install MXNet 1\.9\.1"):
+        _from_files(lambda F, x: x + F.random.normal(), [(2, 3)], tmp_path, True)
+    assert not (tmp_path / "files.py").exists()
+    assert "torch.normal(0.0, 1.0, (2, 3)" in _from_files(lambda F, x: x + F.random.normal(), [(2, 3)], tmp_path,
+                                                          False)
 
 
 def test_variational_dropout_shares_its_mask(tmp_path):

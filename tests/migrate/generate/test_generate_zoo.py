@@ -180,6 +180,26 @@ class TestCustomBlocks:
                                        F.contrib.arange_like(y, axis=1))
         _check(Block(), [_image(2, 3)], tmp_path / "c.py")
 
+    def test_created_tensors_follow_the_weights(self, tmp_path):
+        """Tensors the graph creates (ones, full, zeros, arange, arange_like, shape_array, random_uniform) go where
+        the weights are: the module moved to the 'meta' device runs there (a CPU tensor meeting a meta one raises, as
+        it does against a CUDA one; devtools/generated_on_device.py runs zoo models on a GPU)."""
+        class Block(gluon.HybridBlock):
+            def __init__(self):
+                super().__init__(prefix="m_")
+                with self.name_scope():
+                    self.dense = gluon.nn.Dense(4, in_units=3)
+
+            def hybrid_forward(self, F, x):
+                y = F.broadcast_add(self.dense(x) + F.ones((2, 4)), F.full((1, 4), 0.5)) + F.zeros((2, 4))
+                y = F.broadcast_mul(y, F.arange(1, 5).reshape((1, 4))) + F.random.uniform(shape=(2, 4))
+                return F.broadcast_add(y, F.contrib.arange_like(y, axis=1)), F.shape_array(y)
+        net = Block()
+        net.initialize()
+        model = generate_torch(net, [(2, 3)], tmp_path / "m.py").to("meta")
+        outputs = model(torch.zeros((2, 3), device="meta"))
+        assert [o.device.type for o in outputs] == ["meta", "meta"] and tuple(outputs[0].shape) == (2, 4)
+
     def test_reused_block(self, tmp_path):
         """One Activation block called on tensors of different shapes: MXNet names both nodes alike, and each
         keeps its own shape (the pooling after the first, the dense after the second)."""
