@@ -149,10 +149,7 @@ def load_mxnet(mx_model, shapes, dtypes) -> MxSource:
 
 def _load_mx_files(sym_path: str, params_path: str) -> MxSource:
     import mxnet as mx
-    for path, what in ((sym_path, "symbol JSON"), (params_path, "params")):
-        if not os.path.isfile(path):
-            raise InputFileError(f"MXNet {what} file {path!r}: not found; give the path of an existing file "
-                                 f"(Gluon's HybridBlock.export writes NAME-symbol.json and NAME-0000.params)")
+    module_checkpoint.check_files_exist(sym_path, params_path)
     try:
         symbol = mx.sym.load(sym_path)
     except Exception as exc:  # mxnet raises MXNetError or json errors
@@ -163,11 +160,7 @@ def _load_mx_files(sym_path: str, params_path: str) -> MxSource:
     except Exception as exc:
         raise InputFileError(f"MXNet params file {params_path!r}: expected an NDArray dict written by "
                              f"HybridBlock.export or mx.nd.save; could not read it ({_first_line(exc)})") from None
-    raw = {} if isinstance(raw, list) and not raw else raw  # a graph without parameters saves no names
-    if not isinstance(raw, dict):
-        raise InputFileError(f"MXNet params file {params_path!r}: expected a dict of named arrays, received a "
-                             f"list of {len(raw)} unnamed arrays; save with mx.nd.save(path, dict)")
-    params = {k.split(":", 1)[1] if k.startswith(("arg:", "aux:")) else k: v for k, v in raw.items()}
+    params = module_checkpoint.named_params(raw, params_path)
     symbol, notes = module_checkpoint.cut_loss_heads(symbol, params)
     module_checkpoint.check_params_present(symbol, params, params_path)
     inputs = [n for n in symbol.list_inputs() if n not in params]

@@ -102,20 +102,12 @@ def read_mxnet_files(symbol_path, params_path) -> MxSource:
         ["Module checkpoint: loss head SoftmaxOutput 'softmax' and label input ['softmax_label'] cut ..."]
     """
     sym_path, params_path = os.fspath(symbol_path), os.fspath(params_path)
-    for path, what in ((sym_path, "symbol JSON"), (params_path, "params")):
-        if not os.path.isfile(path):
-            raise InputFileError(f"MXNet {what} file {path!r}: not found; give the path of an existing file "
-                                 f"(Gluon's HybridBlock.export writes NAME-symbol.json and NAME-0000.params)")
+    module_checkpoint.check_files_exist(sym_path, params_path)
     try:
         graph = read_symbol(sym_path)
     except SymbolFileError as exc:
         raise InputFileError(str(exc)) from None
-    raw = load_ndarrays(params_path, error=InputFileError)
-    raw = {} if isinstance(raw, list) and not raw else raw  # a graph without parameters saves no names
-    if not isinstance(raw, dict):
-        raise InputFileError(f"MXNet params file {params_path!r}: expected a dict of named arrays, received a "
-                             f"list of {len(raw)} unnamed arrays; save with mx.nd.save(path, dict)")
-    params = {k.split(":", 1)[1] if k.startswith(("arg:", "aux:")) else k: v for k, v in raw.items()}
+    params = module_checkpoint.named_params(load_ndarrays(params_path, error=InputFileError), params_path)
     graph, notes = module_checkpoint.cut_loss_heads(graph, params)
     module_checkpoint.check_params_present(graph, params, params_path)
     variables = dict.fromkeys(graph.nodes[i].name for i in graph.arg_nodes)

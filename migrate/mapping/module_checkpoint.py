@@ -9,13 +9,14 @@ described in a note that the mapping carries into the report. ``export.load_mxne
 from __future__ import annotations
 
 import json
+import os
 
 from mxformats.symbol import MXNET_VERSION, SymbolGraph, symbol_from_json
 
 from migrate.errors import InputFileError
 from migrate.mapping.symbol_graph import aux_state_names, graph_document
 
-__all__ = ["LOSS_HEADS", "cut_loss_heads", "check_params_present"]
+__all__ = ["LOSS_HEADS", "check_files_exist", "cut_loss_heads", "check_params_present", "named_params"]
 
 #: Loss-head operators -> position of their label input (None: no label input).
 LOSS_HEADS = {"SoftmaxOutput": 1, "Softmax": 1, "LinearRegressionOutput": 1, "LogisticRegressionOutput": 1,
@@ -133,3 +134,33 @@ def check_params_present(symbol, params: dict, params_path: str) -> None:
         raise InputFileError(f"MXNet params file {params_path!r} lacks {len(missing)} array(s) the symbol uses: "
                              f"{missing[:8]}; pass the params file saved with this symbol (Module.save_checkpoint "
                              f"writes PREFIX-symbol.json and PREFIX-EPOCH.params together)")
+
+
+def check_files_exist(sym_path: str, params_path: str) -> None:
+    """InputFileError naming the first of the two files that does not exist.
+
+    Examples:
+        >>> check_files_exist("net-symbol.json", "net-0000.params")  # doctest: +SKIP
+    """
+    for path, what in ((sym_path, "symbol JSON"), (params_path, "params")):
+        if not os.path.isfile(path):
+            raise InputFileError(f"MXNet {what} file {path!r}: not found; give the path of an existing file "
+                                 f"(Gluon's HybridBlock.export writes NAME-symbol.json and NAME-0000.params)")
+
+
+def named_params(raw, params_path: str) -> dict:
+    """The arrays of a params file by parameter name: a Module checkpoint's ``arg:``/``aux:`` prefixes dropped; an
+    empty list (a graph without parameters saves no names) is an empty dict.
+
+    Raises:
+        InputFileError: the file holds a list of unnamed arrays.
+
+    Examples:
+        >>> sorted(named_params({"arg:fc_weight": 1, "aux:bn_moving_var": 2}, "net-0000.params"))
+        ['bn_moving_var', 'fc_weight']
+    """
+    raw = {} if isinstance(raw, list) and not raw else raw
+    if not isinstance(raw, dict):
+        raise InputFileError(f"MXNet params file {params_path!r}: expected a dict of named arrays, received a "
+                             f"list of {len(raw)} unnamed arrays; save with mx.nd.save(path, dict)")
+    return {k.split(":", 1)[1] if k.startswith(("arg:", "aux:")) else k: v for k, v in raw.items()}
