@@ -125,10 +125,11 @@ def shown(table: str) -> str:
     """The table's header, its diverging rows (at most 6) and the lines under it (the control runs' rule, the first
     divergence and its cause, the verdict)."""
     lines = table.splitlines()
-    rows = [line for line in lines[1:] if "DIVERGES" in line] or ["(no row diverges)"]
+    header = [line for line in lines if line.startswith("MXNet node")][:1]
+    rows = [line for line in lines if "DIVERGES" in line] or ["(no row diverges)"]
     tail = [line for line in lines if line.startswith(("control:", "first divergence", "  likely cause",
                                                         "training check"))]
-    return "\n".join(lines[:1] + rows[:6] + ([f"... ({len(rows) - 6} more diverging rows)"] if len(rows) > 6 else [])
+    return "\n".join(header + rows[:6] + ([f"... ({len(rows) - 6} more diverging rows)"] if len(rows) > 6 else [])
                      + tail)
 
 
