@@ -17,8 +17,11 @@ nothing reorders them: packing them bought no speed (a kernel streams the same b
 Parameter's gradient array is what a ``hybridize(static_alloc=True)`` graph does not follow (it keeps writing the
 array it bound). With nothing replaced, ``load_states``, ``set_data``, ``freeze``/``unfreeze``, ``grad_req`` set
 directly, ``initialize(force_reinit=True)`` and graphs built before the trainer need no bookkeeping: each update
-reads the arrays the Parameters and the Updater hold then (``table.Route`` caches a parameter's routing while they
-stay the same objects).
+reads the arrays the Parameters and the Updater hold then. A context's routing and tables (``plan.Plan``) are kept
+from step to step while those are the same objects (compared by identity at every step; lr, wd, multipliers, the
+schedule and hyperparameters are read at every step, every address is asked of MXNet at every step;
+``tests/gluon_lr/fused/test_fused_plan.py`` changes each between steps). MXNet's per-array calls of a step (array
+addresses, gradient freshness) run in compiled loops once numba is loaded (``_array_calls``).
 
 Back-ends, with the arithmetic of the stock loop (tests check each against the stock trainer: max diff 0.0):
 
@@ -29,13 +32,15 @@ Back-ends, with the arithmetic of the stock loop (tests check each against the s
   MXNet's ``MultiSGDKernel``/``SGDMomKernel``, ``SGDKernel``, ``NAGMomKernel`` and ``AdamUpdateKernel``; lr and wd as
   the stock operator receives them (a tuple of ``multi_sgd_*`` correctly rounded, a scalar ``float`` parameter
   through dmlc's parser: ``base.param_float32``). ``bench/bench_step.py``, one run on 2 CPU cores shared with
-  other jobs (load average 5 to 7: figures move by tens of percent from run to run), minima of 9 steps, ratios within
-  the run: resnet50_v1 (25.6M float32 parameters in 193 tensors, all on this path) SGD-momentum 13.4 ms, 0.14x the
-  stock step and 1.32x the memory-bandwidth floor, Adam 24.6 ms, 0.24x and 1.53x (torch's fused optimizers: 16.6
-  and 22.6 ms); mobilenet_v2_1.0 (3.5M in 160 tensors, many small) 4.7 ms (0.34x) and 5.9 ms (0.26x); an MLP of 6
-  Dense(2048) layers (25.2M in 12 tensors) 12.5 ms (0.17x, 1.18x the floor) and 23.7 ms (0.18x). The first step of
-  a process also imports numba and loads the kernel's machine code from its cache (0.5 to 0.9 s on that loaded
-  machine, ``bench/bench_first_step.py``), or compiles it, 1.2 to 1.5 s, where no cache exists yet.
+  other jobs (load average 1.5 to 2.4: figures move by tens of percent from run to run), minima of 9 steps, ratios
+  within the run: resnet50_v1 (25.6M float32 parameters in 193 tensors, all on this path) SGD-momentum 12.4 ms,
+  0.21x the stock step and 1.30x the memory-bandwidth floor, Adam 15.2 ms, 0.25x and 1.09x (torch's fused
+  optimizers: 16.2 and 20.2 ms); mobilenet_v2_1.0 (3.5M in 160 tensors, many small) 3.0 ms (0.22x) and 3.8 ms
+  (0.24x); an MLP of 6 Dense(2048) layers (25.2M in 12 tensors) 9.5 ms (0.16x, 0.97x the floor) and 13.5 ms
+  (0.28x, 1.03x). The first step of a process also imports numba and loads the machine code of the kernel and of
+  ``_array_calls``' loops from numba's cache (``bench/bench_first_step.py``, one run on resnet50_v1: kernel load
+  0.29 to 0.32 s, then a first step of 0.13 to 0.22 s), or compiles it where no cache exists yet (0.70 to 0.86 s,
+  then 0.30 to 0.68 s).
 - GPUs (and CPU without numba, a warning says so): MXNet's operators on the same tables, the ones the stock
   optimizer calls: ``multi_sgd_update``/``multi_sgd_mom_update`` (and ``multi_mp_*``) on up to 60 tensors per call
   for sgd, the per-tensor ``nag_mom_update``, ``adam_update``, ... otherwise (``mxnet_ops``). Without numba, float32
@@ -53,8 +58,9 @@ is sparse, of a dtype other than float32 and float64 (float16 only with ``multi_
 holds optimizer state of another structure (``load_states``); ``grad_req='null'`` parameters are not updated.
 ``FusedUpdate.paths`` (the ``update`` column of ``LrTrainer.explain()``) says which path each parameter takes.
 
-Modules: ``table`` (routing, ``Route``, ``Table``), ``update`` (``FusedUpdate``, the driver), ``base`` (array
-addresses, waits, MXNet's float parsing, the timed choice), one module per back-end: ``compiled`` (numba kernels in
+Modules: ``table`` (routing, ``Route``, ``Table``), ``plan`` (``Plan``: a context's tables, kept across steps),
+``update`` (``FusedUpdate``, the driver), ``base`` (array addresses, waits, MXNet's float parsing, the timed choice),
+``_array_calls`` (MXNet's per-array calls in compiled loops), one module per back-end: ``compiled`` (numba kernels in
 ``_kernels``), ``mxnet_ops``, ``numpy_ops``; ``threads`` (the pool and the shares).
 """
 from .update import FusedUpdate, stock_paths

@@ -54,6 +54,54 @@ def data_pointers(arrays) -> list:
     return addresses
 
 
+class ArrayCalls:
+    """MXNet's per-array C calls of a step (addresses, gradient freshness) on a list of arrays: one compiled loop
+    over the arrays' handles once ``use_loops`` got ``_array_calls`` (loaded with the compiled kernels), else one
+    ctypes call per array. The same C functions either way, in the same order.
+
+    Examples:
+        >>> calls = ArrayCalls()
+        >>> calls.grad_states(arrays)          # array([1, 1], dtype=int32)
+        >>> calls.clear_grad_states(arrays)
+    """
+
+    def __init__(self):
+        self.loops = None
+
+    def use_loops(self, loops) -> None:
+        """Take the compiled loops (the ``_array_calls`` module) from now on."""
+        self.loops = loops
+
+    def handles(self, arrays) -> np.ndarray:
+        """The arrays' NDArray handles (an NDArray's handle is set once, when it is made), for the compiled loops;
+        None without them."""
+        if self.loops is None:
+            return None
+        return np.array([array.handle.value for array in arrays], dtype=np.int64)
+
+    def data_pointers(self, arrays, handles, out: np.ndarray) -> None:
+        """``out`` (int64, C-contiguous, one per array) = ``data_pointers(arrays)``; ``handles``: ``handles(arrays)``
+        or None."""
+        if self.loops is None:
+            out[:] = data_pointers(arrays)
+        else:
+            self.loops.data_pointers(self.handles(arrays) if handles is None else handles, out)
+
+    def grad_states(self, arrays, handles=None) -> np.ndarray:
+        """Each array's ``_fresh_grad`` (1 when backward wrote its gradient since it was last cleared), int32."""
+        if self.loops is None:
+            return np.array([array._fresh_grad for array in arrays], dtype=np.int32)
+        return self.loops.grad_states(self.handles(arrays) if handles is None else handles)
+
+    def clear_grad_states(self, arrays, handles=None) -> None:
+        """``array._fresh_grad = False`` for each array."""
+        if self.loops is None:
+            for array in arrays:
+                array._fresh_grad = False
+        else:
+            self.loops.clear_grad_states(self.handles(arrays) if handles is None else handles)
+
+
 def numpy_at(address: int, size: int, dtype) -> np.ndarray:
     """A writable 1-D numpy array over ``size`` elements at ``address`` (no copy); the caller keeps the owner alive."""
     ctype = np.ctypeslib.as_ctypes_type(np.dtype(dtype))
@@ -81,18 +129,20 @@ def clip_of(optimizer):
 
 #: value -> its float32 as MXNet parses it (``param_float32``); cleared when it reaches _PARSED_MAX entries.
 _PARSED = {}
-#: value -> the NDArray an echo operator is writing it into (``parse_floats(wait=False)``), not read yet.
+#: value -> (batch, position): the NDArray an echo operator is writing the value into, at that position
+#: (``parse_floats(wait=False)``), not read yet.
 _PENDING = {}
 _PARSED_MAX = 4096
 
 
 def parse_floats(values, wait: bool = True) -> None:
-    """Have MXNet parse every value not parsed yet, in one round trip: one operator call each, one wait for all.
+    """Have MXNet parse every value not parsed yet, in one round trip: one operator call each, writing into one
+    array, read at once.
 
     ``param_float32`` then finds them. An operator call goes through MXNet's engine; waiting for each separately
     costs a round trip per value (0.1 ms on an idle machine, several ms on a loaded one), and Adam's bias-corrected
-    lr takes new values at every step. ``wait=False`` only pushes the calls (for values needed later: the next step's
-    lr), and the first ``param_float32`` of such a value reads it.
+    lr takes new values at every step. ``wait=False`` only pushes the calls (for values needed later: the next steps'
+    lrs), and the first ``param_float32`` of such a value reads its whole batch.
     """
     values = {float(v) for v in values} - {0.0}
     todo = values - _PARSED.keys() - _PENDING.keys()
@@ -100,12 +150,20 @@ def parse_floats(values, wait: bool = True) -> None:
         _PARSED.clear()
         _PENDING.clear()
     if todo:
-        zero, one = nd.zeros(1), nd.ones(1)
-        for value in todo:
-            _PENDING[value] = nd.sgd_update(zero, one, lr=value, wd=0.0, rescale_grad=1.0)  # 0 - lr * 1, exact
+        zero, one, batch = nd.zeros(1), nd.ones(1), nd.empty(len(todo))
+        for position, value in enumerate(todo):  # 0 - lr * 1, exact
+            nd.sgd_update(zero, one, lr=value, wd=0.0, rescale_grad=1.0, out=batch[position:position + 1])
+            _PENDING[value] = (batch, position)
     if wait:
-        for value in values & _PENDING.keys():
-            _PARSED[value] = np.float32(-_PENDING.pop(value).asnumpy()[0])
+        for batch in {id(_PENDING[value][0]): _PENDING[value][0] for value in values & _PENDING.keys()}.values():
+            echoed = batch.asnumpy()
+            for value in [v for v, (b, _) in _PENDING.items() if b is batch]:
+                _PARSED[value] = np.float32(-echoed[_PENDING.pop(value)[1]])
+
+
+def parse_known(values) -> bool:
+    """Whether every value is parsed already or being parsed (``parse_floats``), so no operator call is needed."""
+    return all(value in _PARSED or value in _PENDING or value == 0.0 for value in values)
 
 
 def param_float32(value) -> np.float32:
@@ -124,6 +182,13 @@ def param_float32(value) -> np.float32:
     if value not in _PARSED:
         parse_floats([value])
     return _PARSED[value]
+
+
+def param_float32_array(values) -> np.ndarray:
+    """``param_float32`` of each value, as a float32 array (each distinct value looked up once; parse them first
+    with ``parse_floats`` to ask MXNet for all the new ones in one round trip)."""
+    parsed = {value: param_float32(value) for value in set(values)}
+    return np.array([parsed[value] for value in values], dtype=np.float32)
 
 
 def mx_float(dtype: np.dtype):

@@ -5,9 +5,9 @@ import warnings
 import numpy as np
 from mxnet import optimizer as mxopt
 
-from .base import clip_of, mx_float
+from .base import clip_of, mx_float, param_float32_array
 from .table import Table
-from .threads import MIN_SPLIT, SHARES_PER_THREAD, run_shares, shares, thread_count
+from .threads import MIN_SPLIT, SHARES_PER_THREAD, Shares, run_shares, thread_count
 
 
 def _sgd_consts(optimizer, dtype: np.dtype) -> list:
@@ -43,20 +43,28 @@ def _clip_value(optimizer) -> float:
     return -1.0 if clip is None else clip
 
 
-def _tuple_float(dtype: np.dtype):
-    """A value of an MXNet operator's ``Tuple<float>`` parameter (``lrs``/``wds`` of ``multi_sgd_*``) as it reaches
-    a kernel on ``dtype`` data: read by a C++ stream, correctly rounded to float32, then cast (unlike a scalar
-    ``float`` parameter, ``base.mx_float``)."""
-    return lambda value: dtype.type(np.float32(value))
+def _tuple_floats(values: list, dtype: np.dtype) -> np.ndarray:
+    """Values of an MXNet operator's ``Tuple<float>`` parameter (``lrs``/``wds`` of ``multi_sgd_*``) as they reach a
+    kernel on ``dtype`` data: read by a C++ stream, correctly rounded to float32, then cast (unlike a scalar ``float``
+    parameter, ``_scalar_floats``)."""
+    return np.array(values, dtype=np.float32).astype(dtype, copy=False)
+
+
+def _scalar_floats(values: list, dtype: np.dtype) -> np.ndarray:
+    """Values of an MXNet operator's scalar ``float`` parameter (``lr``/``wd`` of ``nag_mom_update``,
+    ``adam_update``) as they reach a kernel on ``dtype`` data: parsed by MXNet into float32
+    (``base.param_float32``), then cast."""
+    return param_float32_array(values).astype(dtype, copy=False)
 
 
 #: (optimizer class, number of state slots) -> (name in ``_kernels``, constants, how lr/wd reach the kernel). Adam's
 #: lr is bias-corrected before. Stock SGD calls ``multi_sgd_update``/``multi_sgd_mom_update`` (lr and wd in tuples);
 #: NAG and Adam call per-tensor operators (lr and wd scalar ``float`` parameters).
-_COMPILED = {(mxopt.SGD, 0): ("sgd", _sgd_consts, _tuple_float), (mxopt.SGD, 1): ("sgd_mom", _mom_consts, _tuple_float),
-             (mxopt.NAG, 0): ("sgd_single", _sgd_single_consts, mx_float),
-             (mxopt.NAG, 1): ("nag_mom", _mom_consts, mx_float),
-             (mxopt.Adam, 2): ("adam", _adam_consts_compiled, mx_float)}
+_COMPILED = {(mxopt.SGD, 0): ("sgd", _sgd_consts, _tuple_floats),
+             (mxopt.SGD, 1): ("sgd_mom", _mom_consts, _tuple_floats),
+             (mxopt.NAG, 0): ("sgd_single", _sgd_single_consts, _scalar_floats),
+             (mxopt.NAG, 1): ("nag_mom", _mom_consts, _scalar_floats),
+             (mxopt.Adam, 2): ("adam", _adam_consts_compiled, _scalar_floats)}
 
 
 def load_kernels():
@@ -71,24 +79,37 @@ def load_kernels():
     return _kernels
 
 
+def load_array_calls():
+    """The ``_array_calls`` module (MXNet's per-array calls in compiled loops), or None if numba is missing (the
+    ctypes calls then run; ``load_kernels`` warns)."""
+    try:
+        from . import _array_calls
+    except ImportError:
+        return None
+    return _array_calls
+
+
 def compiled_applies(optimizer, ctx, dtype: np.dtype, slot_count: int) -> bool:
     """Whether a compiled kernel exists for this optimizer, context, dtype and number of state arrays (CPU, float32 or
     float64; not float16, whose update runs on a float32 master copy)."""
     return (type(optimizer), slot_count) in _COMPILED and ctx.device_type == "cpu" and dtype in (np.float32, np.float64)
 
 
-def compiled_update(kernels, table: Table, optimizer) -> None:
+def compiled_update(kernels, table: Table, optimizer, lrs: list, wds: list, calls) -> None:
     """Update every tensor of ``table`` (after ``compiled_applies`` and ``base.wait_all``) with one launch of the
     compiled kernel of ``kernels`` (the loaded ``_kernels`` module) on ``thread_count()`` threads, the calling thread
-    included, each taking the next of ``SHARES_PER_THREAD`` shares per thread as it finishes one."""
+    included, each taking the next of ``SHARES_PER_THREAD`` shares per thread as it finishes one. ``lrs``/``wds``:
+    per tensor of the table, as the optimizer computed them; ``calls``: the ``base.ArrayCalls`` that asks MXNet for the
+    addresses. The cut into shares is worked out at the table's first update and kept with it (``table.derived``)."""
     name, consts_of, floats = _COMPILED[(type(optimizer), table.slot_count)]
     kernel, dtype = getattr(kernels, name), table.dtype
     consts = np.array(consts_of(optimizer, dtype), dtype=dtype)
     use_clip = bool(consts[1] >= 0)
-    f = floats(dtype)
-    lrs = np.array([f(t.lr) for t in table.tensors], dtype=dtype)
-    wds = np.array([f(t.wd) for t in table.tensors], dtype=dtype)
-    addresses, lengths = table.addresses()
-    threads = thread_count() if int(lengths.sum()) >= MIN_SPLIT else 1
-    parts = threads * SHARES_PER_THREAD if threads > 1 else 1
-    run_shares(kernel, [(*share, consts, use_clip) for share in shares(addresses, lengths, lrs, wds, parts)], threads)
+    threads = thread_count() if table.size >= MIN_SPLIT else 1
+    cut = table.derived.get(("shares", threads))
+    if cut is None:
+        parts = threads * SHARES_PER_THREAD if threads > 1 else 1
+        cut = table.derived[("shares", threads)] = Shares(table.lengths, 2 + table.slot_count, dtype, parts)
+    addresses, _ = table.addresses(calls)
+    cut.fill(addresses, floats(lrs, dtype), floats(wds, dtype))
+    run_shares(kernel, [(*view, consts, use_clip) for view in cut.views], threads)

@@ -101,15 +101,22 @@ def _adagrad(optimizer, weight, grad, slots, lr, wd):
     weight[:] += (div + weight * wd) * -lr
 
 
-def _adam_lr(optimizer, index: int, lr: float, ahead: int = 0) -> float:
-    """Adam's bias-corrected lr, computed exactly as ``mx.optimizer.Adam.update`` does (``ahead`` updates later)."""
-    t = optimizer._index_update_count[index] + ahead
+def _adam_lrs(optimizer, indices: list, lrs: list, ahead: int = 0) -> list:
+    """Adam's bias-corrected lr of each index, computed exactly as ``mx.optimizer.Adam.update`` does (``ahead``
+    updates later): ``lr * (math.sqrt(coef2) / coef1)``, the factor once per distinct update count."""
+    counts = [optimizer._index_update_count[index] + ahead for index in indices]
+    factors = {t: _adam_factor(optimizer, t) for t in set(counts)}
+    return [lr * factors[t] for lr, t in zip(lrs, counts)]
+
+
+def _adam_factor(optimizer, t: int) -> float:
+    """``math.sqrt(coef2) / coef1`` of ``mx.optimizer.Adam.update`` at update count ``t``."""
     coef1 = 1. - optimizer.beta1 ** t
     coef2 = 1. - optimizer.beta2 ** t
-    return lr * (math.sqrt(coef2) / coef1)
+    return math.sqrt(coef2) / coef1
 
 
-#: optimizer class -> (kernel, per-index lr adjustment ``(optimizer, index, lr, ahead=0)`` or None). Exact classes
+#: optimizer class -> (kernel, lr adjustment ``(optimizer, indices, lrs, ahead=0) -> lrs`` or None). Exact classes
 #: only: a subclass may change update().
-MX_KERNELS = {mxopt.SGD: (_sgd, None), mxopt.NAG: (_nag, None), mxopt.Adam: (_adam, _adam_lr),
+MX_KERNELS = {mxopt.SGD: (_sgd, None), mxopt.NAG: (_nag, None), mxopt.Adam: (_adam, _adam_lrs),
               mxopt.RMSProp: (_rmsprop, None), mxopt.AdaGrad: (_adagrad, None)}

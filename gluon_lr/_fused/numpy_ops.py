@@ -98,11 +98,11 @@ def numpy_applies(optimizer, table: Table) -> bool:
     return type(optimizer) is not mxopt.SGD or optimizer.momentum > 0
 
 
-def numpy_table_update(optimizer, table: Table) -> None:
+def numpy_table_update(optimizer, table: Table, calls=None) -> None:
     """Update every tensor of ``table`` (after ``numpy_applies`` and ``base.wait_all``) with the numpy
-    implementation."""
+    implementation; ``calls``: the ``base.ArrayCalls`` that asks MXNet for the addresses (ctypes if None)."""
     consts, chunk_fn, _, f = NUMPY_KERNELS[type(optimizer)]
-    addresses, lengths = table.addresses()
+    addresses, lengths = table.addresses(calls)
     segments = [([numpy_at(address, n, table.dtype) for address in row], f(t.lr), f(t.wd))
                 for row, n, t in zip(addresses.tolist(), lengths.tolist(), table.tensors) if n]
     if segments:

@@ -12,7 +12,7 @@ import numpy as np
 
 from mxformats.optimizer_state import state_arrays
 
-from .base import data_pointers, state_signature
+from .base import ArrayCalls, state_signature
 
 #: ``route``'s answer for a parameter copy that can take the fast path.
 FAST = "fast"
@@ -129,7 +129,10 @@ class Tensor:
 
 
 class Table:
-    """The tensors of one step on one context that share (dtype, state structure): what one back-end launch updates.
+    """The tensors of one context that share (dtype, state structure): what one back-end launch updates.
+
+    A table is kept across steps while its parameters' arrays are (``plan.Plan``), so what a back-end derives from its
+    fixed layout (the compiled back-end's cut into shares) is kept in ``derived``; lr and wd are given at each step.
 
     Examples:
         >>> table = Table(mx.cpu(), np.dtype("float32"), "none")
@@ -140,22 +143,47 @@ class Table:
     def __init__(self, ctx, dtype: np.dtype, signature):
         self.ctx, self.dtype, self.signature = ctx, dtype, signature
         self.tensors, self._arrays, self._sizes = [], [], []
+        self.derived = {}
+        self._lengths = self._addresses = self._handles = None
 
     @property
     def slot_count(self) -> int:
         """State arrays per tensor."""
         return len(self.tensors[0].slots) if self.tensors else 0
 
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each tensor's element count (int64)."""
+        if self._lengths is None or self._lengths.size != len(self._sizes):
+            self._lengths = np.array(self._sizes, dtype=np.int64)
+        return self._lengths
+
+    @property
+    def size(self) -> int:
+        """Elements in all tensors."""
+        return sum(self._sizes)
+
     def add(self, index: int, weight, grad, slots: list, size: int) -> None:
         """Append one parameter copy (``size``: its element count)."""
         self.tensors.append(Tensor(index, weight, grad, slots))
         self._arrays += [weight, grad] + slots
         self._sizes.append(size)
+        self._addresses = self._handles = None
 
-    def addresses(self) -> tuple:
+    def addresses(self, calls=None) -> tuple:
         """(addresses, lengths): an int64 row (weight, grad, *state slots) of element-0 addresses per tensor, and
-        each tensor's element count. Every address is asked of MXNet now (``base.data_pointer``), which brings a
-        weight MKLDNN reordered back to the default layout; call after ``base.wait_all()``, and use before anything
-        else runs on these arrays."""
-        addresses = np.array(data_pointers(self._arrays), dtype=np.int64)
-        return addresses.reshape(len(self.tensors), 2 + self.slot_count), np.array(self._sizes, dtype=np.int64)
+        each tensor's element count. Every address is asked of MXNet now (``base.data_pointers``, through ``calls``,
+        a ``base.ArrayCalls``: ctypes if None), which brings a weight MKLDNN reordered back to the default layout;
+        call after ``base.wait_all()``, and use before anything else runs on these arrays. The arrays returned are
+        the table's own, rewritten at the next call."""
+        calls = calls or _CTYPES
+        if self._addresses is None:
+            self._addresses = np.empty((len(self.tensors), 2 + self.slot_count), dtype=np.int64)
+        if self._handles is None:
+            self._handles = calls.handles(self._arrays)
+        calls.data_pointers(self._arrays, self._handles, self._addresses.reshape(-1))
+        return self._addresses, self.lengths
+
+
+#: The ctypes calls, for ``Table.addresses`` without an ``ArrayCalls``.
+_CTYPES = ArrayCalls()

@@ -49,32 +49,54 @@ def split_segments(segments: list, parts: int) -> list:
     return out + [current] if current else out
 
 
-def shares(addresses: np.ndarray, lengths: np.ndarray, lrs: np.ndarray, wds: np.ndarray, parts: int) -> list:
-    """A table (``Table.addresses`` rows and lengths, per-tensor lrs and wds) cut into at most ``parts`` shares of
-    near-equal element counts, as the kernels take them: [(addresses, lengths, lrs, wds)]. A tensor is cut where a
-    share ends inside it, on a 16-element boundary from its start; the rows of a cut piece point at its first element.
+class Shares:
+    """A table cut into at most ``parts`` shares of near-equal element counts, as the compiled kernels take them,
+    worked out once per table (its rows and lengths never change) and refilled at each step.
+
+    A tensor is cut where a share ends inside it, on a 16-element boundary from its start; each piece is a table row
+    from an element offset. ``fill`` writes the pieces' addresses (the row's addresses moved to the piece's first
+    element), lrs and wds into buffers of their own; ``views`` are the kernel arguments (addresses, lengths, lrs, wds)
+    of each share, views into those buffers, so the same tuples serve every step.
+
+    Examples:
+        >>> cut = Shares(lengths, columns=3, dtype=np.dtype("float32"), parts=16)
+        >>> cut.fill(addresses, lrs, wds)          # Table.addresses() rows, per-tensor lrs and wds of this step
+        >>> run_shares(kernel, [(*view, consts, use_clip) for view in cut.views], threads)
     """
+
+    def __init__(self, lengths: np.ndarray, columns: int, dtype: np.dtype, parts: int):
+        rows, starts, sizes, bounds = _pieces(lengths, parts)
+        self.rows, self.offsets = rows, (starts * dtype.itemsize)[:, None]
+        self.addresses = np.empty((rows.size, columns), dtype=np.int64)
+        self.lrs, self.wds = np.empty(rows.size, dtype=dtype), np.empty(rows.size, dtype=dtype)
+        self.views = [(self.addresses[a:b], sizes[a:b], self.lrs[a:b], self.wds[a:b]) for a, b in bounds]
+
+    def fill(self, addresses: np.ndarray, lrs: np.ndarray, wds: np.ndarray) -> None:
+        """Write this step's pieces from the table's ``addresses`` rows and per-tensor ``lrs`` and ``wds``."""
+        np.take(addresses, self.rows, axis=0, out=self.addresses)
+        self.addresses += self.offsets
+        np.take(lrs, self.rows, out=self.lrs)
+        np.take(wds, self.rows, out=self.wds)
+
+
+def _pieces(lengths: np.ndarray, parts: int) -> tuple:
+    """(rows, starts, lengths, bounds): the pieces of at most ``parts`` shares (``Shares``), int64 arrays, and each
+    share's [start, stop) range of pieces."""
     size = (-(-int(lengths.sum()) // parts) + 15) // 16 * 16
-    out, pieces, filled = [], [], 0
+    pieces, bounds, first, filled = [], [], 0, 0
     for row, n in enumerate(lengths.tolist()):
         start = 0
         while start < n:
             stop = min(n, (start + size - filled + 15) // 16 * 16)
-            pieces.append((row, start, stop))
+            pieces.append((row, start, stop - start))
             filled, start = filled + stop - start, stop
             if filled >= size:
-                out.append(pieces)
-                pieces, filled = [], 0
-    itemsize = lrs.dtype.itemsize
-    return [_share(addresses, lrs, wds, share, itemsize) for share in out + ([pieces] if pieces else [])]
-
-
-def _share(addresses: np.ndarray, lrs: np.ndarray, wds: np.ndarray, pieces: list, itemsize: int) -> tuple:
-    """The kernel arguments of one share: [(row, start, stop)] pieces of table rows."""
-    rows = np.array([p[0] for p in pieces], dtype=np.int64)
-    starts = np.array([p[1] for p in pieces], dtype=np.int64)
-    lengths = np.array([p[2] - p[1] for p in pieces], dtype=np.int64)
-    return addresses[rows] + starts[:, None] * itemsize, lengths, lrs[rows], wds[rows]
+                bounds.append((first, len(pieces)))
+                first, filled = len(pieces), 0
+    if first < len(pieces):
+        bounds.append((first, len(pieces)))
+    table = np.array(pieces, dtype=np.int64).reshape(-1, 3)
+    return table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy(), bounds
 
 
 def run_shares(kernel, calls: list, threads: int) -> None:
