@@ -6,12 +6,15 @@ and optimizer, everything is measured in one process, interleaved rep by rep (a 
 row alike); the table shows the minimum and the median per row, ratios of minima, and paired ratios. "LrTrainer" is
 the default fast path: on CPU the compiled kernels (``gluon_lr._fused._kernels``, numba), one launch per table of
 per-tensor addresses, one share per core; on a GPU (``--ctx gpu``) MXNet's operators on the same tables; "fused=False"
-is the stock loop inside LrTrainer. Weights are in MXNet's default layout, as in training (an inference forward
+is the stock loop inside LrTrainer. Before each timed step the gradients are flagged as fresh (what a backward
+does), untimed. Weights are in MXNet's default layout, as in training (an inference forward
 leaves convolution weights in MKLDNN's layout; the first update after it reorders them back, once, untimed here).
 The first step's compile or cache-load cost is measured by ``bench/bench_first_step.py``. The floor is the bytes one
 step must stream (SGD-momentum: read w, g, m and write w, m = 20 bytes per float32 parameter; Adam: read w, g, m, v
-and write w, m, v = 28 bytes) divided by the best in-place add bandwidth measured here on arrays of the model's size
-(on CPU numpy, MXNet and torch; on a GPU MXNet and torch; 12 bytes per element).
+and write w, m, v = 28 bytes) divided by the best in-place add bandwidth measured here on arrays holding as many bytes
+as the step keeps (w, g, m = 12 bytes per parameter; Adam 16), so both run where the same data lives: in the caches
+only if the step's working set fits there (on CPU numpy, MXNet and torch; on a GPU MXNet and torch; 12 bytes per
+element).
 """
 import argparse
 import statistics
@@ -27,6 +30,10 @@ from gluon_lr import LrTrainer, Rule
 
 WARMUP = 6  # steps before timing: optimizer states are created, LrTrainer picks its kernels (4 timed steps)
 BYTES_PER_PARAM = {"sgd-momentum": 20, "adam": 28}
+#: Bytes per parameter a step keeps in memory (w, g, m; Adam also v): the stream rows work on as many bytes, so the
+#: floor's bandwidth is measured where the step's data lives (a small model's arrays fit in the caches only if the
+#: step's whole working set does).
+RESIDENT_BYTES = {"sgd-momentum": 12, "adam": 16}
 OPTIMIZERS = {"sgd-momentum": ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4}),
               "adam": ("adam", {"learning_rate": 1e-3, "wd": 1e-4})}
 #: Fine-tuning rules per model: the backbone at lr_mult 0.1, the head at 1, no weight decay on norms and biases.
@@ -68,8 +75,10 @@ def mark_fresh(params):
                 data._fresh_grad = True
 
 
-def timed(fn, sync) -> float:
-    """Seconds for one call of ``fn`` including the wait for its asynchronous work."""
+def timed(fn, sync, prepare=None) -> float:
+    """Seconds for one call of ``fn`` including the wait for its asynchronous work (``prepare`` runs first, untimed)."""
+    if prepare is not None:
+        prepare()
     start = time.perf_counter()
     fn()
     sync()
@@ -77,11 +86,8 @@ def timed(fn, sync) -> float:
 
 
 def mx_step(trainer, params):
-    """One trainer.step on ready gradients."""
-    def step():
-        mark_fresh(params)
-        trainer.step(1)
-    return step
+    """(one trainer.step, its sync, what readies the gradients before it, untimed: a backward would flag them)."""
+    return lambda: trainer.step(1), nd.waitall, lambda: mark_fresh(params)
 
 
 def torch_case(net, kind: str, impl: str, device: str):
@@ -140,14 +146,19 @@ def rows_for(model: str, kind: str, ctx) -> tuple:
     plain = LrTrainer(net, name, dict(hyper), rules=RULES[model], fused=False)
     device = "cuda" if ctx.device_type == "gpu" else "cpu"
     torch_sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    rows = {"stock gluon.Trainer": (mx_step(stock, params), nd.waitall),
-            "LrTrainer fused=False": (mx_step(plain, params), nd.waitall),
-            "LrTrainer": (mx_step(lr_trainer, params), nd.waitall),
+    rows = {"stock gluon.Trainer": mx_step(stock, params),
+            "LrTrainer fused=False": mx_step(plain, params),
+            "LrTrainer": mx_step(lr_trainer, params),
             "torch.optim fused": (torch_case(net, kind, "fused", device), torch_sync),
             "torch.optim foreach": (torch_case(net, kind, "foreach", device), torch_sync)}
     n = sum(int(np.prod(p.shape)) for p in trainable)
-    rows.update(stream_rows(n, ctx))
+    rows.update(stream_rows(stream_elements(n, kind), ctx))
     return rows, n, len(trainable), lr_trainer
+
+
+def stream_elements(n: int, kind: str) -> int:
+    """Elements of each stream array (a and b of ``a += b``: 8 bytes per element held) for a step on n parameters."""
+    return n * RESIDENT_BYTES[kind] // 8
 
 
 def run(reps: int, models: list, ctx) -> None:
@@ -158,27 +169,28 @@ def run(reps: int, models: list, ctx) -> None:
             rows, n, tensors, lr_trainer = rows_for(model, kind, ctx)
             times = {label: [] for label in rows}
             for _ in range(WARMUP):
-                for label, (fn, sync) in rows.items():
-                    timed(fn, sync)
+                for label, row in rows.items():
+                    timed(*row)
             for _ in range(reps):
-                for label, (fn, sync) in rows.items():
-                    times[label].append(timed(fn, sync))
+                for label, row in rows.items():
+                    times[label].append(timed(*row))
             streams = {label: times.pop(label) for label in list(times) if label.startswith("stream")}
             paths = lr_trainer.explain().to_dict()
             fast = sum(int(np.prod(row["shape"])) for row in paths.values() if row["update"] in ("compiled",
                                                                                                 "mxnet-ops"))
-            print_table(f"{kind}: {NAMES[model]}", n, tensors, times, streams, BYTES_PER_PARAM[kind], ctx)
+            print_table(f"{kind}: {NAMES[model]}", n, tensors, times, streams, BYTES_PER_PARAM[kind], ctx,
+                        stream_elements(n, kind))
             kinds = sorted({row["update"] for row in paths.values() if row["update"] != "none"})
             print(f"on LrTrainer's fast path: {fast / 1e6:.2f}M of {n / 1e6:.2f}M parameters (paths: {kinds})")
 
 
-def print_table(title: str, n: int, tensors: int, times: dict, streams: dict, step_bytes: int, ctx) -> None:
+def print_table(title: str, n: int, tensors: int, times: dict, streams: dict, step_bytes: int, ctx, m: int) -> None:
     """One table per model and optimizer: min and median ms, ratios of minima, and paired ratios (median over reps of
     the ratio within one rep: rows of one rep ran back to back, so these resist a shared machine's changing load)."""
     stock_times = times["stock gluon.Trainer"]
-    per_rep_floor = [step_bytes * n / max(12 * n / streams[label][r] for label in streams)
+    per_rep_floor = [step_bytes * n / max(12 * m / streams[label][r] for label in streams)
                      for r in range(len(stock_times))]
-    bandwidth = {label: 12 * n / min(values) for label, values in streams.items()}
+    bandwidth = {label: 12 * m / min(values) for label, values in streams.items()}
     floor, stock = step_bytes * n / max(bandwidth.values()), min(stock_times)
     print(f"\n{title}, {n / 1e6:.2f}M parameters in {tensors} tensors, float32, {ctx}")
     print(f"{'':24s} {'min ms':>8s} {'median ms':>10s} {'x stock':>8s} {'x floor':>8s} {'paired x stock':>15s} "
