@@ -31,16 +31,15 @@ Back-ends, with the arithmetic of the stock loop (tests check each against the s
   OS holds back leaves its work to the others), with the operations, order and rounding of
   MXNet's ``MultiSGDKernel``/``SGDMomKernel``, ``SGDKernel``, ``NAGMomKernel`` and ``AdamUpdateKernel``; lr and wd as
   the stock operator receives them (a tuple of ``multi_sgd_*`` correctly rounded, a scalar ``float`` parameter
-  through dmlc's parser: ``base.param_float32``). ``bench/bench_step.py``, one run on 2 CPU cores shared with
-  other jobs (load average 1.5 to 2.4: figures move by tens of percent from run to run), minima of 9 steps, ratios
-  within the run: resnet50_v1 (25.6M float32 parameters in 193 tensors, all on this path) SGD-momentum 12.4 ms,
-  0.21x the stock step and 1.30x the memory-bandwidth floor, Adam 15.2 ms, 0.25x and 1.09x (torch's fused
-  optimizers: 16.2 and 20.2 ms); mobilenet_v2_1.0 (3.5M in 160 tensors, many small) 3.0 ms (0.22x) and 3.8 ms
-  (0.24x); an MLP of 6 Dense(2048) layers (25.2M in 12 tensors) 9.5 ms (0.16x, 0.97x the floor) and 13.5 ms
-  (0.28x, 1.03x). The first step of a process also imports numba and loads the machine code of the kernel and of
-  ``_array_calls``' loops from numba's cache (``bench/bench_first_step.py``, one run on resnet50_v1: kernel load
-  0.29 to 0.32 s, then a first step of 0.13 to 0.22 s), or compiles it where no cache exists yet (0.70 to 0.86 s,
-  then 0.30 to 0.68 s).
+  through dmlc's parser: ``base.param_float32``). ``bench/bench_step.py``, one run on 2 CPU cores (load average
+  about 1.5), minima of 9 steps, ratios within the run: resnet50_v1 (25.6M float32 parameters in 193 tensors, all on
+  this path) SGD-momentum 11.2 ms, 0.20x the stock step and 1.19x the memory-bandwidth floor, Adam 14.4 ms, 0.25x and
+  1.06x (torch's fused optimizers: 14.4 and 23.1 ms); mobilenet_v2_1.0 (3.5M in 160 tensors, many small) 2.3 ms
+  (0.18x) and 3.0 ms (0.19x); an MLP of 6 Dense(2048) layers (25.2M in 12 tensors) 9.8 ms (0.25x, 1.02x the floor)
+  and 13.5 ms (0.29x, 1.04x). The first step of a process also imports numba and loads the machine code of the
+  kernel and of ``_array_calls``' loops from numba's cache (``bench/bench_first_step.py``, resnet50_v1: kernel load
+  0.29 to 0.30 s, then a first step of 0.11 to 0.19 s), or compiles it where no cache exists yet (0.70 to 0.72 s,
+  then 0.20 to 0.25 s).
 - GPUs (and CPU without numba, a warning says so): MXNet's operators on the same tables, the ones the stock
   optimizer calls: ``multi_sgd_update``/``multi_sgd_mom_update`` (and ``multi_mp_*``) on up to 60 tensors per call
   for sgd, the per-tensor ``nag_mom_update``, ``adam_update``, ... otherwise (``mxnet_ops``). Without numba, float32
