@@ -38,11 +38,10 @@ from tests.migrate.mapping import test_rnn as rnn_pairs
 from tests.migrate.mapping.test_gluoncv import model_zoo  # noqa: F401  (fixture: gluoncv's zoo next to torch >= 2)
 from tests.migrate.generate.test_generate import OpsBlock, RecurrentNet, TransformerBlock
 from tests.migrate.generate.test_generate import generate_module as generate_module_from
-from tests.test_torch_env import MxBnDepthwise
+from tests.test_torch_env import MxBnDepthwise, torch_python  # noqa: F401 (fixture: ./.venv-torch, checked)
 from tests.torch_side import models as torch_models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TORCH_PYTHON = os.environ.get("GLUON_LR_TORCH_PYTHON", os.path.join(ROOT, ".venv-torch", "bin", "python"))
 STEPS = 3
 
 
@@ -390,17 +389,6 @@ class TestErrors:
         mx.nd.save(str(files[1]), kept)
         with pytest.raises(InputFileError, match=r"lacks 2 array\(s\).*bn1_moving_mean"):
             read_mxnet_files(*files)
-
-
-@pytest.fixture(scope="module")
-def torch_python():
-    """The interpreter of ./.venv-torch (numpy >= 2, no mxnet); skipped when missing unless the suite requires it."""
-    if not os.path.isfile(TORCH_PYTHON):
-        message = f"{TORCH_PYTHON} is missing: build it with `bash scripts/setup_torch_env.sh`"
-        if os.environ.get("GLUON_LR_REQUIRE_TORCH_ENV") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return TORCH_PYTHON
 
 
 def _run(python, *args):
