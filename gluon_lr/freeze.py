@@ -52,6 +52,7 @@ from mxnet import initializer as mx_init
 from . import rules as _rules
 from .errors import MaskError, ParamsTypeError, RuleMatchError, StatesFileError, UnknownParameterError
 from mxformats.optimizer_state import state_arrays
+from ._fused.table import ready_state
 
 __all__ = ["Freezer"]
 
@@ -104,19 +105,6 @@ def _fc_biases(params: list) -> dict:
     return pairs
 
 
-
-
-def _ready_state(updater, index, weight) -> list:
-    """Create or context-sync the updater's state for ``index`` as ``Updater.__call__`` would; return its arrays."""
-    if index not in updater.states:
-        updater.states[index] = updater.optimizer.create_state_multi_precision(index, weight)
-        updater.states_synced[index] = True
-    elif not updater.states_synced.get(index, True):
-        updater.states[index] = updater.sync_state_context(updater.states[index], weight.context)
-        updater.states_synced[index] = True
-    return state_arrays(updater.states[index])
-
-
 def _snapshot(getters: Iterable, mask: "_Mask") -> list:
     """(getter, copy, mask) for each array; a getter returns the array again at restore time.
 
@@ -147,7 +135,7 @@ def _getters(updater, index, param_or_weight, ctx_pos=None) -> list:
     def get_state(j):
         return lambda: state_arrays(updater.states[index])[j]
 
-    count = len(_ready_state(updater, index, get_weight()))
+    count = len(state_arrays(ready_state(updater, index, get_weight())))  # created or synced first
     return [get_weight] + [get_state(j) for j in range(count)]
 
 
