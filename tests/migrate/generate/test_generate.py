@@ -222,12 +222,7 @@ class TestGenerateTorch:
     def test_training_continues_exactly(self, tmp_path):
         """3 MXNet steps + 3 torch steps (exact SGD, converted momentum) == 6 MXNet steps, BatchNorm stats too
         (float64, to 1e-10: measured ~6e-14; in float32 the frameworks' rounding alone drifts by ~1e-4 over 6 steps)."""
-        mx.random.seed(0)
-        net = gluon.nn.HybridSequential(prefix="net_")
-        with net.name_scope():
-            net.add(gluon.nn.Conv2D(4, 3, in_channels=2), gluon.nn.BatchNorm(in_channels=4),
-                    gluon.nn.Activation("relu"), gluon.nn.Dense(3, in_units=64))
-        net.initialize(mx.init.Xavier())
+        net = _small_net()
         net.cast("float64")
         net.collect_params(".*dense.*").setattr("lr_mult", 2.0)
         trainer = gluon_lr.LrTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9,
