@@ -12,7 +12,6 @@ the generator drops (``amp_multicast``, which MXNet's ``tojson`` leaves out) are
 """
 import argparse
 import json
-import math
 import os
 import re
 import sys
@@ -62,12 +61,10 @@ def _node_values(net, inputs) -> tuple:
 def replay(net, inputs) -> list:
     """Sorted [(relative difference, op, node name)] of every op output the translation replays."""
     import torch
-    import torch.nn.functional as F
 
+    from migrate.generate import ops  # noqa: F401  (fills the registry)
     from migrate.generate.registry import OpNode, translator
-    from migrate.generate.runtime import HELPERS
     nodes, values = _node_values(net, inputs)
-    scope = {**HELPERS, "torch": torch, "F": F, "math": math, "self": types.SimpleNamespace(training=False)}
     rows = []
     for i, node in enumerate(nodes):
         if node["op"] == "null" or not values[i] or node["op"] == "amp_multicast":
@@ -76,9 +73,11 @@ def replay(net, inputs) -> list:
         op = OpNode(node["op"], node["name"], node.get("attrs", {}), [f"in{j}" for j in range(len(ins))],
                     [x.shape for x in ins], values[i][0].shape,
                     in_ops=[(nodes[e[0]]["op"], nodes[e[0]].get("attrs", {})) for e in node["inputs"]])
+        expression = translator(op.op, op.name)(op)
+        scope = {**op.namespace(), "self": types.SimpleNamespace(training=False)}
         with torch.no_grad():
-            out = eval(translator(op.op, op.name)(op),
-                       {**scope, **{f"in{j}": torch.from_numpy(np.ascontiguousarray(x)) for j, x in enumerate(ins)}})
+            out = eval(expression, {**scope, **{f"in{j}": torch.from_numpy(np.ascontiguousarray(x))
+                                                for j, x in enumerate(ins)}})
         outs = list(out) if isinstance(out, (list, tuple)) else [out]
         for want, got in zip(values[i], outs):
             rows.append((zoo_models.relative_difference([want], [got.numpy()]), node["op"], node["name"]))

@@ -2,22 +2,19 @@
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import os
-import re
 import sys
 import types
 
 import numpy as np
 
 from migrate.errors import InputFileError, InputShapeError
-# importing the translator modules fills the registry (one module per op family)
-from migrate.generate import ops, ops_detection, ops_indexing, ops_sequence  # noqa: F401
-from migrate.generate import ops_tensor, ops_vision, rnn_ops  # noqa: F401
-from migrate.generate.names import identifier, local_names, param_keys
+from migrate.generate import ops  # noqa: F401  (importing the op families fills the registry)
+from migrate.generate.module_tree import ModuleTree, module_expression
+from migrate.generate.names import block_paths, identifier, local_names, param_keys, tree_order
 from migrate.generate.registry import OpNode, translator
-from migrate.generate.runtime import HELPERS
 from migrate.generate.shapes import LOSS_HEADS, translated_shapes
+from migrate.generate.source_file import GeneratedClass, file_text
 from migrate.mapping.export import normalize_shapes
 from migrate.mapping.file_source import model_source
 from migrate.mapping.symbol_graph import aux_state_names, symbol_document
@@ -200,153 +197,80 @@ def _shapes(source, given) -> tuple:
 def _source(source, mx_model, shapes, dtypes, class_name) -> tuple:
     """(the file's text, MXNet name -> state_dict key, the set of auxiliary-state names)."""
     nodes, heads, inputs, out_shapes = _graph(source, shapes, dtypes)
-    multi = {i for i, n in enumerate(nodes) if n["op"] in MULTI_OUTPUT or len(out_shapes[i]) > 1}
     aux = set(aux_state_names(source.symbol) if source.without_mxnet else source.symbol.list_auxiliary_states())
     used = [n["name"] for n in nodes if n["op"] == "null" and n["name"] in source.params]
     keys = param_keys(mx_model, used)
+    tree = ModuleTree({keys[name]: (tuple(source.params[name].shape), np.dtype(source.params[name].dtype).name,
+                                    name in aux) for name in used}, tree_order(mx_model))
     arg_names = [identifier(name) for name in inputs]
-    op_nodes = [i for i, n in enumerate(nodes) if n["op"] != "null"]
-    local = dict(zip(op_nodes, local_names([nodes[i]["name"] for i in op_nodes], set(arg_names))))
-    exprs, lines, helpers = {}, [], set()
-    for i, node in enumerate(nodes):
-        if node["op"] == "null":
-            exprs[i] = _variable(node["name"], keys, dict(zip(inputs, arg_names)))
-            continue
-        entries = node["inputs"][:1] if node["op"] in LOSS_HEADS else node["inputs"]
-        op_node = OpNode(node["op"], node["name"], node.get("attrs", {}), [_ref(exprs, multi, e) for e in entries],
-                         [_shape_of(out_shapes, e) for e in entries], _shape_of(out_shapes, [i, 0]),
-                         in_ops=[(nodes[e[0]]["op"], nodes[e[0]].get("attrs", {})) for e in entries])
-        lines.append(f"{local[i]} = {translator(node['op'], node['name'])(op_node)}")
-        owners = sorted({keys[nodes[e[0]]["name"]].rsplit(".", 1)[0] for e in entries
-                         if nodes[e[0]]["op"] == "null" and nodes[e[0]]["name"] in keys and "." in
-                         keys[nodes[e[0]]["name"]]})
-        data_in = any(nodes[e[0]]["op"] != "null" or nodes[e[0]]["name"] not in keys for e in entries)
-        if len(owners) == 1 and data_in:  # a layer with parameters: verify compares its output node by node
-            lines.append(f"self._record({owners[0]!r}, {local[i]})")
-        helpers |= op_node.helpers
-        exprs[i] = local[i]
-    outputs = [_ref(exprs, multi, h) for h in heads]
-    lines.append(f"return {outputs[0] if len(outputs) == 1 else '(' + ', '.join(outputs) + ')'}")
-    missing = [n["name"] for i, n in enumerate(nodes) if n["op"] == "null" and exprs[i] is None
+    walk = _Walk(nodes, out_shapes, keys, dict(zip(inputs, arg_names)), tree)
+    walk.run(block_paths(mx_model, [n["name"] for n in nodes if n["op"] != "null"], used))
+    outputs = [walk.ref(h) for h in heads]
+    walk.lines.append(f"return {outputs[0] if len(outputs) == 1 else '(' + ', '.join(outputs) + ')'}")
+    missing = [n["name"] for i, n in enumerate(nodes) if n["op"] == "null" and walk.exprs[i] is None
                and any(e[0] == i for m in nodes if m["op"] not in LOSS_HEADS for e in m["inputs"])]
     if missing:
         raise InputShapeError(f"the MXNet graph reads variables {missing} that are neither inputs nor parameters; "
                               f"save the params file with them, or give them as inputs")
-    return _file(class_name, mx_model, keys, aux, source, arg_names, shapes, lines, helpers), keys, aux
-
-
-def _variable(name, keys, inputs):
-    if name in keys:
-        return "self" + "".join(f"[{s}]" if s.isdigit() else f".{s}" for s in keys[name].split("."))
-    return inputs.get(name)
-
-
-def _ref(exprs, multi, entry) -> str:
-    """The expression of graph entry (node, output index): indexed where the node returns several outputs."""
-    nid, index = entry[0], entry[1]
-    return f"{exprs[nid]}[{index}]" if nid in multi else exprs[nid]
-
-
-def _helper_closure(names) -> list:
-    """``names`` and every runtime helper their source calls, sorted (the helpers copied into the file)."""
-    todo, done = list(names), set()
-    while todo:
-        name = todo.pop()
-        if name not in done:
-            done.add(name)
-            source = inspect.getsource(HELPERS[name])
-            todo += [h for h in HELPERS if h != name and re.search(rf"\b{h}\(", source)]
-    return sorted(done)
-
-
-def _shape_of(out_shapes, entry):
-    shapes = out_shapes[entry[0]]
-    return shapes[entry[1]] if entry[1] < len(shapes) else None
-
-
-def _spec_lines(keys, names, source) -> list:
-    rows = []
-    for name in names:
-        value = source.params[name]
-        rows.append(f"    {keys[name]!r}: ({tuple(value.shape)!r}, torch.{np.dtype(value.dtype).name}, {name!r}),")
-    return rows
-
-
-def _file(class_name, mx_model, keys, aux, source, arg_names, shapes, lines, helpers) -> str:
     origin = (f"symbol file {os.path.basename(str(mx_model[0]))}" if isinstance(mx_model, (tuple, list))
               else "graph" if mx_model is source else f"Gluon block {type(mx_model).__name__}")
-    params = [n for n in keys if n not in aux]
-    buffers = [n for n in keys if n in aux]
-    helper_src = "\n\n".join(inspect.getsource(HELPERS[h]) for h in _helper_closure(helpers))
-    body = "\n".join("        " + line for line in lines)
-    return f'''"""PyTorch translation of the MXNet {origin}, written by migrate.generate_torch.
-
-Inputs: {", ".join(f"{a} {s}" for a, s in zip(arg_names, shapes))}. The forward follows the MXNet graph op by op, in
-training mode too (BatchNorm's MXNet momentum and biased running variance, fix_gamma, use_global_stats, Dropout).
-Standalone: imports only torch. MXNET_NAMES maps each MXNet parameter name to its state_dict key.
-"""
-import math  # noqa: F401
-
-import torch
-import torch.nn.functional as F  # noqa: F401
-
-# state_dict key: (shape, dtype, MXNet name)
-PARAMETERS = {{
-{chr(10).join(_spec_lines(keys, params, source))}
-}}
-BUFFERS = {{
-{chr(10).join(_spec_lines(keys, buffers, source))}
-}}
-MXNET_NAMES = {{mx_name: key for key, (_, _, mx_name) in {{**PARAMETERS, **BUFFERS}}.items()}}
+    text = file_text(GeneratedClass(class_name, origin, list(zip(arg_names, shapes)), walk.lines, walk.emitted,
+                                    {name: keys[name] for name in used}, tree))
+    return text, keys, aux
 
 
-class _Node(torch.nn.Module):
-    """A block of the MXNet model: holds its parameters and child blocks (``node[3]`` reads child ``"3"``)."""
+class _Walk:
+    """The graph's nodes in order, each written as one line of the forward by its translator."""
 
-    def __getitem__(self, key):
-        return self._modules[str(key)]
+    def __init__(self, nodes, out_shapes, keys, inputs, tree):
+        self.nodes, self.out_shapes, self.keys, self.inputs, self.tree = nodes, out_shapes, keys, inputs, tree
+        self.multi = {i for i, n in enumerate(nodes) if n["op"] in MULTI_OUTPUT or len(out_shapes[i]) > 1}
+        self.exprs, self.lines, self.emitted = {}, [], set()
 
+    def run(self, blocks: dict) -> None:
+        """Write every node (``blocks``: op node name -> the module path of the block that made it alone)."""
+        op_nodes = [i for i, n in enumerate(self.nodes) if n["op"] != "null"]
+        local = dict(zip(op_nodes, local_names([self.nodes[i]["name"] for i in op_nodes], set(self.inputs.values()))))
+        for i, node in enumerate(self.nodes):
+            if node["op"] == "null":
+                self.exprs[i] = self._variable(node["name"])
+                continue
+            entries = node["inputs"][:1] if node["op"] in LOSS_HEADS else node["inputs"]
+            op_node = OpNode(node["op"], node["name"], node.get("attrs", {}), [self.ref(e) for e in entries],
+                             [self._shape(e) for e in entries], self._shape([i, 0]),
+                             in_ops=[(self.nodes[e[0]]["op"], self.nodes[e[0]].get("attrs", {})) for e in entries],
+                             param_keys=[self._key(e) for e in entries], block=blocks.get(node["name"]),
+                             site=self.tree)
+            self.lines.append(f"{local[i]} = {translator(node['op'], node['name'])(op_node)}")
+            self._record(entries, local[i])
+            self.emitted |= op_node.emitted
+            self.exprs[i] = local[i]
 
-def _add(root, key, value):
-    *path, leaf = key.split(".")
-    for name in path:
-        if name not in root._modules:
-            root.add_module(name, _Node())
-        root = root._modules[name]
-    if isinstance(value, torch.nn.Parameter):
-        root.register_parameter(leaf, value)
-    else:
-        root.register_buffer(leaf, value)
+    def _record(self, entries, name) -> None:
+        owners = sorted({self.keys[self.nodes[e[0]]["name"]].rsplit(".", 1)[0] for e in entries
+                         if self._key(e) is not None and "." in self._key(e)})
+        data_in = any(self._key(e) is None for e in entries)
+        if len(owners) == 1 and data_in:  # a layer with parameters: verify compares its output node by node
+            self.lines.append(f"self._record({owners[0]!r}, {name})")
 
+    def _key(self, entry):
+        node = self.nodes[entry[0]]
+        return self.keys.get(node["name"]) if node["op"] == "null" else None
 
-{helper_src}
+    def _variable(self, name):
+        if name in self.keys:
+            self.tree.touch(self.keys[name])
+            return module_expression(self.keys[name])
+        return self.inputs.get(name)
 
+    def ref(self, entry) -> str:
+        """The expression of graph entry (node, output index): indexed where the node returns several outputs."""
+        nid, index = entry[0], entry[1]
+        return f"{self.exprs[nid]}[{index}]" if nid in self.multi else self.exprs[nid]
 
-class {class_name}(_Node):
-    """The MXNet {origin} as a torch module (weights: load a state_dict, or use migrate.generate_torch)."""
-
-    MXNET_NAMES = MXNET_NAMES
-
-    def __init__(self):
-        super().__init__()
-        self.recorded = None  # set to a dict to collect each layer's output by module path (migrate.verify does)
-        for key, (shape, dtype, _) in PARAMETERS.items():
-            _add(self, key, torch.nn.Parameter(torch.zeros(shape, dtype=dtype)))
-        for key, (shape, dtype, _) in BUFFERS.items():
-            _add(self, key, torch.zeros(shape, dtype=dtype))
-
-    def _device(self):
-        """Where tensors the graph creates go (zeros, ones, arange, random): the device of the weights."""
-        for tensor in self.parameters():
-            return tensor.device
-        for tensor in self.buffers():
-            return tensor.device
-        return torch.device("cpu")
-
-    def _record(self, path, value):
-        if self.recorded is not None:
-            self.recorded[path] = value.detach().clone()
-
-    def forward(self, {", ".join(arg_names)}):
-{body}
-'''
+    def _shape(self, entry):
+        """The shape of graph entry (node, output index); a parameter's own where inference left it unknown."""
+        shapes = self.out_shapes[entry[0]]
+        shape = shapes[entry[1]] if entry[1] < len(shapes) else None
+        key = self._key(entry)
+        return tuple(self.tree.specs[key].shape) if shape is None and key is not None else shape

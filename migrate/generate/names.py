@@ -6,13 +6,14 @@ From a HybridBlock the keys follow its attribute tree (``features.3.body.0.weigh
 """
 from __future__ import annotations
 
+import collections
 import keyword
 import os
 import re
 
 import torch
 
-__all__ = ["param_keys", "local_names", "identifier"]
+__all__ = ["param_keys", "block_paths", "tree_order", "local_names", "identifier"]
 
 _SUFFIXES = ("running_mean", "running_var", "moving_mean", "moving_var", "moving_inv_var")
 _RESERVED = set(dir(torch.nn.Module)) | {"self", "torch", "F", "math"}
@@ -48,6 +49,70 @@ def param_keys(mx_model, names: list) -> dict:
     if not _consistent(keys.values()):
         keys = {name: identifier(name) for name in names}
     return keys
+
+
+def block_paths(mx_model, node_names: list, param_names: list) -> dict:
+    """Op node name -> the module path of the block that made it alone (where a layer without parameters goes).
+
+    From a HybridBlock: the path of a child block that has no parameters and no children and made one node (called
+    once or more): ``features.2`` for ResNet's ``Activation``. From files: the node's name read as keys are
+    (``resnetv10_stage1_relu0_fwd`` -> ``stage1.relu0``; the prefix the parameter names share and ``_fwd`` dropped).
+
+    Args:
+        mx_model: what the user gave ``generate_torch``: a HybridBlock or files.
+        node_names: the graph's op node names.
+        param_names: the MXNet parameter and auxiliary-state names the graph uses.
+
+    Returns:
+        A dict holding the nodes that have such a path.
+    """
+    if not hasattr(mx_model, "collect_params"):
+        prefix = _common_prefix(param_names)
+        out = {}
+        for name in node_names:
+            stem = re.sub(r"_(fwd|output)$", "", name[len(prefix):] if name.startswith(prefix) else name)
+            segments = [identifier(s, numeric_ok=True) for s in stem.split("_") if s]
+            if segments:
+                out[name] = ".".join(segments)
+        return out
+    leaves = _leaf_blocks(mx_model)
+    owner = {}
+    for name in dict.fromkeys(node_names):
+        cuts = [i + 1 for i, c in enumerate(name) if c == "_" and name[:i + 1] in leaves]
+        if cuts:
+            owner.setdefault(name[:max(cuts)], []).append(name)
+    return {names[0]: leaves[prefix] for prefix, names in owner.items() if len(names) == 1}
+
+
+def _leaf_blocks(block) -> dict:
+    """Gluon prefix -> module path of each block without parameters and children (a prefix several blocks share,
+    Gluon's empty prefix included, is left out)."""
+    found, todo = [], [(block, "")]
+    while todo:
+        parent, path = todo.pop()
+        for attr, child in parent._children.items():
+            child_path = path + identifier(attr, numeric_ok=True)
+            if child._reg_params or child._children:
+                todo.append((child, child_path + "."))
+            else:
+                found.append((child.prefix, child_path))
+    count = collections.Counter(prefix for prefix, _ in found)
+    return {prefix: path for prefix, path in found if prefix and count[prefix] == 1}
+
+
+def tree_order(mx_model) -> list:
+    """The module paths and parameter keys of a HybridBlock in Gluon's registration order (a block's parameters,
+    then its children, depth first): the generated tree lists children so. Empty for files (graph order then)."""
+    out = []
+
+    def walk(block, prefix):
+        out.extend(prefix + identifier(attr) for attr in block._reg_params)
+        for attr, child in block._children.items():
+            out.append(prefix + identifier(attr, numeric_ok=True))
+            walk(child, out[-1] + ".")
+    if hasattr(mx_model, "collect_params"):
+        walk(mx_model, "")
+    return out
 
 
 def _block_keys(block, prefix: str = "") -> dict:

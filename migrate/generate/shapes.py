@@ -13,14 +13,12 @@ Examples:
 """
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
 
 from migrate.errors import InputShapeError, UnsupportedOpError
 from migrate.generate.registry import OpNode, translator
-from migrate.generate.runtime import HELPERS
 
 __all__ = ["translated_shapes"]
 
@@ -73,7 +71,6 @@ def translated_shapes(nodes: list, inputs: list, shapes: list, dtypes: list, par
     """
     import torch
     given = {name: torch.zeros(shape, dtype=_torch_dtype(dtype)) for name, shape, dtype in zip(inputs, shapes, dtypes)}
-    namespace = {"torch": torch, "F": torch.nn.functional, "math": math, "self": _Module(), **HELPERS}
     values, out = {}, []
     with torch.no_grad():
         for i, node in enumerate(nodes):
@@ -81,12 +78,12 @@ def translated_shapes(nodes: list, inputs: list, shapes: list, dtypes: list, par
                 value = params.get(node["name"])
                 values[i] = given.get(node["name"]) if value is None else torch.from_numpy(np.asarray(value))
             else:
-                values[i] = _evaluate(i, nodes, values, out, namespace, shapes)
+                values[i] = _evaluate(i, nodes, values, out, shapes)
             out.append(_output_shapes(values[i]))
     return out
 
 
-def _evaluate(index: int, nodes: list, values: dict, out: list, namespace: dict, shapes: list):
+def _evaluate(index: int, nodes: list, values: dict, out: list, shapes: list):
     """The value of op node ``index``: its translation evaluated on its inputs' values."""
     node = nodes[index]
     entries = node["inputs"][:1] if node["op"] in LOSS_HEADS else node["inputs"]
@@ -104,7 +101,7 @@ def _evaluate(index: int, nodes: list, values: dict, out: list, namespace: dict,
         if isinstance(value, _Pending) and re.search(rf"\b{name}\b", expression):
             raise _pending_error(nodes[value.index], node)
     try:
-        value = eval(expression, namespace, local)  # the generator's own expression, on this graph's values
+        value = eval(expression, {**op_node.namespace(), "self": _Module()}, local)  # the generator's expression
     except Exception as exc:
         raise InputShapeError(f"MXNet node {node['name']!r} (op {node['op']}) rejects the input shapes {shapes}: "
                               f"its translation fails on inputs of shapes {op_node.in_shapes} ({type(exc).__name__}:"
