@@ -21,9 +21,10 @@ import math
 import torch
 
 from migrate.errors import RankFailedError, ShardingError
+from migrate.optim.sharded import dtensor_type, is_dtensor, local
 
 __all__ = ["agreement", "as_held", "check_sharding", "data_parallel_size", "held_block", "held_part",
-           "held_state_dict", "is_sharded", "local", "state_tensors"]
+           "held_state_dict", "state_tensors"]
 
 _MESSAGE_CHARS = 2000
 """The most characters of a failing rank's message that the other ranks repeat."""
@@ -33,36 +34,6 @@ def _initialized():
     """``torch.distributed`` when it is built and its default process group is up, else None."""
     import torch.distributed as dist
     return dist if dist.is_available() and dist.is_initialized() else None
-
-
-def _dtensor_type():
-    """torch's DTensor class, or None where torch is built without ``torch.distributed``."""
-    import torch.distributed as dist
-    if not dist.is_available():
-        return None
-    from torch.distributed.tensor import DTensor
-    return DTensor
-
-
-def is_sharded(tensor) -> bool:
-    """Whether ``tensor`` is a DTensor (each rank holds a block of it).
-
-    Examples:
-        >>> is_sharded(torch.zeros(2))
-        False
-    """
-    dtensor = _dtensor_type()
-    return dtensor is not None and isinstance(tensor, dtensor)
-
-
-def local(tensor) -> torch.Tensor:
-    """The rank's own part of ``tensor`` (``to_local()`` of a DTensor, sharing its memory), or ``tensor`` itself.
-
-    Examples:
-        >>> local(torch.zeros(2)).shape
-        torch.Size([2])
-    """
-    return tensor.to_local() if is_sharded(tensor) else tensor
 
 
 def _block(shape, mesh, placements) -> tuple:
@@ -97,7 +68,7 @@ def held_block(tensor, shape=None) -> tuple:
         >>> held_block(torch.zeros(3, 2))
         ()
     """
-    if not is_sharded(tensor):
+    if not is_dtensor(tensor):
         return ()
     return _block(tuple(tensor.shape if shape is None else shape), tensor.device_mesh, tensor.placements)
 
@@ -114,7 +85,7 @@ def held_part(whole, like) -> torch.Tensor:
 
 def as_held(part, like, shape=None):
     """``part`` (this rank's block) as a DTensor on ``like``'s mesh with its placements; ``part`` itself when
-    ``like`` is a plain tensor.
+    ``like`` is a plain tensor. (``migrate.optim.sharded.like_param`` for a part of ``like``'s own shape.)
 
     Args:
         part: The rank's block, a plain tensor.
@@ -125,11 +96,11 @@ def as_held(part, like, shape=None):
         >>> as_held(torch.ones(2), torch.zeros(2)).tolist()
         [1.0, 1.0]
     """
-    if not is_sharded(like):
+    if not is_dtensor(like):
         return part
     shape = tuple(like.shape if shape is None else shape)
     stride = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
-    return _dtensor_type().from_local(part, like.device_mesh, like.placements, run_check=False, shape=shape,
+    return dtensor_type().from_local(part, like.device_mesh, like.placements, run_check=False, shape=shape,
                                       stride=stride)
 
 
@@ -182,7 +153,7 @@ def _held_value(tensors, key, value, param):
     """One saved state value as this rank keeps it (see ``held_state_dict``)."""
     if not torch.is_tensor(value):
         return value
-    if param is None or not is_sharded(param) or not _cut_like(value, param):
+    if param is None or not is_dtensor(param) or not _cut_like(value, param):
         return tensors.read(key)
     part = tensors.read(key, held_block(param, value.shape))
     return as_held(part.to(local(param).device), param, value.shape)
@@ -227,7 +198,7 @@ def check_sharding(model):
     if _wrapper_error(model):
         raise ShardingError(_wrapper_error(model))
     named = dict(model.named_parameters())
-    sharded = {name: p for name, p in named.items() if is_sharded(p)}
+    sharded = {name: p for name, p in named.items() if is_dtensor(p)}
     if not sharded:
         return None
     plain = [name for name in named if name not in sharded]

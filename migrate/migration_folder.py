@@ -12,10 +12,11 @@ import torch
 
 from mxformats.atomic import atomic_write
 from migrate import arguments
-from migrate.distributed import agreement, check_sharding, held_block, held_state_dict, local, state_tensors
+from migrate.distributed import agreement, check_sharding, held_block, held_state_dict, state_tensors
 from migrate.distributed import data_parallel_size as distributed_size
 from migrate.errors import ArgumentError, DeviceCountWarning, InputFileError
 from migrate.mapping.stream import TensorFile
+from migrate.optim.sharded import local
 from migrate.optim.groups import settings_with_held_frozen
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 from migrate.torch_control import TorchControl

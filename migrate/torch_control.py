@@ -29,8 +29,9 @@ import torch
 from mxformats.settings import as_settings
 from mxformats.states import split_states, states_bytes
 from migrate import arguments
-from migrate.distributed import held_part, local
+from migrate.distributed import held_part
 from migrate.errors import InputFileError, MappingError, SettingsError, UnsupportedOptimizerError
+from migrate.optim.sharded import local
 
 __all__ = ["TorchControl", "control_from_mxnet"]
 

@@ -140,11 +140,15 @@ def partial_placement(case, rank):
 
 
 def rank_outside_mesh(case, rank):
-    """The model sharded on a mesh of rank 0 alone: rank 1 holds no part of any parameter."""
+    """Every parameter a DTensor on a mesh of rank 0 alone: rank 1 holds no part of any parameter."""
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import fully_shard
-    model = _small(case)
-    fully_shard(model, mesh=DeviceMesh("cpu", [0]))
+    from torch.distributed.tensor import DTensor, Shard
+    model, mesh = _small(case), DeviceMesh("cpu", [0])
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            held = DTensor.from_local(param.detach(), mesh, [Shard(0)], run_check=False, shape=param.shape,
+                                      stride=param.stride())
+            setattr(module, name, torch.nn.Parameter(held))
     return model, case["folder"]
 
 
