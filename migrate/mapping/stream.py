@@ -140,14 +140,19 @@ def read_safetensors(path) -> dict:
     return load_file(os.fspath(path))
 
 
+REMAP_BYTES = 32 << 20
+"""A ``TensorFile`` is mapped anew before a read would take the bytes read from one mapping past this."""
+
+
 class TensorFile:
     """The named tensors of a file, read whole or one block at a time, never all at once.
 
     A safetensors file is opened with ``safe_open``; a ``torch.save`` file is loaded with ``torch.load(...,
     mmap=True)`` by ``load``. Either way the file is mapped into memory and a read touches only the pages of its block;
     those pages count in the process's RSS while the file stays mapped, so the file is mapped anew (the old mapping
-    released) whenever the bytes read since it was mapped would pass the largest tensor's size. Every read returns
-    the block in memory of its own (or in ``out``): nothing returned keeps the file mapped.
+    released) before a read that would take the bytes read since it was mapped past ``REMAP_BYTES``, and a block is
+    read a piece of rows at a time: the file's pages held stay within ``REMAP_BYTES`` (one row, if a row is larger).
+    Every read returns the block in memory of its own (or in ``out``): nothing returned keeps the file mapped.
 
     Args:
         path: The file (named in errors).
@@ -177,7 +182,6 @@ class TensorFile:
             self.shapes = {key: tuple(value.shape) for key, value in self._source.items()}
             sizes = {key: value.element_size() for key, value in self._source.items()}
         self._row_bytes = {key: sizes[key] * math.prod(shape[1:]) for key, shape in self.shapes.items()}
-        self._budget = max([self._span(key, ()) for key in self.shapes] or [0])
 
     def _reopen(self) -> None:
         """Map the file anew (the previous mapping goes with the last reference to it)."""
@@ -206,20 +210,39 @@ class TensorFile:
     def __len__(self) -> int:
         return len(self.shapes)
 
-    def _span(self, key, block: tuple) -> int:
-        """Bytes of the rows of ``key`` that ``block`` reaches (its first dimension's range, the others whole)."""
-        shape = self.shapes[key]
+    def _full(self, key, block: tuple) -> tuple:
+        """``block`` with a slice for every dimension of ``key``."""
+        return tuple(block) + (slice(None),) * (len(self.shapes[key]) - len(block))
+
+    def _pieces(self, key, block: tuple) -> list:
+        """``block`` of ``key`` cut along its first dimension into pieces of at most ``REMAP_BYTES`` (one row at
+        least): ``(slices, first row in the block, rows, bytes)``."""
+        shape, full = self.shapes[key], self._full(key, block)
         if not shape:
-            return self._row_bytes[key]
-        rows = range(shape[0])[block[0]] if block else range(shape[0])
-        return len(rows) * self._row_bytes[key]
+            return [((), 0, 1, self._row_bytes[key])]
+        rows = range(shape[0])[full[0]]
+        step = max(1, REMAP_BYTES // max(self._row_bytes[key], 1))
+        return [((slice(rows.start + at, rows.start + min(at + step, len(rows))),) + full[1:], at,
+                 min(step, len(rows) - at), min(step, len(rows) - at) * self._row_bytes[key])
+                for at in range(0, len(rows), step)] or [(full, 0, 0, 0)]
+
+    def _view(self, key, piece: tuple, nbytes: int):
+        """``piece`` of ``key`` as a view of the mapped file, mapped anew first when the bytes read would pass
+        ``REMAP_BYTES``."""
+        if self._mapped and self._mapped + nbytes > REMAP_BYTES:
+            self._reopen()
+        self._mapped += nbytes
+        if self._load is None:
+            return self._source.get_slice(key)[piece if piece else ...]
+        return self._source[key][piece]
 
     def read(self, key, block: tuple = (), out=None):
-        """The tensor ``key``, or its ``block`` (one slice per dimension; ``()`` for the whole), in memory of its own.
+        """The tensor ``key``, or its ``block``, in memory of its own; read a piece of at most ``REMAP_BYTES`` at a
+        time (the file mapped anew between pieces), so that the file's pages held stay below that.
 
         Args:
             key: The tensor's name.
-            block: One slice per dimension, or ``()``.
+            block: One slice per dimension (step 1), or ``()`` for the whole.
             out: A tensor of the block's shape to copy it into (cast to its dtype); None: a new tensor.
 
         Returns:
@@ -228,16 +251,13 @@ class TensorFile:
         Raises:
             InputFileError: the file's bytes for ``key`` cannot be read (the file changed or is cut short).
         """
-        span = self._span(key, block)
-        if self._mapped and self._mapped + span > self._budget:
-            self._reopen()
-        self._mapped += span
         try:
-            if self._load is None:
-                view = self._source.get_slice(key)[block] if block else self._source.get_slice(key)[...]
-            else:
-                view = self._source[key][block]
-            return out.copy_(view) if out is not None else view.clone()
+            for piece, at, rows, nbytes in self._pieces(key, block):
+                view = self._view(key, piece, nbytes)
+                if out is None:
+                    out = view.new_empty([len(range(n)[s]) for n, s in zip(self.shapes[key], self._full(key, block))])
+                (out[at:at + rows] if out.dim() else out).copy_(view)
+            return out
         except Exception as exc:  # a file cut short or replaced since it was opened
             raise InputFileError(f"{self.path!r}: cannot read {key!r} ({_first_line(exc)}); write it again with "
                                  f"`migrate all`") from None

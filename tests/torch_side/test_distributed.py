@@ -219,3 +219,59 @@ class TestBadInputs:
         if rank0 == "RankFailedError":
             assert "failed on rank 1 of 2" in errors[0]
         assert all(s[builder]["seconds"] < 10 for s in summaries["two"])
+
+
+class TestTensorFile:
+    """The reading side of the weights files: a block at a time, the file mapped anew between pieces."""
+
+    @pytest.fixture
+    def files(self, tmp_path, monkeypatch):
+        """The same tensors in a safetensors file and a torch.save file; pieces of 64 bytes (many remappings)."""
+        from safetensors.torch import save_file
+
+        from migrate.mapping import stream
+        monkeypatch.setattr(stream, "REMAP_BYTES", 64)
+        tensors = {"a": torch.arange(60.0).reshape(6, 10), "scalar": torch.tensor(3.0),
+                   "ints": torch.arange(5, dtype=torch.int64), "empty": torch.zeros(0, 3)}
+        save_file(tensors, tmp_path / "w.safetensors")
+        torch.save(tensors, tmp_path / "w.pt")
+        return tensors, [stream.TensorFile(tmp_path / "w.safetensors"),
+                         stream.TensorFile(tmp_path / "w.pt", lambda: torch.load(tmp_path / "w.pt", mmap=True))]
+
+    @pytest.mark.parametrize("key, block", [("a", ()), ("a", (slice(1, 5), slice(2, 7))), ("a", (slice(4, 4),)),
+                                            ("scalar", ()), ("ints", (slice(3, 5),)), ("empty", ())])
+    def test_blocks_read_back(self, files, key, block):
+        """Each block equals the tensor's slice (values, shape, dtype) in both formats, whole or cut, empty blocks
+        and 0-d tensors included."""
+        tensors, readers = files
+        for reader in readers:
+            got = reader.read(key, block)
+            want = tensors[key][block]
+            assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), reader.path
+
+    def test_read_into_out_casts(self, files):
+        """``out`` receives the block, cast to its dtype; the shapes come from the header alone."""
+        tensors, readers = files
+        for reader in readers:
+            out = torch.empty(3, 10, dtype=torch.float64)
+            assert reader.read("a", (slice(3, 6),), out=out) is out and torch.equal(out, tensors["a"][3:].double())
+            assert reader.shapes == {k: tuple(v.shape) for k, v in tensors.items()}
+
+    @pytest.mark.parametrize("description, content, pattern", [
+        ("not a safetensors file", b"\x00" * 40, r"expected a safetensors file.*could not read it"),
+        ("a torch file of a dict holding a string", {"a": torch.ones(2), "b": "text"},
+         r"expected a dict of tensors, it holds \['b \(str\)'\]"),
+    ])
+    def test_bad_files(self, tmp_path, description, content, pattern):
+        """A file that is not a weights file raises InputFileError naming it and what it holds."""
+        from migrate.errors import InputFileError
+        from migrate.mapping.stream import TensorFile
+        path = tmp_path / "weights"
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+            opened = lambda: TensorFile(path)  # noqa: E731
+        else:
+            torch.save(content, path)
+            opened = lambda: TensorFile(path, lambda: torch.load(path, mmap=True))  # noqa: E731
+        with pytest.raises(InputFileError, match=pattern):
+            opened()
