@@ -252,7 +252,7 @@ def migrate_mapping(folder) -> dict:
     return {name: mapping[name] for name in mapping}
 
 
-def _ranks(out, name) -> list:
+def rank_weights(out, name) -> list:
     return [dict(np.load(out / f"{name}-rank{r}.npz")) for r in range(CTX_COUNT)]
 
 
@@ -275,7 +275,7 @@ class TestMultiDeviceRun:
         frozen conv and the masked elements are unchanged bit for bit; no warning (2 ranks, 2 devices)."""
         out, summaries, mappings = md_runs
         mapping, final, middle = mappings[name.split("-")[0]], multi_device["final"], multi_device["middle"]
-        ranks = _ranks(out, name)
+        ranks = rank_weights(out, name)
         params = [mx for mx in mapping if mx in final and not _is_statistic(mx)]
         assert len(params) == 8, params
         diff, worst = max((float(np.abs(ranks[0][mapping[mx]] - final[mx][0]).max()), mx) for mx in params)
@@ -294,7 +294,7 @@ class TestMultiDeviceRun:
         (MD_ATOL). (Running variances are left out: torch's BatchNorm2d adds the unbiased batch variance, MXNet's the
         biased one, in every run, one device or several.)"""
         out, _, mappings = md_runs
-        mapping, ranks = mappings[name.split("-")[0]], _ranks(out, name)
+        mapping, ranks = mappings[name.split("-")[0]], rank_weights(out, name)
         stats = [mx for mx in mapping if mx.endswith("running_mean")]
         assert len(stats) == 2, stats
         for mx in stats:
@@ -307,7 +307,7 @@ class TestMultiDeviceRun:
         """FSDP2 on 2 ranks equals one process that runs both halves (BatchNorm per half) within MD_ATOL; that process,
         with 1 rank for MXNet's 2 devices, gets one DeviceCountWarning."""
         out, summaries, mappings = md_runs
-        sharded, one = _ranks(out, f"{model}-fsdp")[0], dict(np.load(out / f"{model}-single-rank0.npz"))
+        sharded, one = rank_weights(out, f"{model}-fsdp")[0], dict(np.load(out / f"{model}-single-rank0.npz"))
         keys = [key for mx, key in mappings[model].items() if not _is_statistic(mx)]
         diff, key = max((float(np.abs(sharded[k] - one[k]).max()), k) for k in keys)
         assert diff <= MD_ATOL, f"{model}: {key} differs by {diff:.3g}"
@@ -319,7 +319,7 @@ class TestMultiDeviceRun:
         """Control: DDP with data_parallel_size=1 (MXNet's rescale_grad as is, half the gradient MXNet applied) ends
         far from MXNet, and warns that 2 devices meet 1 rank."""
         out, summaries, mappings = md_runs
-        got, mapping = _ranks(out, "twin-ddp-unscaled")[0], mappings["twin"]
+        got, mapping = rank_weights(out, "twin-ddp-unscaled")[0], mappings["twin"]
         diff = max(float(np.abs(got[key] - multi_device["final"][mx][0]).max()) for mx, key in mapping.items()
                    if not _is_statistic(mx))
         assert diff > 1e-3, f"the unscaled run still ends at MXNet's (largest difference {diff:.3g})"
