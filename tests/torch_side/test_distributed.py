@@ -275,3 +275,37 @@ class TestTensorFile:
             opened = lambda: TensorFile(path, lambda: torch.load(path, mmap=True))  # noqa: E731
         with pytest.raises(InputFileError, match=pattern):
             opened()
+
+
+class TestGradientScale:
+    """load_migration's gradient scale and device check in one process (no process group: data_parallel_size 1)."""
+
+    @pytest.mark.parametrize("kwargs, scale, warned", [
+        ({}, 1 / BATCH, True),                                   # 1 rank for MXNet's 2 devices
+        ({"data_parallel_size": 2}, 2 / BATCH, False),          # MXNet's 1/8 times the 2 averaging ranks
+        ({"data_parallel_size": 2, "rescale_grad": 0.5}, 0.5, False),  # rescale_grad is used as given
+        ({"rescale_grad": 1.0}, 1.0, True),
+    ])
+    def test_scale_and_warning(self, folder, kwargs, scale, warned):
+        """Every group's rescale_grad is MXNet's times data_parallel_size, or rescale_grad as given; a
+        DeviceCountWarning names both counts when they differ."""
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            optimizer, _ = migrate.load_migration(folder, models.sharded_net(), **kwargs)
+        assert {group["rescale_grad"] for group in optimizer.param_groups} == {scale}
+        messages = [str(w.message) for w in caught if w.category is migrate.errors.DeviceCountWarning]
+        assert len(messages) == warned
+        if warned:
+            assert re.match(r"the MXNet run summed the gradients of 2 device\(s\).*over 1 rank\(s\)", messages[0])
+
+    @pytest.mark.parametrize("description, value", [("zero", 0), ("negative", -2), ("a bool", True),
+                                                    ("a float", 2.0), ("a string", "2")])
+    def test_bad_data_parallel_size(self, folder, description, value):
+        """data_parallel_size must be None or an integer >= 1: ArgumentError naming it, nothing loaded."""
+        model = models.sharded_net()
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        with pytest.raises(migrate.errors.ArgumentError, match=r"load_migration\(data_parallel_size\) must be None or "
+                                                                 r"an integer >= 1"):
+            migrate.load_migration(folder, model, data_parallel_size=value)
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
