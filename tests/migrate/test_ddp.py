@@ -182,20 +182,15 @@ def multi_device(tmp_path_factory):
     on the depthwise conv) on ctx=[cpu(0), cpu(1)], 4 steps; the exported files; 4 more MXNet steps per device."""
     import mxnet as mx
 
-    from gluon_lr import LrTrainer, Rule
-    from tests.test_torch_env import MxBnDepthwise
+    from tests.test_torch_env import MxBnDepthwise, bn_depthwise_trainer
     folder, ctx = tmp_path_factory.mktemp("multi_device"), [mx.cpu(i) for i in range(CTX_COUNT)]
     mx.random.seed(0)
     net = MxBnDepthwise(prefix="bndw_")
     net.initialize(mx.init.Xavier(), ctx=ctx)
     net.hybridize()
     sched = mx.lr_scheduler.FactorScheduler(step=3, factor=0.5, base_lr=0.05)
-    trainer = LrTrainer(net, "sgd", {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-3, "lr_scheduler": sched},
-                        rules=[Rule("*head*", lr_mult=2.0), Rule("norm", wd_mult=0.0)])
-    trainer.freeze("bndw_conv_weight")
-    mask = np.zeros((8, 1, 3, 3), dtype=np.float32)
-    mask[:4] = 1
-    trainer.freeze("bndw_dw_weight", mask=mask)
+    trainer, mask = bn_depthwise_trainer(net, "sgd", {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-3,
+                                                      "lr_scheduler": sched})
     rng = np.random.RandomState(5)
     data = [(rng.randn(BATCH_MD, 3, 8, 8).astype("float32"), rng.randn(BATCH_MD, 5).astype("float32"))
             for _ in range(2 * MD_STEPS)]
