@@ -188,15 +188,17 @@ def check_sharding(model):
 
     Raises:
         ShardingError: the model is a DDP/FSDP1 wrapper, parameters are plain beside sharded ones (their gradients
-            would be reduced nowhere), on several meshes (the exact optimizers reduce LAMB/LARS norms over one), with
-            another placement, or this rank is not in the mesh (it would hold no part of any parameter).
+            would be reduced nowhere), on several meshes (the migrated optimizer is laid out on one, the only layout
+            tested), with another placement, or this rank is not in the mesh (it would hold no part of any
+            parameter).
 
     Examples:
         >>> check_sharding(torch.nn.Linear(2, 2)) is None
         True
     """
-    if _wrapper_error(model):
-        raise ShardingError(_wrapper_error(model))
+    wrapped = _wrapper_error(model)
+    if wrapped:
+        raise ShardingError(wrapped)
     named = dict(model.named_parameters())
     sharded = {name: p for name, p in named.items() if is_dtensor(p)}
     if not sharded:
@@ -212,8 +214,8 @@ def check_sharding(model):
     if len(meshes) > 1:
         listed = "; ".join(f"{_mesh_name(mesh)}: {names[:4]}" for mesh, names in meshes.items())
         raise ShardingError(f"load_migration(torch_model): the parameters lie on {len(meshes)} device meshes "
-                            f"({listed}); the exact optimizer steps (and reduces LAMB/LARS norms over) one mesh: "
-                            f"shard every parameter on the same mesh (fully_shard(module, mesh=mesh))")
+                            f"({listed}); the migrated optimizer and its state are laid out on one mesh for the "
+                            f"whole model: shard every parameter on the same mesh (fully_shard(module, mesh=mesh))")
     _check_placements(sharded, next(iter(meshes)))
     return next(iter(meshes))
 

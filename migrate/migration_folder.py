@@ -7,6 +7,7 @@ the name mapping and the scheduler's update count), ``report.json`` and ``report
 import io
 import os
 import warnings
+from typing import Optional, Union
 
 import torch
 
@@ -65,7 +66,8 @@ def optimizer_document(optimizer, scheduler, settings: dict, mapping, control=No
             "optimizer": optimizer.state_dict(), "control": control.records() if control is not None else {}}
 
 
-def load_migration(out_dir, torch_model, rescale_grad=None, *, data_parallel_size=None):
+def load_migration(out_dir: Union[str, os.PathLike], torch_model: torch.nn.Module, rescale_grad: Optional[float] = None,
+                   *, data_parallel_size: Optional[int] = None) -> tuple:
     """Load the weights of a ``migrate all`` (or ``weights`` + ``optim``) folder and rebuild its optimizer.
 
     The model receives ``weights.safetensors`` or, when absent, ``weights.pt`` (strictly, key by key into its own
