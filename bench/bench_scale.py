@@ -4,6 +4,13 @@ with the growth exponent of each time against size.
 
 Run: OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_scale.py [--sizes 10,25,50,100] [--width 2048]
          [--stages map,convert,file,write,all] [--resnet50]
+     OMP_NUM_THREADS=2 PYTHONPATH=. python bench/bench_scale.py --sizes 671 --width 8192 --stages shard [--ranks 2]
+
+"shard" (``--stages shard --ranks 2``, no MXNet needed: runs in ./.venv-torch too) writes a migration folder of the
+chain (``weights.safetensors``; ``optimizer.pt`` with the exact SGD's momentum state, whose buffers hold the weights'
+values) with migrate's writers, then starts ``--ranks`` gloo ranks that each build the chain on the meta device,
+shard it with FSDP2's ``fully_shard``, allocate their shards and call ``load_migration``; each rank prints its peak
+RSS (``VmHWM``) above its RSS before the model, against the bound (weights + state) / ranks + the largest tensor.
 
 "file" converts from a ``.params`` file (``mx.nd.save`` of the same weights) instead of the live NDArrays: read
 without MXNet, one array at a time. "all" writes the MXNet files (symbol, params, LrTrainer settings) in one process,
@@ -168,6 +175,107 @@ def _all(millions, width, folder, queue):
     queue.put({"all_s": stage.seconds, "all_GiB": stage.peak / GIB, "all_code": code, "all_file_GiB": size / GIB})
 
 
+def _shard_folder(millions, width, folder, queue):
+    """A migration folder of the chain, as `migrate all` writes it (weights.safetensors, optimizer.pt of the exact SGD
+    with momentum), made without MXNet: the momentum buffers share the weights' memory (the file holds them twice)."""
+    import torch
+
+    import migrate
+    from migrate.mapping.stream import write_state_dict
+    from migrate.migration_folder import optimizer_document
+    depth, ranks = _depth(millions, width), int(os.environ["BENCH_RANKS"])
+    model = chain_model(depth, width)
+    for tensor in model.state_dict().values():
+        torch.nn.init.uniform_(tensor, -0.01, 0.01)
+    mapping = {f"chain_dense{i}_{kind}": f"{i}.{kind}" for i in range(depth) for kind in ("weight", "bias")}
+    params = {name: {"index": i, "shape": list(model.get_parameter(key).shape), "dtype": "float32",
+                     "lr_mult": 0.1 if name.startswith("chain_dense0_") else 1.0, "wd_mult": 1.0, "frozen": False,
+                     "masked_elements": 0} for i, (name, key) in enumerate(mapping.items())}
+    settings = {"format": "gluon-lr-settings", "schema_version": 1, "lr_scheduler": None, "num_update": 3,
+                "num_devices": ranks, "params": params,
+                "optimizer": {"name": "sgd", "learning_rate": 0.01, "wd": 1e-4, "rescale_grad": 1 / 32,
+                              "clip_gradient": None, "multi_precision": False,
+                              "hyperparameters": {"momentum": 0.9}}}
+    optimizer = migrate.torch_optimizer(model, settings, mapping)
+    for param in model.parameters():
+        optimizer.state[param] = {"step": 3, "momentum_buffer": param.detach()}
+    document = optimizer_document(optimizer, migrate.torch_lr_scheduler(optimizer, settings), settings, mapping)
+    torch.save(document, os.path.join(folder, "optimizer.pt"))  # streamed: the atomic writer would copy it in memory
+    write_state_dict(model.state_dict(), os.path.join(folder, "weights.safetensors"))
+    sizes = [t.numel() * t.element_size() for t in model.state_dict().values()]
+    queue.put({"params_M": sum(sizes) / 4e6, "depth": depth, "weights_GiB": sum(sizes) / GIB,
+               "state_GiB": sum(sizes) / GIB, "largest_GiB": max(sizes) / GIB})
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _rank_load(folder, depth, width):
+    """One rank of the "shard" stage: the chain on the meta device, fully_shard, its shards allocated, load_migration;
+    prints one JSON line of its RSS figures."""
+    import json
+
+    import torch
+    import torch.distributed.tensor  # noqa: F401 (imported before the baseline, as fully_shard's module)
+    from torch.distributed.fsdp import fully_shard
+
+    import migrate
+    from devtools import torch_ranks
+    rank, world = torch_ranks.init_gloo(timeout=600)
+    before = _rss()  # the libraries imported, the process group up: what follows is the model and its loading
+    with torch.device("meta"):
+        model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(depth)])
+    fully_shard(model)
+    model.to_empty(device="cpu")
+    start = time.perf_counter()
+    optimizer, _ = migrate.load_migration(folder, model)
+    seconds = time.perf_counter() - start
+    held = sum(p.to_local().numel() * 4 for p in model.parameters())
+    held += sum(s["momentum_buffer"].to_local().numel() * 4 for s in optimizer.state.values() if "momentum_buffer" in s)
+    print(json.dumps({"rank": rank, "before_GiB": before / GIB, "peak_GiB": _status("VmHWM") / GIB,
+                      "held_GiB": held / GIB, "load_s": seconds}), flush=True)
+    torch_ranks.finish()
+
+
+def _shard(millions, width, ranks, folder):
+    """The "shard" stage: the folder in a child process, then ``ranks`` gloo ranks loading it; one row per rank."""
+    from pathlib import Path
+
+    from devtools.local_cluster import run_torch_ddp
+    os.environ["BENCH_RANKS"] = str(ranks)
+    made = _in_child(_shard_folder, millions, width, folder)
+    if made is None:
+        return None
+    argv = [os.path.abspath(__file__), "--rank-load", folder, str(made["depth"]), str(width)]
+    texts = run_torch_ddp(argv, Path(folder) / "logs", world_size=ranks, timeout=1800)
+    rows = [dict(made, **json_line(text)) for text in texts]
+    bound = (made["weights_GiB"] + made["state_GiB"]) / ranks + made["largest_GiB"]
+    for row in rows:
+        row.update(above_GiB=row["peak_GiB"] - row["before_GiB"], bound_GiB=bound)
+    return rows
+
+
+def json_line(text: str) -> dict:
+    """The last line of a rank's output, a JSON object."""
+    import json
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def _print_shard(rows, ranks) -> None:
+    print(f"{'params':>8} {'weights':>8} {'state':>7} {'largest':>8} | {'rank':>4} {'before':>7} {'peak RSS':>8} "
+          f"{'+peak':>7} {'held':>7} {'bound':>7} {'load s':>7} | (weights + state) / {ranks} + largest")
+    for r in rows:
+        met = "met" if r["above_GiB"] <= r["bound_GiB"] else "NOT met"
+        print(f"{r['params_M']:>7.0f}M {r['weights_GiB']:>7.2f}G {r['state_GiB']:>6.2f}G {r['largest_GiB']:>7.2f}G | "
+              f"{r['rank']:>4} {r['before_GiB']:>6.2f}G {r['peak_GiB']:>7.2f}G {r['above_GiB']:>6.2f}G "
+              f"{r['held_GiB']:>6.2f}G {r['bound_GiB']:>6.2f}G {r['load_s']:>7.1f} | {met}", flush=True)
+
+
 def _in_child(target, *args):
     """Run ``target(*args, queue)`` in a fresh process; its row, or None when it failed (out of memory?)."""
     context = mp.get_context("spawn")
@@ -221,8 +329,22 @@ def main():
     parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--stages", default="map,convert,write", help="of map, convert, file, write, all")
     parser.add_argument("--resnet50", action="store_true", help="also time resnet50's mapping (target <= 0.5 s)")
+    parser.add_argument("--ranks", type=int, default=2, help="gloo ranks of the shard stage")
+    parser.add_argument("--rank-load", nargs=3, help=argparse.SUPPRESS)  # one rank of the shard stage
     args = parser.parse_args()
+    if args.rank_load:
+        _rank_load(args.rank_load[0], int(args.rank_load[1]), int(args.rank_load[2]))
+        return
     stages = args.stages.split(",")
+    if stages == ["shard"]:
+        for size in [float(s) for s in args.sizes.split(",")]:
+            with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as folder:
+                rows = _shard(size, args.width, args.ranks, folder)
+            if rows is None:
+                print(f"{size:>7.0f}M shard failed (out of memory?)")
+                break
+            _print_shard(rows, args.ranks)
+        return
     if args.resnet50:
         seconds = _resnet50_mapping()
         print(f"resnet50_v1 vs torchvision resnet50, name_mapping with both exports: {seconds:.3f} s "

@@ -169,11 +169,11 @@ def run_cluster(worker_args: list, log_dir: Path, num_servers: int = 1, num_work
 
 
 def run_torch_ddp(worker_args: list, log_dir: Path, world_size: int = 2, timeout: float = 60.0,
-                  started: list = None) -> list:
+                  started: list = None, python: str = None) -> list:
     """Run `world_size` torch.distributed processes (env:// rendezvous on 127.0.0.1, a free port).
 
     Each process gets ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``, as ``torchrun``
-    sets them; use ``torch.distributed.init_process_group("gloo")`` on CPU.
+    sets them; use ``torch.distributed.init_process_group("gloo")`` on CPU (``devtools.torch_ranks.init_gloo``).
 
     Args:
         worker_args: arguments after ``python`` for every process.
@@ -181,6 +181,7 @@ def run_torch_ddp(worker_args: list, log_dir: Path, world_size: int = 2, timeout
         world_size: number of processes.
         timeout: hard deadline in seconds.
         started: if given, every ``subprocess.Popen`` started is appended to it.
+        python: the interpreter (./.venv-torch's for the environment without MXNet); None: this one.
 
     Returns:
         The stdout text of each process, by rank.
@@ -191,6 +192,6 @@ def run_torch_ddp(worker_args: list, log_dir: Path, world_size: int = 2, timeout
     base = _base_env(free_port(), 0, world_size, {})
     base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(world_size),
                  "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"})
-    specs = [(f"rank{r}", [sys.executable] + list(worker_args), {**base, "RANK": str(r), "LOCAL_RANK": str(r)}, True)
-             for r in range(world_size)]
+    specs = [(f"rank{r}", [python or sys.executable] + list(worker_args),
+              {**base, "RANK": str(r), "LOCAL_RANK": str(r)}, True) for r in range(world_size)]
     return run_processes(specs, log_dir, timeout, started)

@@ -12,7 +12,7 @@ from mxformats.settings import FORMAT, SCHEDULERS, SCHEMA_VERSION, WARMUP
 
 from .errors import SettingsFileError
 
-__all__ = ["settings_document"]
+__all__ = ["device_count", "settings_document"]
 
 _BASE_ARGS = frozenset(inspect.signature(_opt.Optimizer.__init__).parameters)
 #: Constructor arguments that MXNet stores under another attribute name.
@@ -85,7 +85,20 @@ def _scheduler_document(scheduler) -> Optional[dict]:
     return document
 
 
-def settings_document(optimizer: _opt.Optimizer, params: list, num_update: int) -> dict:
+def device_count(trainer) -> int:
+    """The devices whose gradients one step of a Gluon ``Trainer`` sums: its contexts, times the workers of a dist
+    kvstore (the data-parallel size a torch job continues the run with).
+
+    Examples:
+        >>> device_count(gluon.Trainer(net.collect_params(), "sgd"))  # net on [mx.cpu(0), mx.cpu(1)]
+        2
+    """
+    kvstore = trainer._kvstore if trainer._kvstore is not None else trainer._kvstore_params.get("kvstore")
+    workers = kvstore.num_workers if isinstance(kvstore, mx.kvstore.KVStore) and "dist" in kvstore.type else 1
+    return len(trainer._contexts) * workers
+
+
+def settings_document(optimizer: _opt.Optimizer, params: list, num_update: int, num_devices: int = 1) -> dict:
     """Build the settings document (see the README) for an optimizer and per-parameter records.
 
     Args:
@@ -93,6 +106,7 @@ def settings_document(optimizer: _opt.Optimizer, params: list, num_update: int) 
         params: One dict per parameter in index order, with keys name, shape, dtype, lr_mult, wd_mult, frozen,
             masked_elements.
         num_update: The optimizer's update count.
+        num_devices: The devices whose gradients each step summed (``device_count``).
 
     Returns:
         The document (a JSON-serialisable dict).
@@ -114,6 +128,7 @@ def settings_document(optimizer: _opt.Optimizer, params: list, num_update: int) 
                       "hyperparameters": _hyperparameters(optimizer)},
         "lr_scheduler": scheduler,
         "num_update": int(optimizer.num_update),
+        "num_devices": int(num_devices),
         "params": {record["name"]: dict({"index": i}, **{k: v for k, v in record.items() if k != "name"})
                    for i, record in enumerate(params)},
     }

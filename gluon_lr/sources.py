@@ -129,7 +129,8 @@ def export_settings(source, path) -> dict:
         raise SettingsSourceError(f"export_settings reads an mx.mod.Module, a gluon.Trainer or an LrTrainer, got "
                                   f"{type(source).__name__}; pass the object that trains the model.")
     _check_optimizer(optimizer, what)
-    document = _settings.settings_document(optimizer, records, optimizer.num_update)
+    devices = _settings.device_count(source) if what == "gluon.Trainer" else 1  # a Module is exported on one context
+    document = _settings.settings_document(optimizer, records, optimizer.num_update, devices)
     write_settings(path, document)
     if what == "gluon.Trainer":
         _record_order(source)

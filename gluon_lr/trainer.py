@@ -422,7 +422,8 @@ class LrTrainer(gluon.Trainer):
             'sgd'
         """
         path = _validate.check_output_file(path, "export_settings(path)", SettingsFileError)
-        document = _settings.settings_document(self._optimizer, self._param_records(), self._optimizer.num_update)
+        document = _settings.settings_document(self._optimizer, self._param_records(), self._optimizer.num_update,
+                                               _settings.device_count(self))
         write_settings(path, document)
         return document
 

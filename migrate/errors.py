@@ -121,6 +121,22 @@ class ArgumentError(MigrateError, ValueError):
     a path that is no path, an object of another kind (names the argument, what was expected and what was received)."""
 
 
+class ShardingError(MigrateError, ValueError):
+    """A sharded (DTensor) model ``load_migration`` cannot load: parameters on several device meshes, a placement
+    other than ``Shard``/``Replicate``, plain parameters beside sharded ones, a rank outside the mesh, a model wrapped
+    in ``DistributedDataParallel`` (names the parameters and the fix)."""
+
+
+class RankFailedError(MigrateError, RuntimeError):
+    """``load_migration`` failed on another rank of the job; raised on every rank that did not fail itself, so that
+    all ranks stop at the same call (names the rank and its error)."""
+
+
+class DeviceCountWarning(UserWarning):
+    """The torch job averages gradients over another number of ranks than the MXNet run had devices (the settings'
+    ``num_devices``): layers that see the batch (BatchNorm) do not continue MXNet's run exactly."""
+
+
 class StatesOrderWarning(UserWarning):
     """MXNet states that name no parameters (a stock ``gluon.Trainer``'s file saved before ``gluon_lr.export_settings``
     recorded its order, a Module's) were matched to the settings by index, assuming the settings' order."""

@@ -6,12 +6,18 @@ the name mapping and the scheduler's update count), ``report.json`` and ``report
 """
 import io
 import os
+import warnings
+from typing import Optional, Union
 
 import torch
 
 from mxformats.atomic import atomic_write
 from migrate import arguments
-from migrate.errors import InputFileError
+from migrate.distributed import agreement, check_sharding, held_block, held_state_dict, state_tensors
+from migrate.distributed import data_parallel_size as distributed_size
+from migrate.errors import ArgumentError, DeviceCountWarning, InputFileError
+from migrate.mapping.stream import TensorFile
+from migrate.optim.sharded import local
 from migrate.optim.groups import settings_with_held_frozen
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 from migrate.torch_control import TorchControl
@@ -60,20 +66,28 @@ def optimizer_document(optimizer, scheduler, settings: dict, mapping, control=No
             "optimizer": optimizer.state_dict(), "control": control.records() if control is not None else {}}
 
 
-def load_migration(out_dir, torch_model, rescale_grad=None):
+def load_migration(out_dir: Union[str, os.PathLike], torch_model: torch.nn.Module, rescale_grad: Optional[float] = None,
+                   *, data_parallel_size: Optional[int] = None) -> tuple:
     """Load the weights of a ``migrate all`` (or ``weights`` + ``optim``) folder and rebuild its optimizer.
 
-    The model receives ``weights.safetensors`` or, when absent, ``weights.pt`` (strictly); the optimizer is
-    ``torch_optimizer(exact=True)`` over the same groups (frozen parameters get ``requires_grad=False`` and keep their
-    converted state) with the converted MXNet state; a ``TorchControl`` (``TorchControl.of(optimizer)``) holds the
-    element masks and the running statistics of frozen norm layers as LrTrainer did, and freezes or unfreezes later;
-    the scheduler resumes at MXNet's update count.
+    The model receives ``weights.safetensors`` or, when absent, ``weights.pt`` (strictly, key by key into its own
+    tensors); the optimizer is ``torch_optimizer(exact=True)`` over the same groups (frozen parameters get
+    ``requires_grad=False`` and keep their converted state) with the converted MXNet state; a ``TorchControl``
+    (``TorchControl.of(optimizer)``) holds the element masks and the running statistics of frozen norm layers as
+    LrTrainer did, and freezes or unfreezes later; the scheduler resumes at MXNet's update count.
+
+    A model sharded with FSDP2 (``fully_shard``) or DTensors loads on every rank only the blocks that rank holds, of
+    the weights and of the optimizer state (whose tensors become DTensors with their parameter's placements).
 
     Args:
         out_dir: The folder ``migrate all --out`` wrote.
-        torch_model: A fresh instance of the torch model the folder was made for.
-        rescale_grad: Factor applied to every gradient; None keeps MXNet's (``1/batch_size`` after
-            ``trainer.step(batch_size)``, right for a loss summed over the batch). Pass 1.0 for a mean loss.
+        torch_model: A fresh instance of the torch model the folder was made for, sharded or not (not wrapped in
+            ``DistributedDataParallel``: wrap it after this call).
+        rescale_grad: Factor applied to every gradient, used as given; None: MXNet's (``1/batch_size`` after
+            ``trainer.step(batch_size)``) times ``data_parallel_size``.
+        data_parallel_size: The number of ranks whose gradients DDP or FSDP average, each on its slice of MXNet's
+            batch with the loss summed over the slice; None: torch.distributed's world size (1 without it). Pass 1
+            when every rank trains on the whole batch.
 
     Returns:
         ``(optimizer, scheduler)``: call ``optimizer.step()`` then ``scheduler.step()`` after each backward.
@@ -82,8 +96,14 @@ def load_migration(out_dir, torch_model, rescale_grad=None):
         InputFileError: ``out_dir`` is not a folder, a file is missing or not what ``migrate`` writes, or the weights
             do not fit the model.
         ModelTypeError: ``torch_model`` is not a ``torch.nn.Module`` instance (a class, a name, ...).
-        ArgumentError: ``rescale_grad`` is not None or a finite number > 0. Nothing is loaded into the model
-            unless every argument and file passes.
+        ShardingError: a sharded model this rank cannot load (``migrate.distributed.check_sharding``), or a DDP wrapper.
+        ArgumentError: ``rescale_grad`` is not None or a finite number > 0, or ``data_parallel_size`` not None or an
+            integer >= 1. Nothing is loaded into the model unless every argument and file passes.
+        RankFailedError: under torch.distributed, the call failed on another rank (every rank raises).
+
+    Warns:
+        DeviceCountWarning: the settings say the MXNet run had another number of devices than
+            ``data_parallel_size``: BatchNorm statistics are taken over other slices than MXNet's.
 
     Examples:
         >>> model = MyNet()
@@ -93,29 +113,80 @@ def load_migration(out_dir, torch_model, rescale_grad=None):
     Note:
         MXNet adds the gradients of a batch (``loss.backward()`` on a vector loss) and divides by the batch size
         through ``rescale_grad``; compute a summed loss in torch, or pass ``rescale_grad=1.0`` with a mean loss.
+        Under torch.distributed call it on every rank: the ranks agree on failures (one ``all_gather_object``).
+        MXNet sums the devices' gradients, DDP and FSDP average the ranks': hence the factor ``data_parallel_size``.
     """
-    folder = arguments.path(out_dir, "load_migration(out_dir)", InputFileError)
-    if not os.path.isdir(folder):
-        raise InputFileError(f"load_migration(out_dir) {folder!r}: not a folder; pass the folder `migrate all --out` "
-                             f"wrote (it holds {WEIGHTS_SAFETENSORS} or {WEIGHTS}, and {OPTIMIZER})")
-    arguments.torch_model(torch_model, "load_migration(torch_model)")
-    rescale_grad = arguments.rescale_grad(rescale_grad, "load_migration(rescale_grad)")
-    weights_name = WEIGHTS_SAFETENSORS if os.path.isfile(os.path.join(folder, WEIGHTS_SAFETENSORS)) else WEIGHTS
-    weights = _load_safetensors(folder) if weights_name == WEIGHTS_SAFETENSORS else _load(folder, WEIGHTS, dict)
+    with agreement("load_migration"):
+        folder = arguments.path(out_dir, "load_migration(out_dir)", InputFileError)
+        if not os.path.isdir(folder):
+            raise InputFileError(f"load_migration(out_dir) {folder!r}: not a folder; pass the folder `migrate all "
+                                 f"--out` wrote (it holds {WEIGHTS_SAFETENSORS} or {WEIGHTS}, and {OPTIMIZER})")
+        arguments.torch_model(torch_model, "load_migration(torch_model)")
+        rescale_grad = arguments.rescale_grad(rescale_grad, "load_migration(rescale_grad)")
+        ranks = _ranks(data_parallel_size)
+        check_sharding(torch_model)
+        weights, document = _weights_file(folder), _document(folder)
+        _check_weights(torch_model, weights, weights.path)
+    _warn_device_count(document["settings"], ranks)
+    with agreement("load_migration"):
+        _load_weights(torch_model, weights)
+        optimizer = torch_optimizer(torch_model, document["settings"], document["mapping"])
+        _check_groups(optimizer, document["optimizer"], os.path.join(folder, OPTIMIZER))
+        states = TensorFile(os.path.join(folder, OPTIMIZER), lambda: state_tensors(_document(folder)["optimizer"]))
+        optimizer.load_state_dict(held_state_dict(document["optimizer"], optimizer, states))
+        TorchControl(torch_model, optimizer, document["mapping"]).load_records(document.get("control") or {})
+        for group in optimizer.param_groups:
+            group["rescale_grad"] = rescale_grad if rescale_grad is not None else group["rescale_grad"] * ranks
+        scheduler = torch_lr_scheduler(optimizer, document["settings"], num_update=document["num_update"])
+    return optimizer, scheduler
+
+
+def _ranks(data_parallel_size) -> int:
+    """``data_parallel_size`` checked, or torch.distributed's world size for None."""
+    if data_parallel_size is None:
+        return distributed_size()
+    if isinstance(data_parallel_size, bool) or not isinstance(data_parallel_size, int) or data_parallel_size < 1:
+        raise ArgumentError(f"load_migration(data_parallel_size) must be None or an integer >= 1 (the ranks whose "
+                            f"gradients are averaged), got {data_parallel_size!r}")
+    return data_parallel_size
+
+
+def _warn_device_count(settings, ranks) -> None:
+    """DeviceCountWarning when the settings record another device count than ``ranks`` (older files record none)."""
+    devices = settings.get("num_devices")
+    if devices is not None and devices != ranks:
+        warnings.warn(f"the MXNet run summed the gradients of {devices} device(s) (settings num_devices), this job "
+                      f"averages them over {ranks} rank(s): gradients are scaled for MXNet's whole batch split in "
+                      f"{ranks}, but BatchNorm takes its statistics over each rank's slice where MXNet took them over "
+                      f"each device's; run {devices} rank(s) on MXNet's slices to continue its run exactly",
+                      DeviceCountWarning, stacklevel=3)
+
+
+def _weights_file(folder):
+    """The ``TensorFile`` of the folder's weights: ``weights.safetensors``, else ``weights.pt`` (memory-mapped)."""
+    if os.path.isfile(os.path.join(folder, WEIGHTS_SAFETENSORS)):
+        return TensorFile(os.path.join(folder, WEIGHTS_SAFETENSORS))
+    return TensorFile(os.path.join(folder, WEIGHTS), lambda: _load(folder, WEIGHTS, dict))
+
+
+def _document(folder) -> dict:
+    """``optimizer.pt`` (memory-mapped: a rank reads the pages of its blocks), its format checked."""
     document = _load(folder, OPTIMIZER, dict)
     if document.get("format") != OPTIMIZER_FORMAT or document.get("schema_version") != SCHEMA_VERSION:
         raise InputFileError(f"{os.path.join(folder, OPTIMIZER)!r}: expected format {OPTIMIZER_FORMAT!r} version "
                              f"{SCHEMA_VERSION}, received {document.get('format')!r} version "
                              f"{document.get('schema_version')!r}; write it again with `migrate all`")
-    _load_weights(torch_model, weights, os.path.join(folder, weights_name))
-    optimizer = torch_optimizer(torch_model, document["settings"], document["mapping"])
-    optimizer.load_state_dict(document["optimizer"])
-    TorchControl(torch_model, optimizer, document["mapping"]).load_records(document.get("control") or {})
-    for group in optimizer.param_groups:
-        if rescale_grad is not None:
-            group["rescale_grad"] = rescale_grad
-    scheduler = torch_lr_scheduler(optimizer, document["settings"], num_update=document["num_update"])
-    return optimizer, scheduler
+    return document
+
+
+def _check_groups(optimizer, saved: dict, path) -> None:
+    """The saved optimizer state has the groups (and their sizes) of the optimizer its settings give this model."""
+    want = [len(group["params"]) for group in optimizer.param_groups]
+    got = [len(group.get("params", ())) for group in saved.get("param_groups", ())]
+    if got != want:
+        raise InputFileError(f"{path!r}: its optimizer state holds groups of {got} parameters, the optimizer its "
+                             f"settings give the {type(optimizer).__name__} of this model has {want}; write it again "
+                             f"with `migrate all` for this model")
 
 
 def _load(folder, name, kind):
@@ -125,7 +196,7 @@ def _load(folder, name, kind):
         raise InputFileError(f"{path!r}: not found; pass the folder `migrate all --out` wrote (it holds "
                              f"{WEIGHTS} and {OPTIMIZER})")
     try:
-        value = torch.load(path, map_location="cpu", weights_only=True)
+        value = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # torch.load raises many kinds on foreign files
         raise InputFileError(f"{path!r}: expected a file torch.save wrote, could not load it "
                              f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); write it again with "
@@ -136,25 +207,21 @@ def _load(folder, name, kind):
     return value
 
 
-def _load_safetensors(folder):
-    path = os.path.join(folder, WEIGHTS_SAFETENSORS)
-    try:
-        from safetensors.torch import load_file
-        return load_file(path)
-    except Exception as exc:  # safetensors raises its own SafetensorError on foreign files
-        raise InputFileError(f"{path!r}: expected a safetensors file, could not load it "
-                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); write it again with "
-                             f"`migrate all`") from None
-
-
-def _load_weights(torch_model, weights, path):
+def _check_weights(torch_model, weights, path):
     target = torch_model.state_dict()
     missing = [k for k in target if k not in weights]
     unexpected = [k for k in weights if k not in target]
-    shapes = [f"{k} {tuple(v.shape)} vs {tuple(target[k].shape)}" for k, v in weights.items()
-              if k in target and tuple(v.shape) != tuple(target[k].shape)]
+    shapes = [f"{k} {tuple(v)} vs {tuple(target[k].shape)}" for k, v in weights.shapes.items()
+              if k in target and tuple(v) != tuple(target[k].shape)]
     if missing or unexpected or shapes:
         raise InputFileError(f"{path!r} does not fit the {type(torch_model).__name__} model: missing keys "
                              f"{missing[:8]}, unexpected keys {unexpected[:8]}, shapes (file vs model) {shapes[:8]}; "
                              f"build the model with the arguments given to `migrate all --torch/--kwargs`")
-    torch_model.load_state_dict(weights)
+
+
+def _load_weights(torch_model, weights):
+    """Copy each tensor of ``weights`` into the model's own, tensor by tensor: of a DTensor, the block this rank holds
+    (read alone from the file)."""
+    with torch.no_grad():
+        for key, tensor in torch_model.state_dict().items():
+            weights.read(key, held_block(tensor), out=local(tensor))

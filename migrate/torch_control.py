@@ -11,7 +11,8 @@ The semantics are LrTrainer's (``gluon_lr/freeze.py``):
   update count stand still; unfreeze moves it back and the next step resumes from that state and count.
 - element masks: around every ``optimizer.step()`` of migrate's exact optimizers the masked elements of the weight and
   of every state tensor of its shape are copied and written back, bit for bit (a state created by this step gets
-  zeros there, as MXNet creates zero state before its masked update); the update count runs on.
+  zeros there, as MXNet creates zero state before its masked update); the update count runs on. Of a sharded
+  (DTensor) parameter, each rank does so on the block it holds.
 - held norm statistics: a BatchNorm-like module (``running_mean``/``running_var`` buffers) whose trainable parameters
   are all frozen gets ``momentum = 0.0`` (torch's update ``(1 - momentum)*running + momentum*batch`` then leaves the
   statistics as they are, bit for bit, while train-mode forwards still normalise with the batch's statistics, as
@@ -28,7 +29,9 @@ import torch
 from mxformats.settings import as_settings
 from mxformats.states import split_states, states_bytes
 from migrate import arguments
+from migrate.distributed import held_part
 from migrate.errors import InputFileError, MappingError, SettingsError, UnsupportedOptimizerError
+from migrate.optim.sharded import local
 
 __all__ = ["TorchControl", "control_from_mxnet"]
 
@@ -299,20 +302,21 @@ class TorchControl:
             param = self._named[name]
             if param.grad is None:
                 continue
+            held = held_part(mask, param)  # of a DTensor, the block this rank holds
             state = self.optimizer.state.get(param, {})
-            tensors = {key: value for key, value in state.items() if _like(value, param)}
-            saved.append((param, mask, param.detach()[mask].clone(),
-                          {key: value[mask].clone() for key, value in tensors.items()}))
+            tensors = {key: local(value) for key, value in state.items() if _like(value, param)}
+            saved.append((param, held, local(param.detach())[held].clone(),
+                          {key: value[held].clone() for key, value in tensors.items()}))
         return saved
 
     def after_step(self, saved: list) -> None:
         """Write the masked elements back (state created by this step gets zeros there, as in MXNet)."""
         with torch.no_grad():
             for param, mask, weight, states in saved:
-                param[mask] = weight
+                local(param.detach())[mask] = weight
                 for key, value in self.optimizer.state.get(param, {}).items():
                     if _like(value, param):
-                        value[mask] = states[key] if key in states else 0
+                        local(value)[mask] = states[key] if key in states else 0
 
     # -------------------------------------------------------------------------------------------- records
     def records(self) -> dict:

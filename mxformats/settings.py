@@ -170,6 +170,11 @@ _DOCUMENT_FIELDS = {
     "optimizer": (lambda v: isinstance(v, dict), "an object"),
     "num_update": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "an integer >= 0"),
     "params": (lambda v: isinstance(v, dict), "an object"), "lr_scheduler": (lambda v: True, "present")}
+#: Fields a document may lack (files written before them): ``num_devices``, the devices whose gradients MXNet summed
+#: in each step (a Trainer's contexts, times the workers of a dist kvstore); ``migrate.load_migration`` compares it
+#: with the ranks of a torch job.
+_OPTIONAL_FIELDS = {
+    "num_devices": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1")}
 
 
 OPTIMIZER_ALIASES = {"ccsgd": "sgd"}
@@ -198,6 +203,7 @@ def check_settings(document, source: str = "settings document", error=SettingsFi
         raise error(f"{source} must be a dict or a path to a settings file, got {type(document).__name__}; pass "
                     f"the document LrTrainer.export_settings wrote.")
     _check_fields(source, "the document", document, _DOCUMENT_FIELDS, error)
+    _check_fields(source, "the document", document, {k: v for k, v in _OPTIONAL_FIELDS.items() if k in document}, error)
     _check_fields(source, "optimizer", document["optimizer"], _OPTIMIZER_FIELDS, error)
     _check_values(source, document, error)
     _check_scheduler(source, document["lr_scheduler"], error)

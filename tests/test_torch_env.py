@@ -186,6 +186,17 @@ def _mx_steps(net, trainer, data):
         trainer.step(x.shape[0])
 
 
+def bn_depthwise_trainer(net, optimizer: str, params: dict) -> tuple:
+    """``(LrTrainer, mask)`` of the BatchNorm + depthwise net: head lr_mult 2, no wd on norms, the first conv frozen,
+    the first 4 channels of the depthwise conv masked (``mask``, 1 = held)."""
+    trainer = LrTrainer(net, optimizer, params, rules=[Rule("*head*", lr_mult=2.0), Rule("norm", wd_mult=0.0)])
+    trainer.freeze("bndw_conv_weight")
+    mask = np.zeros((8, 1, 3, 3), dtype=np.float32)
+    mask[:4] = 1
+    trainer.freeze("bndw_dw_weight", mask=mask)
+    return trainer, mask
+
+
 @pytest.fixture(scope="module")
 def trained_bn_depthwise(tmp_path_factory):
     """STEPS LrTrainer steps (adam, head lr_mult 2, no wd on norms, the first conv frozen, a mask on the depthwise
@@ -198,12 +209,7 @@ def trained_bn_depthwise(tmp_path_factory):
     # Adam turns the two frameworks' rounding of BatchNorm's gamma gradient (a sum that nearly cancels) into steps
     # proportional to lr: at lr 0.01 bn_gamma ends 2.2e-5 from MXNet's (the other tensors within 2e-7, and the
     # same on numpy 1.23), at lr 0.001 3.3e-6
-    trainer = LrTrainer(net, "adam", {"learning_rate": 0.001, "wd": 1e-3},
-                        rules=[Rule("*head*", lr_mult=2.0), Rule("norm", wd_mult=0.0)])
-    trainer.freeze("bndw_conv_weight")
-    mask = np.zeros((8, 1, 3, 3), dtype=np.float32)
-    mask[:4] = 1
-    trainer.freeze("bndw_dw_weight", mask=mask)
+    trainer, mask = bn_depthwise_trainer(net, "adam", {"learning_rate": 0.001, "wd": 1e-3})
     rng = np.random.RandomState(5)
     data = [(rng.randn(4, 3, 8, 8).astype("float32"), rng.randn(4, 5).astype("float32")) for _ in range(2 * STEPS)]
     _mx_steps(net, trainer, data[:STEPS])

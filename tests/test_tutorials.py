@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from gluon_lr import load_settings
-from tutorials import demo, t01_finetune, t02_freezing, t03_layer_decay, t04_migrate, t05_module, t06_generate
+from tutorials import (demo, t01_finetune, t02_freezing, t03_layer_decay, t04_migrate, t05_module, t06_generate,
+                       t09_distributed)
 
 REL = 1e-3  # measured first-step learning rates (float32 least squares) within this relative error
 
@@ -243,3 +244,16 @@ class TestT08Check:
         printed = capsys.readouterr().out
         assert "--kwargs '{\"momentum\": 0.9, \"count_include_pad\": false}'" in printed
         assert (tmp_path / "check-1.txt").read_text().count("DIVERGES") == runs[0]["diverged"]
+
+
+class TestT09Distributed:
+    def test_two_devices_continue_on_two_ranks(self, tmp_path, capsys):
+        """--fast: MXNet's 2-device run continues on 2 gloo ranks with FSDP2 (each rank holding half the parameters,
+        gradient scale MXNet's 1/8 times 2): losses within 1e-5 of MXNet's, weights within 1e-5 after the torch steps,
+        no DeviceCountWarning."""
+        assert t09_distributed.main(["--fast", "--out", str(tmp_path)]) == 0
+        printed = capsys.readouterr().out
+        summary = _summary(tmp_path)
+        assert "fully_shard(model)" in printed and "gradient scale 0.25" in printed and summary["steps"] == 2
+        assert summary["held_per_rank"] == [846, 846] and not summary["warned"], summary
+        assert max(summary["loss_gaps"]) <= 1e-5 and summary["weight_gap"] <= 1e-5 and summary["tensors"] == 21, summary

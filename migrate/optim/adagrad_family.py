@@ -135,7 +135,8 @@ class GroupAdaGrad(MXNetOptimizer):
                                                 f"wd_mult) to 0")
 
     def _new_state(self, param, group):
-        return {"step": 0, "history": param.new_zeros(_row_state_shape(param))}
+        # (rows, 1), sharded as the parameter's rows for a DTensor
+        return {"step": 0, "history": torch.zeros_like(param[:, :1], memory_format=torch.contiguous_format)}
 
     def _update(self, group, params, grads, states):
         for weight, grad, state in zip(params, grads, states):

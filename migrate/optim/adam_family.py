@@ -123,13 +123,10 @@ class Nadam(MXNetOptimizer):
     hyperparameters = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "schedule_decay": 0.004}
     state_names = ("mean", "var")
 
-    def __init__(self, params, lr, **kwargs):
-        super().__init__(params, lr, **kwargs)
-        self.state["m_schedule"] = 1.0
-
     def _schedule(self, entries):
-        """Per-parameter (momentum_t, momentum_t_1, m_schedule, m_schedule_next), advancing the shared product."""
-        out, m_schedule = [], self.state["m_schedule"]
+        """Per-parameter (momentum_t, momentum_t_1, m_schedule, m_schedule_next), advancing the shared product
+        (``state["m_schedule"]``, 1 before the first update)."""
+        out, m_schedule = [], self.state.get("m_schedule", 1.0)
         for _, group, _, _, state in entries:
             t, beta1, decay = state["step"], group["beta1"], group["schedule_decay"]
             momentum_t = beta1 * (1.0 - 0.5 * (pow(0.96, t * decay)))
@@ -190,6 +187,15 @@ class LAMB(MXNetOptimizer):
                        "bias_correction": True}
     state_names = ("mean", "var")
 
+    def _sharded_f32_norms(self, tensors, weights, square_in_float=False):
+        """``_f32_norms`` of ``tensors`` (this step's, standing for ``weights``); a DTensor's from the sum of squares
+        of its shards over the mesh (float32 sums per shard, added in float64)."""
+        if not self._sharded(weights):
+            return _f32_norms(tensors, square_in_float)
+        sums = [norm * norm for norm in _f32_norms(tensors, square_in_float)] if tensors[0].dtype != torch.float64 \
+            else _f32_sums(tensors, square_in_float)
+        return [rounded_float32(math.sqrt(total)) for total in self._mesh_sums(sums, weights)]
+
     def _update(self, group, params, grads, states):
         grads = self._scaled(grads, group)
         negated = self._negated_directions(group, params, grads, states)
@@ -197,7 +203,9 @@ class LAMB(MXNetOptimizer):
         if negated[0].dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
             for buffer in negated:
                 buffer.copy_(buffer.to(torch.float32))
-        torch._foreach_mul_(negated, [-step for step in _trust_steps(self._stored(params), negated, group)])
+        norms = (self._sharded_f32_norms(self._stored(params), params),
+                 self._sharded_f32_norms(negated, params, square_in_float=True))
+        torch._foreach_mul_(negated, [-step for step in _trust_steps(*norms, group)])
         torch._foreach_add_(params, negated)
 
     def _negated_directions(self, group, params, grads, states):
@@ -207,7 +215,8 @@ class LAMB(MXNetOptimizer):
         lr_k and eps_k are chosen so that this is MXNet's (optionally bias-corrected) direction.
         """
         scratch = self.__dict__.setdefault("_scratch", {})  # reused every step, kept out of the state_dict
-        negated = [scratch[p] if p in scratch else scratch.setdefault(p, torch.empty_like(p)) for p in params]
+        keys = [self._param_of(p) for p in params]
+        negated = [scratch[k] if k in scratch else scratch.setdefault(k, torch.empty_like(p)) for k, p in zip(keys, params)]
         torch._foreach_zero_(negated)
         beta1, beta2 = kernel_float(group["beta1"]), kernel_float(group["beta2"])
         for step, index in _by_step(states).items():
@@ -232,15 +241,21 @@ def _f32_norms(tensors, square_in_float=False):
         return [rounded_float32(math.sqrt(half_sum_sq(t))) if t.dtype in HALF_DTYPES
                 else _f32_norms([t], square_in_float)[0] for t in tensors]
     if tensors[0].dtype == torch.float64 and _kernels.available(*tensors):
-        sums = _kernels.sum_sqs([_kernels.flat(t) for t in tensors], square_in_float)
-        return [rounded_float32(math.sqrt(total)) for total in sums.tolist()]
+        return [rounded_float32(math.sqrt(total)) for total in _f32_sums(tensors, square_in_float)]
     return [rounded_float32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
 
 
-def _trust_steps(params, direction, group):
-    """Per-parameter ``-lr * r1/r2`` (or ``-lr`` when a norm is 0), r1 bounded as MXNet's multi_lamb does."""
-    r1 = _f32_norms(params)
-    r2 = _f32_norms(direction, square_in_float=True)
+def _f32_sums(tensors, square_in_float=False):
+    """MXNet's multi_sum_sq of float64 tensors (float sums, element order) where the compiled loop runs, else the
+    float64 sums of squares."""
+    if _kernels.available(*tensors):
+        return _kernels.sum_sqs([_kernels.flat(t) for t in tensors], square_in_float).tolist()
+    return torch.stack([t.square().sum() for t in tensors]).tolist() if tensors else []
+
+
+def _trust_steps(r1, r2, group):
+    """Per-parameter ``-lr * r1/r2`` (or ``-lr`` when a norm is 0) from the weight norms ``r1`` and the direction
+    norms ``r2``, r1 bounded as MXNet's multi_lamb does."""
     lr, lower, upper = rounded_float32(group["lr"]), group["lower_bound"], group["upper_bound"]  # lrs: a tuple
     steps = []
     for w_norm, g_norm in zip(r1, r2):

@@ -18,10 +18,13 @@ copy in ``state["master"]`` (made from the parameter at its first update, as MXN
 master with the gradient cast to float32, then rounds the master into the parameter (MXNet's
 ``update_multi_precision`` and its ``mp_*`` kernels). float32 and float64 parameters are updated as without the flag.
 """
+from typing import Any, NamedTuple, Optional
+
 import numpy as np
 import torch
 
 from migrate.optim.dmlc_float import mx_float32
+from migrate.optim.sharded import is_dtensor, like_param, local, mesh_sums
 
 __all__ = ["HALF_DTYPES", "MXNetOptimizer", "cache_pieces", "clip_", "clips", "decayed_grads", "half_sum_sq",
            "kernel_float", "momentum_state", "python_scaled", "rounded_float32", "state_buffers"]
@@ -87,13 +90,30 @@ class MXNetOptimizer(torch.optim.Optimizer):
                         clip_gradient=clip_gradient, multi_precision=bool(multi_precision), **hyper)
         super().__init__(params, defaults)
 
+    def state_dict(self):
+        """``torch.optim.Optimizer.state_dict``, with the optimizer-wide entries (string keys of ``self.state``:
+        Nadam's ``m_schedule``, LARS's ``lars_last_lr``) in every param group under ``"optimizer_state"``.
+
+        ``"state"`` then holds per-parameter entries only, as ``torch.distributed.checkpoint.state_dict``'s
+        ``get_state_dict`` maps each of its keys to a parameter name; ``load_state_dict`` puts them back.
+        """
+        out = super().state_dict()
+        shared = {key: out["state"].pop(key) for key in [k for k in out["state"] if isinstance(k, str)]}
+        if shared:
+            for group in out["param_groups"]:
+                group["optimizer_state"] = dict(shared)
+        return out
+
     def load_state_dict(self, state_dict):
         """``torch.optim.Optimizer.load_state_dict``, keeping float32 master copies and buffers float32.
 
         torch casts every floating state tensor to its parameter's dtype; under ``multi_precision`` a half-precision
-        parameter's ``master`` and buffers are float32 and are put back as saved.
+        parameter's ``master`` and buffers are float32 and are put back as saved. The optimizer-wide entries that
+        ``state_dict`` keeps in the param groups return to ``self.state``.
         """
         super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            self.state.update(group.pop("optimizer_state", {}))
         saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
         params = [p for group in self.param_groups for p in group["params"]]
         for saved_id, param in zip(saved_ids, params):
@@ -110,24 +130,66 @@ class MXNetOptimizer(torch.optim.Optimizer):
             state[name] = torch.zeros_like(param, memory_format=torch.preserve_format)
         return state
 
-    def _gather(self, group):
-        """Parameters of ``group`` that have a gradient, their gradients and their states (count advanced)."""
-        params, grads, states = [], [], []
+    def _fresh_state(self, param, group):
+        """``param``'s state, made (``_new_state``, on its float32 master under multi_precision) if it has none."""
+        state = self.state[param]
+        if "step" not in state:  # a multi_precision state may hold only its master yet
+            state.update(self._new_state(state.get("master", param), group))
+        return state
+
+    def _entries(self, group):
+        """One ``_Entry`` per parameter of ``group`` that has a gradient, its update count advanced.
+
+        The entry's weight is the tensor the update writes (the parameter, or its float32 master under
+        multi_precision; a DTensor's local shard) with its gradient (float32 for a master) and a state whose
+        tensors are the same (local) tensors; ``_finish_entries`` rounds masters into their parameters and writes
+        DTensor states back after the step.
+        """
+        entries = []
         if group.get("frozen"):  # frozen parameters: no update, state and count untouched
-            return params, grads, states
+            return entries
         for param in group["params"]:
             if param.grad is None:
                 continue
             if param.grad.is_sparse:
                 raise TypeError(f"{type(self).__name__} does not support sparse gradients; use a dense embedding")
-            state = self.state[param]
-            if "step" not in state:  # a multi_precision state may hold only its master yet
-                state.update(self._new_state(param, group))
+            state = self._fresh_state(param, group)
             state["step"] += 1
-            params.append(param)
-            grads.append(param.grad)
-            states.append(state)
-        return params, grads, states
+            entries.append(self._entry(param, state, group))
+        return entries
+
+    def _entry(self, param, state, group):
+        """The ``_Entry`` of ``param`` (count advanced), remembered for ``_finish_entries``."""
+        grad, half = local(param.grad), None
+        if group.get("multi_precision") and param.dtype in HALF_DTYPES:
+            half = (local(param), grad)
+            weight, grad = local(state["master"]), grad.to(torch.float32)
+        else:
+            weight = local(param)
+        view = {key: local(value) for key, value in state.items()} if is_dtensor(param) else state
+        entry = _Entry(param, weight, grad, view, state, dict(view) if view is not state else None, half)
+        self.__dict__.setdefault("_step_entries", {})[id(weight)] = entry
+        return entry
+
+    def _finish_entries(self):
+        """After a step: each master rounded into its half-precision parameter (MXNet's ``cast(weight32,
+        out=weight)``); each DTensor state written back (new tensors wrapped as DTensors like the parameter)."""
+        for entry in self.__dict__.pop("_step_entries", {}).values():
+            if entry.half is not None:
+                entry.half[0].copy_(entry.weight)
+            if entry.made is None:
+                continue
+            shard = tuple(local(entry.param).shape)
+            for key, value in entry.state.items():
+                if entry.made.get(key) is value:
+                    continue
+                wrap = torch.is_tensor(value) and not is_dtensor(value) and tuple(value.shape) == shard
+                entry.saved[key] = like_param(value, entry.param) if wrap else value
+
+    def _gather(self, group):
+        """Weights, gradients and states (``_entries``) of the parameters of ``group`` that have a gradient."""
+        entries = self._entries(group)
+        return [e.weight for e in entries], [e.grad for e in entries], [e.state for e in entries]
 
     @staticmethod
     def _scaled(grads, group):
@@ -145,6 +207,10 @@ class MXNetOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         """Performs one MXNet update of every parameter that has a gradient.
 
+        A call that ``torch.distributed.checkpoint.state_dict`` makes to create the state (``_init_optim_state``:
+        no state yet, every lr 0, every gradient zero) creates each parameter's state and changes nothing else: no
+        weight moves, no update count advances (MXNet's FTRL, for one, would set every weight to 0 at such a step).
+
         Args:
             closure: Optional callable that re-evaluates the model and returns the loss.
 
@@ -155,16 +221,38 @@ class MXNetOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._creates_state_only():
+            self._create_states()
+            return loss
         control = getattr(self, "_control", None)  # migrate.torch_control: element masks, held norm statistics
-        masters = self._masters()  # made before the control copies the masked elements of the state
+        self._masters()  # made before the control copies the masked elements of the state
         saved = control.before_step() if control is not None else None
-        if masters:
-            self._step_on_masters(masters)
-        else:
+        try:
             self._step_all()
+        finally:
+            self._finish_entries()
         if control is not None:
             control.after_step(saved)
         return loss
+
+    def _creates_state_only(self):
+        """Whether this step is torch's state-creating call (``_init_optim_state``): no parameter has a state,
+        every group's lr is 0 and every gradient is zero."""
+        if any(not isinstance(key, str) for key in self.state):
+            return False
+        if any(float(group["lr"]) != 0.0 for group in self.param_groups):
+            return False
+        grads = [local(p.grad) for group in self.param_groups for p in group["params"] if p.grad is not None]
+        return bool(grads) and not any(bool(grad.any()) for grad in grads if grad.numel())
+
+    def _create_states(self):
+        """Each parameter's state (and multi_precision master) as its first update makes it, nothing updated."""
+        self._masters()
+        for group in self.param_groups:
+            if not group.get("frozen"):
+                for param in group["params"]:
+                    if param.grad is not None:
+                        self._fresh_state(param, group)
 
     def _step_all(self):
         """One update of every parameter that has a gradient, group by group."""
@@ -177,24 +265,22 @@ class MXNetOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
     def _in_mx_order(self):
-        """(mx index, group, param, grad, state) of every parameter with a gradient (count advanced), in MXNet's
+        """(mx index, group, weight, grad, state) of every parameter with a gradient (count advanced), in MXNet's
         update order: the groups' ``mx_indices`` where present, else the order of the groups and their parameters."""
         entries, position = [], 0
         for group in self.param_groups:
             indices = group.get("mx_indices") or list(range(position, position + len(group["params"])))
             position += len(group["params"])
             order = {id(p): i for p, i in zip(group["params"], indices)}
-            params, grads, states = self._gather(group)
-            entries += [(order[id(p)], group, p, g, s) for p, g, s in zip(params, grads, states)]
+            entries += [(order[id(e.param)], group, e.weight, e.grad, e.state) for e in self._entries(group)]
         return sorted(entries, key=lambda entry: entry[0])
 
     def _masters(self):
-        """(parameter, float32 master) of each half-precision parameter with a gradient in a multi_precision group.
+        """Make the float32 master of each half-precision parameter with a gradient in a multi_precision group.
 
         A master is made from its parameter at the parameter's first update (MXNet's
         ``create_state_multi_precision``) and lives in ``state["master"]``.
         """
-        out = []
         for group in self.param_groups:
             if not group.get("multi_precision") or group.get("frozen"):
                 continue
@@ -204,39 +290,49 @@ class MXNetOptimizer(torch.optim.Optimizer):
                 state = self.state[param]
                 if "master" not in state:
                     state["master"] = param.detach().to(torch.float32, copy=True)
-                out.append((param, state["master"]))
-        return out
 
-    def _step_on_masters(self, masters):
-        """``_step_all`` with each parameter of ``masters`` standing on its float32 master and a float32 gradient.
+    def _stands_on_master(self, weight):
+        """Whether ``weight`` (of this step) is a float32 master standing in for a half-precision parameter."""
+        entry = self.__dict__.get("_step_entries", {}).get(id(weight))
+        return entry is not None and entry.half is not None
 
-        The update writes the master in place (the parameter shares its storage during the step), so every
-        optimizer's float32 path runs unchanged; then the master is rounded into the half-precision parameter, as
-        MXNet's ``cast(weight32, out=weight)``.
-        """
-        halves = [(param, param.data, param.grad) for param, _ in masters]
-        self.__dict__["_halves"] = {id(param): (half, grad) for param, half, grad in halves}
-        try:
-            for param, master in masters:
-                grad = param.grad
-                param.data = master
-                param.grad = grad.to(torch.float32)
-            self._step_all()
-        finally:
-            self.__dict__["_halves"] = {}
-            for (param, master), (_, half, grad) in zip(masters, halves):
-                param.data = half
-                param.grad = grad
-                half.copy_(master)
+    def _param_of(self, weight):
+        """The parameter whose update writes ``weight`` in this step."""
+        return self.__dict__["_step_entries"][id(weight)].param
 
     def _stored(self, params, grads=None):
-        """``params`` (or their ``grads``) as MXNet's norms read them: a parameter standing on its master gives its
+        """``params`` (or their ``grads``) as MXNet's norms read them: a weight standing on its master gives its
         half-precision weight (gradient); others give themselves. MXNet's multi_mp_lamb_update and LARS take the
         sums of squares of the float16 weight and gradient, not of the master (``half_sum_sq``)."""
-        halves = self.__dict__.get("_halves") or {}
+        entries = self.__dict__.get("_step_entries", {})
+        halves = [entries[id(p)].half if id(p) in entries else None for p in params]
         if grads is None:
-            return [halves[id(p)][0] if id(p) in halves else p for p in params]
-        return [halves[id(p)][1] if id(p) in halves else g for p, g in zip(params, grads)]
+            return [half[0] if half is not None else p for p, half in zip(params, halves)]
+        return [half[1] if half is not None else g for g, half in zip(grads, halves)]
+
+    def _mesh_sums(self, sums, weights):
+        """Per-tensor sums over the local shards of ``weights`` (this step's) added over the ranks of each DTensor
+        parameter (``sharded.mesh_sums``); the sums themselves where no parameter is a DTensor."""
+        params = [self._param_of(w) for w in weights]
+        return mesh_sums(sums, params) if any(is_dtensor(p) for p in params) else sums
+
+    def _sharded(self, weights):
+        """Whether any of this step's ``weights`` is the local shard of a DTensor parameter."""
+        return any(is_dtensor(self._param_of(w)) for w in weights)
+
+
+class _Entry(NamedTuple):
+    """One parameter in one step: ``weight``/``grad``/``state`` are what the update reads and writes (``state``
+    holds local tensors for a DTensor: ``made`` is that view as made, ``saved`` the optimizer's own dict);
+    ``half`` is (half-precision weight, gradient) when ``weight`` is its float32 master."""
+
+    param: Any
+    weight: torch.Tensor
+    grad: torch.Tensor
+    state: dict
+    saved: dict
+    made: Optional[dict]
+    half: Optional[tuple]
 
 
 def momentum_state(param, group):

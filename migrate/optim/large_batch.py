@@ -45,12 +45,11 @@ class LARS(MXNetOptimizer):
     def _step_all(self):
         rows = []  # (MXNet index, group, param, grad, state, MXNet name)
         for group in self.param_groups:
-            params, grads, states = self._gather(group)
             where = {id(p): (i, n) for p, i, n in zip(group["params"], group.get("mx_indices", ()),
                                                        group.get("mx_names", ()))}
-            for param, grad, state in zip(params, grads, states):
-                index, name = where.get(id(param), (len(rows), ""))
-                rows.append((index, group, param, grad, state, name))
+            for entry in self._entries(group):
+                index, name = where.get(id(entry.param), (len(rows), ""))
+                rows.append((index, group, entry.weight, entry.grad, entry.state, name))
         rows.sort(key=lambda row: row[0])
         size = int(os.getenv("MXNET_OPTIMIZER_AGGREGATION_SIZE", "4"))
         for start in range(0, len(rows), max(size, 1)):
@@ -65,8 +64,9 @@ class LARS(MXNetOptimizer):
         lars = [row for row in rows if not (row[1]["by_name"] and row[5].endswith(("gamma", "beta", "bias")))]
         scaled = {}
         if lars:
-            w_sums = _sums_sq(self._stored([row[2] for row in lars]))
-            g_sums = _sums_sq(self._stored([row[2] for row in lars], [row[3] for row in lars]))
+            weights = [row[2] for row in lars]
+            w_sums = self._mesh_sums(_sums_sq(self._stored(weights)), weights)
+            g_sums = self._mesh_sums(_sums_sq(self._stored(weights, [row[3] for row in lars])), weights)
             for row, w_sum, g_sum in zip(lars, w_sums, g_sums):
                 scaled[id(row[2])] = _lars_lr(row[1], w_sum, g_sum)
         for _, grp, param, grad, state, _ in rows:
@@ -158,7 +158,7 @@ class LBSGD(MXNetOptimizer):
         """One MXNet ``LBSGD.update`` of ``param``: accumulate, and on every batch_scale-th call step."""
         num_cums = state.get("num_cums", 0)
         # under multi_precision MXNet hands update() a float32 copy of a float16 gradient: nothing overwrites it
-        live = id(param) not in (self.__dict__.get("_halves") or {})
+        live = not self._stands_on_master(param)
         if num_cums > 0:
             cum = state.get("cum_grad")
             if state.get("cum_live"):
@@ -175,7 +175,7 @@ class LBSGD(MXNetOptimizer):
         mean = cum / group["batch_scale"]
         wd = group["weight_decay"]
         if group["warmup_strategy"] == "lars":
-            mult = _lars_mult(param, mean, wd)
+            mult = _lars_mult(self._mesh_sums(_lbsgd_sums_sq(param, mean), [param, param]), wd)
         else:
             mult = _warmup_mult(group, state["num_cums"])
         _sgd_kernel(self, group, param, mean, state, lr * mult)
@@ -199,10 +199,14 @@ def _warmup_mult(group, nup):
     return 1.0
 
 
-def _lars_mult(weight, grad, wd):
-    """MXNet's ``LBSGD._get_lars``: squared norms summed by numpy in the array's dtype, ratio bounded to [0.01, 100]."""
-    weight2 = (weight * weight).detach().cpu().numpy().sum()
-    grad2 = (grad * grad).detach().cpu().numpy().sum()
+def _lbsgd_sums_sq(weight, grad):
+    """The squared norms of MXNet's ``LBSGD._get_lars``, each summed by numpy in the array's dtype."""
+    return [(t * t).detach().cpu().numpy().sum() for t in (weight, grad)]
+
+
+def _lars_mult(sums, wd):
+    """MXNet's ``LBSGD._get_lars`` from the squared norms ``sums`` (weight, gradient): ratio bounded to [0.01, 100]."""
+    weight2, grad2 = sums
     lars = math.sqrt(weight2 / (grad2 + wd * weight2 + 1e-18))
     return min(max(lars, 0.01), 100)
 

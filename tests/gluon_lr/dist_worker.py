@@ -194,7 +194,9 @@ def scenario_recipe(out: Path, kvstore: str, optimizer: str, update_on_kvstore: 
         if step == 5 and kv.rank == 0:
             save_step5(net, trainer, out)
 
-    return kv.rank, run_recipe(net, trainer, lambda step: batch(step, kv.rank), 2 * BATCH, hook=save)
+    record = run_recipe(net, trainer, lambda step: batch(step, kv.rank), 2 * BATCH, hook=save)
+    trainer.export_settings(out / f"settings-rank{kv.rank}.json")  # num_devices: workers times contexts
+    return kv.rank, record
 
 
 def resume(net, trainer, folder: Path) -> None:

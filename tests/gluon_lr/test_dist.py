@@ -3,6 +3,7 @@
 Each cluster runs ``tests/gluon_lr/dist_worker.py`` on 127.0.0.1 (a free port each); the fixture kills every process
 group it started, whatever happens, and fails a test that left a process behind.
 """
+import json
 import os
 import signal
 import time
@@ -138,8 +139,12 @@ class TestRecipeOnDistSync:
 
     @pytest.mark.parametrize("optimizer,update_on_kvstore,servers,contexts", RECIPES)
     def test_equals_single_process(self, cluster, tmp_path, optimizer, update_on_kvstore, servers, contexts):
-        """Every weight after every step equals the one-process run on the concatenated batches (ATOL stated)."""
+        """Every weight after every step equals the one-process run on the concatenated batches (ATOL stated); the
+        settings each worker exports record 2 workers x ``contexts`` devices."""
         records = cluster("recipe", "dist_sync", optimizer, update_on_kvstore, contexts, num_servers=servers)
+        for rank in (0, 1):
+            settings = json.loads((tmp_path / f"settings-rank{rank}.json").read_text())
+            assert settings["num_devices"] == 2 * contexts, settings["num_devices"]
         keys = sorted(records[0])
         same, key = _largest_difference(records[0], records[1], keys)
         assert same == 0.0, f"workers disagree on {key} by {same}"

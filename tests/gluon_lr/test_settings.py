@@ -109,3 +109,20 @@ def test_lars_default_eps_zero_round_trips(tmp_path):
     train_step(net, trainer, [mx.cpu()])
     trainer.export_settings(tmp_path / "s.json")
     assert load_settings(tmp_path / "s.json")["optimizer"]["hyperparameters"]["eps"] == 0
+
+
+@pytest.mark.parametrize("description, value, pattern", [
+    ("zero devices", 0, r"num_devices must be an integer >= 1, got 0"),
+    ("a string", "2", r"num_devices must be an integer >= 1, got '2'"),
+    ("a bool", True, r"num_devices must be an integer >= 1, got True"),
+])
+def test_num_devices_is_checked(tmp_path, description, value, pattern):
+    """An invalid num_devices is refused where the document enters, naming the field; a file without it (written
+    before it existed) reads."""
+    from mxformats import settings as fmt
+    _, trainer = _trained(steps=1)
+    document = trainer.export_settings(tmp_path / "s.json")
+    with pytest.raises(SettingsFileError, match=pattern):
+        fmt.as_settings(dict(document, num_devices=value))
+    older = {key: value for key, value in document.items() if key != "num_devices"}
+    assert "num_devices" not in fmt.as_settings(older)

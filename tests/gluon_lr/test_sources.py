@@ -62,6 +62,10 @@ class TestExportSettingsModule:
             assert opt._get_lr(record["index"]) == pytest.approx(0.1 * record["lr_mult"]), name
             assert opt._get_wd(record["index"]) == pytest.approx(0.01 * record["wd_mult"]), name
 
+    def test_one_device(self, tmp_path):
+        """A Module (exported on one context only) records num_devices 1."""
+        assert export_settings(module(), tmp_path / "s.json")["num_devices"] == 1
+
     def test_num_update_and_scheduler(self, tmp_path):
         """After 3 updates num_update is 3; a FactorScheduler is written with its base_lr."""
         mod = module(momentum=0.9, lr_scheduler=mx.lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.1))
@@ -113,6 +117,18 @@ class TestExportSettingsTrainer:
         assert doc["params"]["mlp_dense0_weight"]["lr_mult"] == 0.25
         assert doc["params"]["mlp_dense1_bias"]["wd_mult"] == 0
         assert doc["params"]["mlp_dense1_weight"]["lr_mult"] == 1.0 and doc["num_update"] == 1
+
+    @pytest.mark.parametrize("kind", ["gluon.Trainer", "LrTrainer"])
+    @pytest.mark.parametrize("contexts", [1, 2])
+    def test_num_devices_is_the_contexts(self, tmp_path, kind, contexts):
+        """``num_devices`` is the number of contexts whose gradients a step adds (a torch job's world size)."""
+        ctxs = [mx.cpu(i) for i in range(contexts)]
+        net = build_mlp(ctx=ctxs)
+        trainer = (gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1}) if kind == "gluon.Trainer"
+                   else LrTrainer(net, "sgd", {"learning_rate": 0.1}))
+        train_step(net, trainer, ctxs)
+        assert export_settings(trainer, tmp_path / "s.json")["num_devices"] == contexts
+        assert json.loads((tmp_path / "s.json").read_text())["num_devices"] == contexts
 
     def test_lr_trainer_same_as_method(self, tmp_path):
         """For an LrTrainer the function writes what its export_settings method writes."""

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from devtools import torch_ranks
+
 SIZES = (5, 8, 8, 6, 3)  # stem, mid (frozen), body, head
 LAYERS = ("stem", "mid", "body", "head")
 LR_MULT = {"stem": 0.25, "body": 1.0, "head": 2.0}  # mid is frozen
@@ -193,29 +195,15 @@ def torch_train(model, optimizer, scheduler, rank: int = 0, world: int = 1, die_
 
 def main(out: Path, die_at: int, folders: list) -> None:
     """One DDP rank (gloo): for each case folder, migrate, wrap in DDP, train on this rank's share of each batch."""
-    import torch.distributed as dist
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = torch_ranks.init_gloo()
     for folder in folders:
         model, optimizer, scheduler = migrated(folder, rescale_grad=1.0 / (BATCH // world))
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         weights = torch_train(ddp, optimizer, scheduler, rank, world, die_at)
         np.savez(out / f"{folder.name}-rank{rank}.npz", **weights)
         die_at = 0
-    dist.barrier()  # both ranks are done communicating before either tears its process group down
-    dist.destroy_process_group()
+    torch_ranks.finish()
 
 
 if __name__ == "__main__":
-    try:
-        main(Path(sys.argv[1]), int(sys.argv[2]), [Path(arg) for arg in sys.argv[3:]])
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
-    # Skip C++ static destructors: under CPU load, torch 2.14's gloo threads can still be joinable when they run,
-    # and std::terminate ("terminate called without an active exception") aborts a rank whose results are written.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    torch_ranks.run_rank(main, Path(sys.argv[1]), int(sys.argv[2]), [Path(arg) for arg in sys.argv[3:]])

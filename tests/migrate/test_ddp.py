@@ -5,16 +5,23 @@ with momentum, and Adam), exported (settings, states, weights), migrated with mi
 trained 4 more steps three ways: under DDP (each rank half of each batch), in one torch process (whole batch) and
 on in MXNet. See ``tests/migrate/ddp_worker.py``.
 """
+import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from devtools.local_cluster import ClusterError, run_torch_ddp
 from tests.migrate import ddp_worker as W
+from tests.test_torch_env import torch_python  # noqa: F401 (the fixture: ./.venv-torch's interpreter)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
@@ -138,3 +145,177 @@ class TestDDPFailure:
             f"not a death report after {elapsed:.1f} s (deadline {TIMEOUT} s): {message[:300]}"
         assert "rank0 (exit code" in message, f"the error shows no tail of rank 0: {message}"
         assert not list(tmp_path.glob("*.npz")), "a rank finished although its peer died"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# MXNet's multi-device run (ctx=[cpu(0), cpu(1)]) continued by DDP and FSDP2 on 2 ranks of ./.venv-torch (no MXNet)
+
+CTX_COUNT, BATCH_MD, MD_STEPS = 2, 8, 4
+#: float32: the torch ranks average two gradients MXNet adds on its devices (the same sums, another rounding)
+MD_ATOL = 1e-5
+MODELS = {"twin": "tests.torch_side.models:bn_depthwise_net", "generate": "generate:Bndw"}
+
+
+def _md_steps(net, trainer, batches, ctx) -> None:
+    """MXNet's multi-device step: each device half the batch (split_and_load), a loss summed per device,
+    ``trainer.step(batch)`` (rescale_grad 1/8 of the gradients the kvstore adds over the devices)."""
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    for x, y in batches:
+        xs, ys = (gluon.utils.split_and_load(mx.nd.array(a), ctx) for a in (x, y))
+        with autograd.record():
+            losses = [((net(a) - b) ** 2).sum() for a, b in zip(xs, ys)]
+        autograd.backward(losses)
+        trainer.step(len(x))
+
+
+def _per_device(net) -> dict:
+    """MXNet name -> [numpy copy on each device]."""
+    import mxnet as mx
+    mx.nd.waitall()
+    return {name: [d.asnumpy().copy() for d in p.list_data()] for name, p in net.collect_params().items()}
+
+
+@pytest.fixture(scope="module")
+def multi_device(tmp_path_factory):
+    """LrTrainer (SGD with momentum, a FactorScheduler, head lr_mult 2, no wd on norms, the first conv frozen, a mask
+    on the depthwise conv) on ctx=[cpu(0), cpu(1)], 4 steps; the exported files; 4 more MXNet steps per device."""
+    import mxnet as mx
+
+    from tests.test_torch_env import MxBnDepthwise, bn_depthwise_trainer
+    folder, ctx = tmp_path_factory.mktemp("multi_device"), [mx.cpu(i) for i in range(CTX_COUNT)]
+    mx.random.seed(0)
+    net = MxBnDepthwise(prefix="bndw_")
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    net.hybridize()
+    sched = mx.lr_scheduler.FactorScheduler(step=3, factor=0.5, base_lr=0.05)
+    trainer, mask = bn_depthwise_trainer(net, "sgd", {"learning_rate": 0.05, "momentum": 0.9, "wd": 1e-3,
+                                                      "lr_scheduler": sched})
+    rng = np.random.RandomState(5)
+    data = [(rng.randn(BATCH_MD, 3, 8, 8).astype("float32"), rng.randn(BATCH_MD, 5).astype("float32"))
+            for _ in range(2 * MD_STEPS)]
+    _md_steps(net, trainer, data[:MD_STEPS], ctx)
+    net.export(str(folder / "bndw"))
+    trainer.export_settings(str(folder / "settings.json"))
+    trainer.save_states(str(folder / "trainer.states"))
+    np.savez(folder / "data.npz", **{f"{v}{i}": a for i, (x, y) in enumerate(data[MD_STEPS:])
+                                     for v, a in (("x", x), ("y", y))})
+    middle = _per_device(net)
+    _md_steps(net, trainer, data[MD_STEPS:], ctx)
+    return {"folder": folder, "middle": middle, "final": _per_device(net), "mask": mask}
+
+
+def _migrate_all(folder, model, out) -> None:
+    """``migrate all`` (this environment) of the multi-device run's files for ``model`` (twin or generate)."""
+    torch_flag = "generate" if model == "generate" else MODELS["twin"]
+    done = subprocess.run([sys.executable, "-m", "migrate", "all", "--symbol", str(folder / "bndw-symbol.json"),
+                           "--params", str(folder / "bndw-0000.params"), "--settings", str(folder / "settings.json"),
+                           "--states", str(folder / "trainer.states"), "--torch", torch_flag, "--input-shape",
+                           "1,3,8,8", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=str(ROOT))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def md_runs(multi_device, torch_python, tmp_path_factory):
+    """Both models migrated; in ./.venv-torch, one job of 2 ranks (DDP and FSDP2 per model, and DDP of the twin with
+    data_parallel_size=1) and one process (each model on both halves of every batch, as MXNet's devices)."""
+    out = tmp_path_factory.mktemp("md_runs")
+    cases = {"two": [], "one": []}
+    for model, spec in MODELS.items():
+        folder = out / model
+        _migrate_all(multi_device["folder"], model, folder)
+        base = {"folder": str(folder), "model": spec, "data": str(multi_device["folder"] / "data.npz"),
+                "steps": MD_STEPS, "out": str(out)}
+        cases["two"] += [dict(base, name=f"{model}-{mode}", mode=mode) for mode in ("ddp", "fsdp")]
+        cases["one"].append(dict(base, name=f"{model}-single", mode="single", slices=CTX_COUNT))
+    cases["two"].append(dict(cases["two"][0], name="twin-ddp-unscaled", load={"data_parallel_size": 1}))
+    summaries = {}
+    for job, world in (("two", 2), ("one", 1)):
+        (out / f"{job}.json").write_text(json.dumps(cases[job]))
+        texts = run_torch_ddp(["-m", "tests.torch_side.dist_worker", str(out / f"{job}.json")], out / f"logs-{job}",
+                              world_size=world, timeout=TIMEOUT, python=torch_python)
+        summaries[job] = [json.loads(text.strip().splitlines()[-1]) for text in texts]
+    mappings = {model: migrate_mapping(out / model) for model in MODELS}
+    return out, summaries, mappings
+
+
+def migrate_mapping(folder) -> dict:
+    """MXNet name -> torch key of a migration folder (``mapping.json``)."""
+    import migrate
+    mapping = migrate.NameMapping.load(folder / "mapping.json")
+    return {name: mapping[name] for name in mapping}
+
+
+def rank_weights(out, name) -> list:
+    return [dict(np.load(out / f"{name}-rank{r}.npz")) for r in range(CTX_COUNT)]
+
+
+def _is_statistic(name: str) -> bool:
+    return "running_" in name
+
+
+class TestMultiDeviceRun:
+    """LrTrainer on ctx=[cpu(0), cpu(1)] (each device half the batch, BatchNorm per device) continued in ./.venv-torch
+    by DDP and FSDP2 on 2 gloo ranks with the same halves, through load_migration's default gradient scale."""
+
+    def test_settings_record_the_devices(self, multi_device):
+        """The settings file says the run summed the gradients of 2 devices."""
+        settings = json.loads((multi_device["folder"] / "settings.json").read_text())
+        assert settings["num_devices"] == CTX_COUNT
+
+    @pytest.mark.parametrize("name", [f"{m}-{mode}" for m in MODELS for mode in ("ddp", "fsdp")])
+    def test_ranks_continue_mxnet(self, multi_device, md_runs, name):
+        """Each rank's weights after 4 steps are MXNet's (device 0) within MD_ATOL; the ranks agree bit for bit; the
+        frozen conv and the masked elements are unchanged bit for bit; no warning (2 ranks, 2 devices)."""
+        out, summaries, mappings = md_runs
+        mapping, final, middle = mappings[name.split("-")[0]], multi_device["final"], multi_device["middle"]
+        ranks = rank_weights(out, name)
+        params = [mx for mx in mapping if mx in final and not _is_statistic(mx)]
+        assert len(params) == 8, params
+        diff, worst = max((float(np.abs(ranks[0][mapping[mx]] - final[mx][0]).max()), mx) for mx in params)
+        assert diff <= MD_ATOL, f"{name}: {worst} differs from MXNet by {diff:.3g}"
+        assert all(np.array_equal(ranks[0][mapping[mx]], ranks[1][mapping[mx]]) for mx in params)
+        conv, dw, masked = mapping["bndw_conv_weight"], mapping["bndw_dw_weight"], multi_device["mask"] == 1
+        assert np.array_equal(ranks[0][conv], middle["bndw_conv_weight"][0])
+        assert np.array_equal(ranks[0][dw][masked], middle["bndw_dw_weight"][0][masked])
+        assert not np.array_equal(ranks[0][dw][~masked], middle["bndw_dw_weight"][0][~masked])
+        assert all(s[name]["warnings"] == [] for s in summaries["two"])
+
+    @pytest.mark.parametrize("name", [f"{m}-{mode}" for m in MODELS for mode in ("ddp", "fsdp")])
+    def test_running_statistics_per_rank(self, multi_device, md_runs, name):
+        """Each rank keeps its own BatchNorm statistics as each MXNet device does: started from MXNet's average of
+        the devices (what ``export`` writes), the ranks' average running mean after 4 steps is the devices' average
+        (MD_ATOL). (Running variances are left out: torch's BatchNorm2d adds the unbiased batch variance, MXNet's the
+        biased one, in every run, one device or several.)"""
+        out, _, mappings = md_runs
+        mapping, ranks = mappings[name.split("-")[0]], rank_weights(out, name)
+        stats = [mx for mx in mapping if mx.endswith("running_mean")]
+        assert len(stats) == 2, stats
+        for mx in stats:
+            got = (ranks[0][mapping[mx]] + ranks[1][mapping[mx]]) / 2
+            diff = float(np.abs(got - np.mean(multi_device["final"][mx], axis=0)).max())
+            assert diff <= MD_ATOL, f"{name}: {mx} differs by {diff:.3g}"
+
+    @pytest.mark.parametrize("model", list(MODELS))
+    def test_fsdp_equals_one_process(self, md_runs, model):
+        """FSDP2 on 2 ranks equals one process that runs both halves (BatchNorm per half) within MD_ATOL; that process,
+        with 1 rank for MXNet's 2 devices, gets one DeviceCountWarning."""
+        out, summaries, mappings = md_runs
+        sharded, one = rank_weights(out, f"{model}-fsdp")[0], dict(np.load(out / f"{model}-single-rank0.npz"))
+        keys = [key for mx, key in mappings[model].items() if not _is_statistic(mx)]
+        diff, key = max((float(np.abs(sharded[k] - one[k]).max()), k) for k in keys)
+        assert diff <= MD_ATOL, f"{model}: {key} differs by {diff:.3g}"
+        warned = summaries["one"][0][f"{model}-single"]["warnings"]
+        assert len(warned) == 1 and warned[0].startswith("DeviceCountWarning: the MXNet run summed the gradients "
+                                                         "of 2 device(s)"), warned
+
+    def test_unscaled_gradients_end_far_from_mxnet(self, multi_device, md_runs):
+        """Control: DDP with data_parallel_size=1 (MXNet's rescale_grad as is, half the gradient MXNet applied) ends
+        far from MXNet, and warns that 2 devices meet 1 rank."""
+        out, summaries, mappings = md_runs
+        got, mapping = rank_weights(out, "twin-ddp-unscaled")[0], mappings["twin"]
+        diff = max(float(np.abs(got[key] - multi_device["final"][mx][0]).max()) for mx, key in mapping.items()
+                   if not _is_statistic(mx))
+        assert diff > 1e-3, f"the unscaled run still ends at MXNet's (largest difference {diff:.3g})"
+        assert [w.split(":")[0] for w in summaries["two"][0]["twin-ddp-unscaled"]["warnings"]] == ["DeviceCountWarning"]

@@ -59,3 +59,16 @@ def module_bn_twin() -> ModuleBnTwin:
     """Factory ``migrate all --torch tests.torch_side.models:module_bn_twin`` builds."""
     torch.manual_seed(0)
     return ModuleBnTwin()
+
+
+#: The sizes of ``sharded_net``: a 3-row layer (2 and 1 rows on 2 ranks) and a 1-element bias (rank 1 holds none).
+SHARDED_SIZES = (5, 3, 4, 1)
+
+
+def sharded_net() -> torch.nn.Sequential:
+    """Linear-BatchNorm1d-Tanh-Linear-Tanh-Linear (5 -> 3 -> 4 -> 1), seeded: on 2 ranks its tensors split unevenly
+    and the last bias (1 element) lies on rank 0 alone. Any values: ``load_migration`` overwrites them."""
+    torch.manual_seed(3)
+    a, b, c, d = SHARDED_SIZES
+    return torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.BatchNorm1d(b), torch.nn.Tanh(), torch.nn.Linear(b, c),
+                               torch.nn.Tanh(), torch.nn.Linear(c, d))
