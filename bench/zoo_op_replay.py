@@ -232,7 +232,7 @@ def _row_line(row) -> str:
 
 def main(argv=None) -> int:
     """Replay the models whose name matches; print one block per model."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split(":")[0])
     parser.add_argument("only", help="regex: the models to replay")
     parser.add_argument("--over", type=float, default=1e-5, help="list the ops over this relative difference")
     parser.add_argument("--growth", type=float, default=5.0,
