@@ -236,10 +236,10 @@ def entries(zoo=None) -> list:
     return cv + _nlp_entries()
 
 
-def initialize(net) -> None:
-    """Xavier weights, seeded. Parameters of symbol-built parts (GluonCV's SSD/FPN feature expanders are
-    SymbolBlocks) have no initializer of their own, and MXNet would give them Xavier, which refuses vectors: their
-    BatchNorm terms and biases get ones and zeros first."""
+def initialize(net, rnd_type: str = "gaussian") -> None:
+    """Xavier weights (``rnd_type`` 'gaussian' or 'uniform', magnitude 2), seeded. Parameters of symbol-built parts
+    (GluonCV's SSD/FPN feature expanders are SymbolBlocks) have no initializer of their own, and MXNet would give
+    them Xavier, which refuses vectors: their BatchNorm terms and biases get ones and zeros first."""
     import mxnet as mx
     for name, p in net.collect_params().items():
         if p.init is None and name.endswith(("gamma", "running_var", "moving_var")):
@@ -247,7 +247,7 @@ def initialize(net) -> None:
         elif p.init is None and name.endswith(("beta", "bias", "running_mean", "moving_mean")):
             p.init = mx.init.Zero()
     mx.random.seed(0)
-    net.initialize(mx.init.Xavier(rnd_type="gaussian", magnitude=2))
+    net.initialize(mx.init.Xavier(rnd_type=rnd_type, magnitude=2))
 
 
 def _perturb(net) -> None:
@@ -267,19 +267,21 @@ def _flat(out) -> list:
     return [out]
 
 
-def build(entry: Entry):
-    """``(net, inputs, mxnet outputs)`` with random weights, on the first candidate input MXNet accepts.
+def build(entry: Entry, given: list = None, rnd_type: str = "gaussian"):
+    """``(net, inputs, mxnet outputs)`` with random weights (``initialize``'s Xavier ``rnd_type``), on the first
+    candidate input MXNet accepts, or on the inputs ``given`` (a list of arrays).
 
     Raises:
         RuntimeError: no candidate input works (the last MXNet error, first line).
     """
     import mxnet as mx
     net, candidates = entry.make()
+    candidates = candidates if given is None else [given]
     last = None
     for k, inputs in enumerate(candidates):
         if k:  # a failed forward can leave deferred initialization half done: start from a fresh network
             net = entry.make()[0]
-        initialize(net)
+        initialize(net, rnd_type)
         try:
             net(*[mx.nd.array(x) for x in inputs])
         except Exception as exc:  # MXNet rejects the shape: try the next candidate
@@ -461,7 +463,7 @@ def _run_mxnet(symbol, params, data) -> np.ndarray:
     return symbol.bind(mx.cpu(), args, aux_states={k: params[k] for k in aux}).forward()[0].asnumpy()
 
 
-def _mxnet_self_difference(net, inputs, want) -> float:
+def mxnet_self_difference(net, inputs, want) -> float:
     """How far MXNet's own outputs move when every weight is multiplied by 1 + 1e-7 x noise (the control of the
     README's demo): what float32 rounding alone does to this model, seen from MXNet."""
     import mxnet as mx
@@ -498,7 +500,7 @@ def _without_float64_cast(net, inputs, want, diff) -> dict:
                 "detail": f"{diff:.2g} in float32; {op}'s input within {before:.2g} of MXNet's, and {op} run on "
                           f"MXNet's own input within {on_mxnet:.2g} of MXNet's output: it keeps other near-tie "
                           f"candidates"}
-    own = _mxnet_self_difference(net, inputs, want)  # MXNet cannot cast the Block to float64
+    own = mxnet_self_difference(net, inputs, want)  # MXNet cannot cast the Block to float64
     if diff <= 3 * own:
         return {"status": "float32-limited",
                 "detail": f"{diff:.2g} in float32 (no float64 run: MXNet with weights x (1 + 1e-7 noise) moves "
