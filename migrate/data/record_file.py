@@ -60,7 +60,7 @@ class RecordFile:
 
     def _check_offsets(self) -> None:
         """RecordIOError naming the first key whose offset lies past the end of the file or off a 4-byte boundary."""
-        bad = np.flatnonzero((self._offsets + 8 > self.size) | (self._offsets % 4 != 0))
+        bad = np.flatnonzero((self._offsets > self.size - 8) | (self._offsets % 4 != 0))  # no int64 overflow
         if bad.size:
             key, offset = self._keys[bad[0]], int(self._offsets[bad[0]])
             problem = (f"points past the end of the file ({self.size} bytes)" if offset + 8 > self.size
