@@ -35,13 +35,15 @@ class TorchTraining:
             (``rounding.unit_noise``, seeded): the control run of ``check_training``. ``perturbation`` then holds, per
             key, what that added, numpy.
         seed: seeds that noise.
+        assume_order: states of a stock Trainer that name no parameters taken in the settings' order
+            (``convert_optimizer_state``'s ``assume_order``).
 
     Examples:
         >>> side = TorchTraining(model, source.params, mapping, settings)  # doctest: +SKIP
     """
 
     def __init__(self, torch_model, params, mapping, settings=None, states=None, optimizer=None, float64=False,
-                 perturb=0.0, seed=0):
+                 perturb=0.0, seed=0, assume_order=False):
         self.model = copy.deepcopy(torch_model)
         load_mxnet_weights(self.model, params, mapping)
         if float64:
@@ -54,7 +56,7 @@ class TorchTraining:
         if settings is not None and optimizer is None:
             self.optimizer = torch_optimizer(self.model, settings, mapping)
             if states is not None:
-                convert_optimizer_state(states, settings, mapping, self.optimizer)
+                convert_optimizer_state(states, settings, mapping, self.optimizer, assume_order=assume_order)
             self.scheduler = torch_lr_scheduler(self.optimizer, settings)
         elif optimizer is not None:
             self.optimizer = _user_optimizer(optimizer, self.model)

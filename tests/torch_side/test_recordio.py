@@ -380,12 +380,12 @@ class TestConvert:
         """An earlier export is replaced only with force; a folder of other files never."""
         data.write_class_set(str(tmp_path / "c.rec"), str(tmp_path / "c.idx"), 3)
         convert_records(tmp_path / "c.rec", tmp_path / "out")
-        with pytest.raises(OutputExistsError, match="holds an earlier export; pass --force"):
+        with pytest.raises(OutputExistsError, match=r"out/0' exists; pass --force to replace the folder"):
             convert_records(tmp_path / "c.rec", tmp_path / "out")
         assert convert_records(tmp_path / "c.rec", tmp_path / "out", format="tar", force=True).shards == 1
         (tmp_path / "mine").mkdir()
         (tmp_path / "mine" / "notes.txt").write_text("keep")
-        with pytest.raises(OutputExistsError, match="holds files that are not a RecordIO export"):
+        with pytest.raises(OutputExistsError, match=r"holds files `migrate data convert` does not write \(notes.txt\)"):
             convert_records(tmp_path / "c.rec", tmp_path / "mine", force=True)
         assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 

@@ -330,7 +330,9 @@ BAD = [  # (description, check_training kwargs, error type, message pattern)
      r"float targets must have the output's shape \(4, 5\) \(squared error\); received shape \(4, 3\)"),
     ("a loss the tool cannot express", {"loss": "l1"}, UnsupportedLossError, r"^loss 'l1': check_training runs only"),
     ("a loss function", {"loss": torch.nn.functional.l1_loss}, UnsupportedLossError, r"^loss 'function'"),
-    ("zero steps", {"steps": 0}, ArgumentError, r"^check_training\(steps\) must be an integer >= 1 .* got 0"),
+    ("zero steps", {"steps": 0}, ArgumentError, r"^check_training\(steps\) must be an integer from 1 to 1000 .*got 0"),
+    ("10**20 steps", {"steps": 10 ** 20}, ArgumentError, r"^check_training\(steps\) must be an integer from 1 to "
+     r"1000 .* got 100000000000000000000"),
     ("a negative tolerance", {"atol": -1e-5}, ArgumentError, r"^check_training\(atol\) must be a finite number"),
     ("a control perturbation out of range", {"perturbation": 0.5}, ArgumentError,
      r"^check_training\(perturbation\) must be a finite number in \(0, 0.01\], got 0.5"),
@@ -458,9 +460,11 @@ class TestCheckCommand:
     @pytest.mark.parametrize("extra, pattern", [
         (["--labels", "{labels}"], r"--labels .*integer class ids must have shape \(4,\)"),
         (["--labels", "{missing}"], r"--labels .*file not found"),
-        (["--steps", "0"], r"--steps 0: expected a number of optimizer steps >= 1"),
+        (["--steps", "0"], r"--steps 0: expected a number of optimizer steps from 1 to 1000"),
+        (["--steps", "99999999999999999999"], r"--steps 99999999999999999999: expected a number of optimizer steps "
+         r"from 1 to 1000"),
         (["--loss", "l1"], r"argument --loss: invalid choice: 'l1'"),
-    ], ids=["labels of the wrong shape", "missing labels file", "zero steps", "unknown loss"])
+    ], ids=["labels of the wrong shape", "missing labels file", "zero steps", "1e20 steps", "unknown loss"])
     def test_usage_errors_exit_2(self, conv_files, tmp_path, capsys, extra, pattern):
         """Bad --labels, --steps or --loss: exit 2, one line naming the flag, no traceback, nothing written."""
         np.save(tmp_path / "labels.npy", np.zeros(3, np.int64))
@@ -477,5 +481,5 @@ class TestCheckCommand:
         argv = ["all"] + argv[1:argv.index("--input-shape") + 2] + ["--out", str(tmp_path / "out"),
                                                                      "--check-training", "0"]
         assert main(argv) == 2
-        assert "--check-training 0: expected a number of optimizer steps >= 1" in capsys.readouterr().err
+        assert "--check-training 0: expected a number of optimizer steps from 1 to 1000" in capsys.readouterr().err
         assert not (tmp_path / "out").exists()

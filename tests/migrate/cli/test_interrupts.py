@@ -285,7 +285,7 @@ class TestUnwritableOut:
     def test_refused_at_the_rename(self, files, tmp_path, immutable, monkeypatch, capsys):
         """--out made immutable while the run works: the rename is refused, exit 2 naming --out and the fix; the
         previous folder stays whole and the staging folder goes."""
-        from migrate.cli import staged_folder
+        from migrate import staged_folder
         out = tmp_path / "all"
         assert main(_argv(files, out)) == 0
         before = {name: (out / name).read_bytes() for name in os.listdir(out)}

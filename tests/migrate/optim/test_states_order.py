@@ -1,8 +1,8 @@
 """A stock ``gluon.Trainer``'s states file and the parameter order: MXNet's file keys states by index only, so states
 saved by a trainer built on another parameter order than the settings' would give equal-shaped tensors each other's
 momentum. ``gluon_lr.export_settings(trainer)`` records the order on the trainer's optimizer, which MXNet pickles into
-every states file saved afterwards; migrate compares it with the settings' and refuses a mismatch, and says so when a
-file carries no order (matched by index, the settings' order assumed).
+every states file saved afterwards; migrate compares it with the settings' and refuses a mismatch, and refuses a file
+that carries no order unless asked to assume the settings' order (then matched by index, and said so).
 
 The model is three Dense(8 -> 8) layers with tanh (``MxStack``; its torch twin ``TorchStack``): all weights of one
 shape and all biases of another.
@@ -159,21 +159,42 @@ def test_states_of_their_own_order_convert_by_name(saved):
         assert np.array_equal(torch_momentum, saved["mapping"].to_torch(name, mx_momentum)), name
 
 
-def test_states_without_order_match_by_index_with_a_note(saved, tmp_path, capsys):
-    """C's file (saved before its settings were exported) carries no order: the conversion warns
-    StatesOrderWarning and matches by index; `migrate all` exits 0 and its report says so."""
+@pytest.mark.parametrize("convert", ["exact", "stock"])
+def test_states_without_order_are_refused_by_default(saved, convert):
+    """C's file (saved before its settings were exported) carries no order: StateConversionError naming both ways
+    on (export the settings before save_states; assume_order=True), and the torch optimizer keeps no state."""
+    model = TorchStack()
+    if convert == "exact":
+        optimizer = migrate.torch_optimizer(model, saved["C"]["settings"], saved["mapping"])
+        call = migrate.convert_optimizer_state
+    else:
+        optimizer = migrate.stock_torch_optimizer(model, saved["C"]["settings"], saved["mapping"]).optimizer
+        call = migrate.convert_stock_optimizer_state
+    with pytest.raises(StateConversionError, match=r"name no parameters .*gluon_lr.export_settings\(trainer, path\) "
+                                                   r"before trainer.save_states.*assume_order=True"):
+        call(saved["C"]["states"], saved["C"]["settings"], saved["mapping"], optimizer)
+    assert len(optimizer.state) == 0
+
+
+def test_states_without_order_match_by_index_when_assumed(saved, tmp_path, capsys):
+    """With assume_order=True C's file converts by index, warning StatesOrderWarning; `migrate all` exits 2 without
+    --assume-states-order and 0 with it, its report saying so."""
     model = TorchStack()
     optimizer = migrate.torch_optimizer(model, saved["C"]["settings"], saved["mapping"])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert migrate.convert_optimizer_state(saved["C"]["states"], saved["C"]["settings"], saved["mapping"],
-                                               optimizer) == 6
+                                               optimizer, assume_order=True) == 6
     assert [w.category for w in caught] == [StatesOrderWarning]
     folder = saved["folder"]
     argv = ["all", "--symbol", str(folder / "stack-symbol.json"), "--params", str(folder / "stack-0000.params"),
             "--settings", saved["C"]["settings"], "--states", saved["C"]["states"], "--torch",
             TORCH, "--input-shape", "3,8", "--out", str(tmp_path / "all")]
-    assert main(argv) == 0, capsys.readouterr().err
+    assert main(argv) == 2
+    line = capsys.readouterr().err.splitlines()
+    assert len(line) == 1 and "--states" in line[0] and "--assume-states-order" in line[0], line
+    assert not (tmp_path / "all").exists()
+    assert main(argv + ["--assume-states-order"]) == 0, capsys.readouterr().err
     note = (f"note: --states {saved['C']['states']}: the MXNet states name no parameters (a stock gluon.Trainer's "
             f"file saved before gluon_lr.export_settings(trainer) recorded its order): they were matched by index")
     assert note in (tmp_path / "all" / "report.txt").read_text()
