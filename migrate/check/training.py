@@ -106,8 +106,11 @@ def check_training(mx_model, torch_model, inputs, *, labels=None, loss="sum", se
         True
 
     Note:
-        LrTrainer's element masks and held BatchNorm statistics are not replayed on either side; a torch model that
-        drops out through ``torch.nn.functional.dropout`` (not a Dropout module) still drops: build it with dropout 0.
+        LrTrainer's element masks and held BatchNorm statistics are not replayed on either side. Dropout is off in
+        torch however the model is written: its Dropout modules are switched to eval mode and, while the check runs
+        it, every dropout function (``F.dropout``, ``torch.dropout``, ``F.alpha_dropout``, ...) is the identity
+        (``torch_training.DropoutOff``); the notes name what was switched off. A dropout written by hand (a
+        ``torch.bernoulli`` mask) still drops: build such a model with dropout 0.
     """
     reduction = check_reduction(loss)
     atol, float64 = _checked_arguments(torch_model, steps, atol, mapping, float64)
@@ -182,6 +185,7 @@ class _Run:
         self.evidence = causes.Evidence(self.mx.symbol, dict(self.torch.model.named_modules()), mapping, settings,
                                         self.batch, set(ops))
         self.evidence.torch_side, self.evidence.mx_optimizer = self.torch, self.mx.optimizer
+        self.evidence.inputs = inputs
 
     def first_step(self, reduction, labels, seed) -> None:
         """Step 1's forward outputs, loss and gradients (all sides run backward)."""
@@ -359,9 +363,10 @@ class _Run:
     def notes(self) -> list:
         """What the check changed or could not compare, one sentence each."""
         notes = []
-        if self.mx.dropouts or self.torch.dropouts:
+        torch_dropouts = self.torch.dropouts + self.torch.dropout_calls()
+        if self.mx.dropouts or torch_dropouts:
             notes.append(f"Dropout disabled on both sides (MXNet's masks cannot be drawn in torch): MXNet "
-                         f"{', '.join(self.mx.dropouts) or 'none'}; torch {', '.join(self.torch.dropouts) or 'none'}")
+                         f"{', '.join(self.mx.dropouts) or 'none'}; torch {', '.join(torch_dropouts) or 'none'}")
         if self.settings is None:
             notes.append("no settings: forward outputs, loss and gradients only (no optimizer step)")
             if self.states_given:
