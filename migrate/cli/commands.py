@@ -37,6 +37,8 @@ from migrate.errors import (CliUsageError, InputFileError, LabelsError, MigrateE
                             OutputPathError, StatesOrderWarning)
 from migrate.mapping import (EXPORTED_WITH_MXNET, converted_keys, files_reader, generated_mapping, load_mxnet_weights,
                              model_source, write_state_dict)
+from migrate.mapping.input_transforms import input_transform_cause
+from migrate.mapping.node_outputs import seeded_inputs
 from migrate.staged_folder import StagedFolder, pause_point
 
 __all__ = ["main"]
@@ -435,6 +437,8 @@ def _verify(args, model, mapping, report):
         result = verify(mx_source, model, mapping, shapes, input_dtypes=dtypes, in_place=True, progress=tick)
     args.weights_loaded = True  # verify copied the MXNet weights into the model itself
     first = result.first_divergence
+    cause = first and input_transform_cause(mx_source, model, first.mx_node, first.torch_node,
+                                            seeded_inputs(shapes, dtypes, mapping, 0))  # verify's input (seed 0)
     compared_with = "the graph's torch translation" if mx_source.without_mxnet else "MXNet"
     report.checks["verified"] = result.verified  # compared: a skipped node is not a passed one
     report.sections["verify"] = {"ok": result.ok, "compared_with": compared_with,
@@ -443,9 +447,9 @@ def _verify(args, model, mapping, report):
                                  "passes": result.passes, "output_bytes": result.output_bytes,
                                  "first_divergence": first and {
                                      "mxnet": first.mx_node, "torch": first.torch_node,
-                                     "max_abs_diff": first.max_abs_diff, "note": first.note},
+                                     "max_abs_diff": first.max_abs_diff, "note": first.note, "cause": cause},
                                  "rows": result.to_dict()["rows"]}
-    report.text.append(str(result))
+    report.text.append(str(result) + (f"\n  likely cause: {cause}" if cause else ""))
 
 
 def _record_reader(report, reader: str) -> None:
