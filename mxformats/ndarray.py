@@ -491,4 +491,5 @@ def _check_names(stream: _Stream, names: list, count: int, at: int) -> None:
     counts = collections.Counter(names)  # one pass: a file of 200,000 equal names stays linear
     if len(counts) != len(names):
         twice = sorted(name for name, count in counts.items() if count > 1)
-        raise stream.fail(f"{len(twice)} names occur more than once ({twice[:5]}; MXNet writes a dict)", at)
+        many = "names occur" if len(twice) > 1 else "name occurs"
+        raise stream.fail(f"{len(twice)} {many} more than once ({twice[:5]}; MXNet writes a dict)", at)

@@ -1,8 +1,9 @@
 """The bounds a states pickle is held to, so that a hostile file of a few bytes can neither exhaust the memory nor
 crash or hang the reader; ``safe_pickle.safe_loads`` applies all three:
 
-- before loading, ``tuple_nesting_offset``: tuples nested deeper than ``MAX_NESTING`` are refused from the opcodes
-  alone (hashing a dict key nested a million tuples deep overflows CPython 3.11's C stack: the process would die);
+- before loading, ``nesting_offset``: containers nested deeper than ``MAX_NESTING`` are refused from the opcodes
+  alone (hashing a dict key nested a million tuples deep overflows CPython 3.11's C stack: the process would die; a
+  list nested a million deep costs 70 MB and seconds to build from a 2 MB file);
 - while loading, ``Allocations``: what an admitted class is asked to allocate never passes the pickle's own size
   (a 30-byte file calling ``bytearray(4 * 10**9)``), and numpy object arrays are refused;
 - after loading, ``nesting_problem``: containers and objects nested deeper than ``MAX_NESTING``, or holding
@@ -18,26 +19,28 @@ import numpy as np
 
 from .errors import UnsafeStatesError
 
-__all__ = ["MAX_NESTING", "Allocations", "tuple_nesting_offset", "nesting_problem"]
+__all__ = ["MAX_NESTING", "Allocations", "nesting_offset", "nesting_problem"]
 
 MAX_NESTING = 32
-_TUPLES = {"TUPLE": None, "EMPTY_TUPLE": 0, "TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}  # name -> items (None: to MARK)
+_BUILDERS = ("TUPLE", "EMPTY_TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "LIST", "EMPTY_LIST", "DICT", "EMPTY_DICT",
+             "EMPTY_SET", "FROZENSET")  # make a container of the items they take
+_FILLERS = ("APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS")  # put items into the container below them
 _GETS = ("GET", "BINGET", "LONG_BINGET")
 _PUTS = ("PUT", "BINPUT", "LONG_BINPUT")
-_MODIFIERS = ("APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD")  # leave their first operand
 
 
-def tuple_nesting_offset(data: bytes):
-    """The byte offset of the opcode that nests a tuple deeper than ``MAX_NESTING``, or None, read from the opcodes
-    (``pickletools.genops``, nothing run) with a stack of tuple depths (the memo followed); a malformed pickle ends
-    the scan (the unpickler then names what is wrong).
+def nesting_offset(data: bytes):
+    """The byte offset of the opcode that nests a container deeper than ``MAX_NESTING``, or None, read from the
+    opcodes (``pickletools.genops``, nothing run) with a stack of container depths, the memo followed. A container
+    filled after it was memoized can be deeper than its memo says: ``nesting_problem`` checks the loaded objects.
+    A malformed pickle ends the scan (the unpickler then names what is wrong).
 
     Examples:
-        >>> tuple_nesting_offset(pickle.dumps((((1,),),)))
-        >>> tuple_nesting_offset(b"K\\x00" + b"\\x85" * 40 + b".")
+        >>> nesting_offset(pickle.dumps((((1,),),)))
+        >>> nesting_offset(b"K\\x00" + b"\\x85" * 40 + b".")
         34
     """
-    stack, memo = [], {}  # tuple depth of each stack entry (0: not a tuple); None marks a MARK
+    stack, memo = [], {}  # container depth of each stack entry (0: no container); None marks a MARK
     try:
         for op, arg, position in pickletools.genops(data):
             if op.name == "MARK":
@@ -56,15 +59,18 @@ def tuple_nesting_offset(data: bytes):
 
 
 def _nested_too_deep(stack: list, op) -> bool:
-    """Apply ``op`` to the stack of tuple depths; True when it makes a tuple nested deeper than ``MAX_NESTING``."""
+    """Apply ``op`` to the stack of container depths; True when it nests a container deeper than ``MAX_NESTING``."""
     popped = _pop(stack, op)
-    if op.name in _TUPLES:
-        depth = 1 + max([d for d in popped if d] or [0])
-        stack.append(depth)
-        return depth > MAX_NESTING
-    kept = popped[:1] if op.name in _MODIFIERS else []
-    stack += kept + [0] * (len(op.stack_after) - len(kept))
-    return False
+    if op.name in _BUILDERS:
+        depth = 1 + max(popped, default=0)
+    elif op.name in _FILLERS:
+        depth = max(popped[0], 1 + max(popped[1:], default=0))
+    else:
+        depth = popped[0] if op.name == "BUILD" else 0  # BUILD leaves its object; anything else makes no container
+        stack += [depth] * len(op.stack_after)
+        return False
+    stack.append(depth)
+    return depth > MAX_NESTING
 
 
 def _pop(stack: list, op) -> list:

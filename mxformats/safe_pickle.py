@@ -10,8 +10,8 @@ A pickle can name any importable callable; ``safe_loads`` admits only the classe
 - numpy arrays, scalars and dtypes, and plain containers (``set``, ``frozenset``, ``OrderedDict``, ``complex``).
 
 Anything else is refused with ``UnsafeStatesError`` naming the class, before it is imported or called. A hostile
-file of a few bytes can neither exhaust the memory nor crash or hang the reader (``pickle_limits``): tuples nested
-too deep are refused from the opcodes before loading, what an admitted class allocates never passes the pickle's own
+file of a few bytes can neither exhaust the memory nor crash or hang the reader (``pickle_limits``): containers
+nested too deep are refused from the opcodes before loading, what an admitted class allocates never passes the pickle's own
 size (NDArrays included: their header is checked against the bytes that follow it), and the loaded structure is
 walked once, iteratively, for nesting deeper than ``pickle_limits.MAX_NESTING`` or a container holding itself.
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from .errors import UnsafeStatesError
 from .ndarray import decode_ndarray, ndarray_info
-from .pickle_limits import MAX_NESTING, Allocations, nesting_problem, tuple_nesting_offset
+from .pickle_limits import MAX_NESTING, Allocations, nesting_offset, nesting_problem
 
 __all__ = ["safe_loads", "PickledObject", "ALLOWED", "MXNET_OPTIMIZERS", "MXNET_LR_SCHEDULERS"]
 
@@ -98,6 +98,7 @@ class PickledObject:
 
 
 _STAND_INS = {}
+_NDARRAY_BYTES = "the bytes of a pickled NDArray"  # how a fault in them is named (offsets count from their start)
 
 
 def _stand_in(module: str, name: str) -> type:
@@ -124,7 +125,7 @@ def _checked_ndarray(cls: type, source: str) -> type:
     def __setstate__(self, state):
         handle = state.get("handle") if isinstance(state, dict) else None
         if handle is not None:
-            ndarray_info(handle, source)
+            ndarray_info(handle, _NDARRAY_BYTES)
         cls.__setstate__(self, state)
         self.__class__ = cls
     return type(cls.__name__, (cls,), {"__slots__": (), "__setstate__": __setstate__})
@@ -181,7 +182,7 @@ def _to_data(value, source: str, seen: dict):
     if id(value) in seen:
         return seen[id(value)]
     if isinstance(value, _NDArrayBytes):
-        result = decode_ndarray(value.raw, source) if value.raw is not None else None
+        result = decode_ndarray(value.raw, _NDARRAY_BYTES) if value.raw is not None else None
     elif isinstance(value, dict):
         result = type(value)()
         seen[id(value)] = result
@@ -221,9 +222,9 @@ def safe_loads(data: bytes, source: str, as_data: bool = False):
     Examples:
         >>> states, optimizer = safe_loads(open("trainer.states", "rb").read(), "trainer.states", as_data=True)
     """
-    deep = tuple_nesting_offset(data)
+    deep = nesting_offset(data)
     if deep is not None:
-        raise _too_deep(source, f"tuples nest more than {MAX_NESTING} deep (at byte {deep})")
+        raise _too_deep(source, f"containers nest more than {MAX_NESTING} deep (at byte {deep})")
     loaded = _StatesUnpickler(data, source, as_data).load()
     problem = nesting_problem(loaded)
     if problem:

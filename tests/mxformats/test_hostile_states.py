@@ -1,0 +1,100 @@
+"""Hostile states pickles (``tests/mxformats/hostile_states.py``) against the one reader both halves use
+(``mxformats.states.unpickle_states``), read live (MXNet's objects, the trainer's side) and as data (numpy, the torch
+side): each is a typed error naming the file and what is wrong, within a bounded time and with a traced peak of
+memory bounded by the file's own size (a 30-byte file asked for 4 GB; 2**40 paths through shared lists recursed
+forever; a dict key nested a million tuples deep killed the interpreter)."""
+import signal
+import time
+import tracemalloc
+
+import mxnet  # noqa: F401 (the live reading needs MXNet's classes importable)
+import pytest
+
+from mxformats.errors import StatesFileError, UnsafeStatesError
+from mxformats.states import split_states, unpickle_states
+from tests.mxformats import hostile_states as H
+
+MIB = 1 << 20
+
+# (description, error type, message pattern): unpickle_states(H.HOSTILE[description], "hostile.states")
+CASES = [
+    ("bytearray(4e9)", UnsafeStatesError, r"^States file 'hostile.states' asks for a bytearray of 4,000,000,000 bytes, "
+     r"more than its 32 bytes hold; it was refused before allocating"),
+    ("2**40 paths (shared lists)", UnsafeStatesError, r"'hostile.states': containers nest more than 32 deep \(at "
+     r"byte \d+\), which no optimizer states file does"),
+    ("2**40 paths (shared tuples)", UnsafeStatesError, r"'hostile.states': containers nest more than 32 deep \(at "
+     r"byte 69\)"),
+    ("a list nested 1e6 deep", UnsafeStatesError, r"containers nest more than 32 deep \(at byte 1000037\)"),
+    ("a dict key nested 1e6 tuples deep", UnsafeStatesError, r"containers nest more than 32 deep \(at byte "
+     r"1000035\)"),
+    ("a list holding itself", UnsafeStatesError, r"'hostile.states': a list holds itself"),
+    ("a numpy object array", UnsafeStatesError, r"holds a numpy array of Python objects, which optimizer states never "
+     r"hold"),
+    ("numpy _reconstruct of 2**40 bytes", UnsafeStatesError, r"asks for a numpy array of shape \(1099511627776,\) x "
+     r"int8, more than its \d+ bytes hold"),
+    ("an NDArray of shape (0, 2**62)", StatesFileError, r"^States file 'hostile.states': the bytes of a pickled NDArray: "
+     r"NDArray has shape \(0, 4611686018427387904\) of 4-byte items: its dimensions multiply past 2\*\*63 bytes, more "
+     r"than any array holds at byte 0"),
+    ("an NDArray header of 2**40 floats", StatesFileError, r"^States file 'hostile.states': the bytes of a pickled "
+     r"NDArray: NDArray values \(1099511627776 x float32\) needs 4398046511104 bytes but only 0 are left at byte 32"),
+    ("a state sharing one list", StatesFileError, r"the state of parameter index 0 is not one MXNet makes \(it holds "
+     r"the same list at two places"),
+    ("a whole pickle of an int", StatesFileError, r"expected MXNet optimizer states \(a dict index -> state\), got int"),
+    ("a whole pickle that builds nothing", StatesFileError, r"could not be unpickled \(AttributeError: 'int' object has "
+     r"no attribute 'append'\); their pickle is whole \(8 bytes of opcodes, ending with STOP\) but builds no states"),
+    ("a pickle cut short", StatesFileError, r"could not be unpickled \(.*\); their pickle is cut short at byte 5"),
+]
+
+
+class _Deadline:
+    """SIGALRM after ``seconds``: a case that hangs fails instead of holding the suite."""
+
+    def __init__(self, seconds: int):
+        self.seconds = seconds
+
+    def __enter__(self):
+        def expire(signum, frame):
+            raise TimeoutError(f"still running after {self.seconds} s")
+        self.previous = signal.signal(signal.SIGALRM, expire)
+        signal.alarm(self.seconds)
+
+    def __exit__(self, *exc):
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, self.previous)
+
+
+@pytest.mark.parametrize("as_data", [False, True], ids=["live", "as data"])
+@pytest.mark.parametrize("description, error, pattern", CASES, ids=[c[0] for c in CASES])
+def test_hostile_states_are_typed_errors(description, error, pattern, as_data):
+    """The typed error naming the file and the fault; nothing allocated beyond a few times the file (tracemalloc's
+    peak), done within 20 s (a hang guard; each case takes well under a second: bench/bench_hostile.py)."""
+    data = H.HOSTILE[description]
+    tracemalloc.start()
+    try:
+        with _Deadline(20), pytest.raises(error, match=pattern) as caught:
+            unpickle_states(data, "hostile.states", as_data=as_data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert isinstance(caught.value, StatesFileError)
+    assert peak < 4 * len(data) + 2 * MIB, f"{description}: {peak / MIB:.1f} MiB traced for a {len(data)}-byte file"
+
+
+def test_deep_header_is_a_states_file_error():
+    """A gluon-lr header of JSON nested 100,000 deep: StatesFileError saying so (it was a RecursionError)."""
+    with pytest.raises(StatesFileError, match=r"^States file 'deep.states' has a corrupt header \(its JSON is nested "
+                                              r"too deeply to be one"):
+        split_states(H.deep_header(), "deep.states")
+
+
+def test_the_tuple_scan_is_linear():
+    """The opcode scan that refuses deep tuples reads 2 MB of opcodes in about the time of 1 MB twice over (linear:
+    ratio below 3 in one run, measured on the same machine)."""
+    times = []
+    for depth in (250_000, 500_000):
+        data = b"\x80\x02}" + b"(" * depth + b"t" * depth + b"K\x00s."
+        start = time.perf_counter()
+        with pytest.raises(UnsafeStatesError):
+            unpickle_states(data, "deep.states", as_data=True)
+        times.append(time.perf_counter() - start)
+    assert times[1] < 3 * times[0], times
