@@ -11,9 +11,10 @@ A pickle can name any importable callable; ``safe_loads`` admits only the classe
 
 Anything else is refused with ``UnsafeStatesError`` naming the class, before it is imported or called. A hostile
 file of a few bytes can neither exhaust the memory nor crash or hang the reader (``pickle_limits``): containers
-nested too deep are refused from the opcodes before loading, what an admitted class allocates never passes the pickle's own
-size (NDArrays included: their header is checked against the bytes that follow it), and the loaded structure is
-walked once, iteratively, for nesting deeper than ``pickle_limits.MAX_NESTING`` or a container holding itself.
+nested too deep are refused from the opcodes before loading, what an admitted class allocates never passes the
+pickle's own size (NDArrays included: their header is checked against the bytes that follow it), and the loaded
+structure is walked once, iteratively, for nesting deeper than ``pickle_limits.MAX_NESTING`` or a container holding
+itself.
 
 Two ways to read (``as_data``):
 
@@ -119,7 +120,7 @@ class _NDArrayBytes:
         self.raw = state.get("handle") if isinstance(state, dict) else None
 
 
-def _checked_ndarray(cls: type, source: str) -> type:
+def _checked_ndarray(cls: type) -> type:
     """A subclass of MXNet's NDArray class ``cls`` whose unpickling checks the array's header against its bytes
     (``ndarray_info``: MXNet would allocate what the header announces) before MXNet reads it, then becomes ``cls``."""
     def __setstate__(self, state):
@@ -146,7 +147,7 @@ class _StatesUnpickler(pickle.Unpickler):
                 if self._as_data:
                     return _NDArrayBytes
                 if name not in self._ndarrays:
-                    self._ndarrays[name] = _checked_ndarray(super().find_class(module, name), self._source)
+                    self._ndarrays[name] = _checked_ndarray(super().find_class(module, name))
                 return self._ndarrays[name]
             if module == "numpy.core.multiarray" and np.lib.NumpyVersion(np.__version__) >= "2.0.0":
                 module = "numpy._core.multiarray"  # numpy 2 moved it (the old name still works, with a warning)
@@ -177,7 +178,7 @@ class _StatesUnpickler(pickle.Unpickler):
         return None
 
 
-def _to_data(value, source: str, seen: dict):
+def _to_data(value, seen: dict):
     """``value`` with every ``_NDArrayBytes`` decoded to numpy, through containers and PickledObjects."""
     if id(value) in seen:
         return seen[id(value)]
@@ -187,13 +188,13 @@ def _to_data(value, source: str, seen: dict):
         result = type(value)()
         seen[id(value)] = result
         for key, item in value.items():
-            result[key] = _to_data(item, source, seen)
+            result[key] = _to_data(item, seen)
     elif isinstance(value, (list, tuple)):
-        result = type(value)(_to_data(item, source, seen) for item in value)
+        result = type(value)(_to_data(item, seen) for item in value)
     elif isinstance(value, PickledObject):
         seen[id(value)] = value
         for key, item in vars(value).items():
-            value.__dict__[key] = _to_data(item, source, seen)
+            value.__dict__[key] = _to_data(item, seen)
         result = value
     else:
         result = value
@@ -229,7 +230,7 @@ def safe_loads(data: bytes, source: str, as_data: bool = False):
     problem = nesting_problem(loaded)
     if problem:
         raise _too_deep(source, problem)
-    return _to_data(loaded, source, {}) if as_data else loaded
+    return _to_data(loaded, {}) if as_data else loaded
 
 
 def _too_deep(source: str, problem: str) -> UnsafeStatesError:

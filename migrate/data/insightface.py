@@ -32,7 +32,8 @@ def insightface_keys(records: RecordFile) -> list:
 
     Raises:
         RecordKeyError: the file has no record 0.
-        RecordIOError: record 0 is broken, or the header's range is not a whole number from 1 to the number of records + 1.
+        RecordIOError: record 0 is broken, or the header's range is not a whole number from 1 to the number of records
+            + 1.
 
     Examples:
         >>> insightface_keys(RecordFile("train.rec", "train.idx"))[:3]  # doctest: +SKIP

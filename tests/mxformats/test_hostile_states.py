@@ -32,16 +32,17 @@ CASES = [
      r"hold"),
     ("numpy _reconstruct of 2**40 bytes", UnsafeStatesError, r"asks for a numpy array of shape \(1099511627776,\) x "
      r"int8, more than its \d+ bytes hold"),
-    ("an NDArray of shape (0, 2**62)", StatesFileError, r"^States file 'hostile.states': the bytes of a pickled NDArray: "
-     r"NDArray has shape \(0, 4611686018427387904\) of 4-byte items: its dimensions multiply past 2\*\*63 bytes, more "
+    ("an NDArray of shape (0, 2**62)", StatesFileError, r"^States file 'hostile.states': the bytes of a pickled "
+     r"NDArray: NDArray has shape \(0, 4611686018427387904\) of 4-byte items: its dimensions multiply past 2\*\*63 bytes, more "
      r"than any array holds at byte 0"),
     ("an NDArray header of 2**40 floats", StatesFileError, r"^States file 'hostile.states': the bytes of a pickled "
      r"NDArray: NDArray values \(1099511627776 x float32\) needs 4398046511104 bytes but only 0 are left at byte 32"),
     ("a state sharing one list", StatesFileError, r"the state of parameter index 0 is not one MXNet makes \(it holds "
      r"the same list at two places"),
-    ("a whole pickle of an int", StatesFileError, r"expected MXNet optimizer states \(a dict index -> state\), got int"),
-    ("a whole pickle that builds nothing", StatesFileError, r"could not be unpickled \(AttributeError: 'int' object has "
-     r"no attribute 'append'\); their pickle is whole \(8 bytes of opcodes, ending with STOP\) but builds no states"),
+    ("a whole pickle of an int", StatesFileError, r"expected MXNet optimizer states \(a dict index -> state\), got "
+     r"int"),
+    ("a whole pickle that builds nothing", StatesFileError, r"could not be unpickled \(AttributeError: 'int' object "
+     r"has no attribute 'append'\); their pickle is whole \(8 bytes of opcodes, ending with STOP\) but builds no states"),
     ("a pickle cut short", StatesFileError, r"could not be unpickled \(.*\); their pickle is cut short at byte 5"),
 ]
 

@@ -500,8 +500,8 @@ class TestDropoutOff:
         model = C.TorchDropoutMLP(functional=kind == "functional")
         report = migrate.check_training(net, model, C.MLP_SHAPE, settings=settings, states=states, steps=2)
         assert report.ok, str(report)
-        assert f"Dropout disabled on both sides (MXNet's masks cannot be drawn in torch): MXNet drop_dropout_fwd; torch " \
-               f"{named}" in report.notes, report.notes
+        note = f"Dropout disabled on both sides (MXNet's masks cannot be drawn in torch): MXNet drop_dropout_fwd; torch"
+        assert f"{note} {named}" in report.notes, report.notes
         assert model.training and all(m.training for m in model.modules())  # the model given is left as it was
 
     def test_every_dropout_function_is_the_identity(self):
@@ -511,9 +511,9 @@ class TestDropoutOff:
         F = torch.nn.functional
         x = torch.randn(2, 3, 4, 5, requires_grad=True)
         with DropoutOff() as off:
-            outputs = [F.dropout(x, 0.5), torch.nn.Dropout2d(0.3)(x), F.dropout3d(x, 0.2), F.alpha_dropout(x, 0.1, True),
-                       F.feature_alpha_dropout(x, 0.4, True), torch.dropout(x, 0.2, True), F.dropout(x, 0.5, False),
-                       torch.feature_dropout(x, 0.5, True)]
+            outputs = [F.dropout(x, 0.5), torch.nn.Dropout2d(0.3)(x), F.dropout3d(x, 0.2),
+                       F.alpha_dropout(x, 0.1, True), F.feature_alpha_dropout(x, 0.4, True), torch.dropout(x, 0.2, True),
+                       F.dropout(x, 0.5, False), torch.feature_dropout(x, 0.5, True)]
         assert all(out is x for out in outputs)
         sum(out.sum() for out in outputs).backward()
         assert torch.equal(x.grad, torch.full_like(x, 8.0))

@@ -140,8 +140,8 @@ HOSTILE = [
      r"could not parse it \('.*cut-char-symbol.json': byte 57 is not UTF-8 \(the file ends inside a character: it "
      r"is truncated\)"),
     ("--states bytearray(4e9) in 32 bytes", _with(_OPTIM, "--states", "{d}/states-bytearray-4e9-.states"), 2,
-     r"^migrate optim: error: --states '.*': States file '.*' asks for a bytearray of 4,000,000,000 bytes, more than its "
-     r"32 bytes hold; it was refused before allocating"),
+     r"^migrate optim: error: --states '.*': States file '.*' asks for a bytearray of 4,000,000,000 bytes, more than "
+     r"its 32 bytes hold; it was refused before allocating"),
     ("--states 2**40 paths (shared lists)", _with(_OPTIM, "--states", "{d}/states-2--40-paths--shared-lists-.states"),
      2, r"--states '.*': States file '.*': containers nest more than 32 deep \(at byte \d+\)"),
     ("--states a state sharing a list", _with(_OPTIM, "--states", "{d}/states-a-state-sharing-one-list.states"), 2,
@@ -290,6 +290,25 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def paused_migrate(argv, stage: str, seconds: float = 60):
+    """``python -m migrate <argv>`` paused at ``stage`` (``MIGRATE_PAUSE_AT``, for ``seconds``), returned once it says
+    so; its stderr is left to read."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "MIGRATE_PAUSE_AT": stage,
+           "MIGRATE_PAUSE_SECONDS": str(seconds)}
+    process = subprocess.Popen([sys.executable, "-m", "migrate", *argv], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if line.startswith("migrate: paused at"):
+            break
+    if not lines or lines[-1] != f"migrate: paused at {stage}\n":
+        process.kill()
+        process.wait()
+        raise AssertionError(f"never paused at {stage}: {''.join(lines)[-2000:]}")
+    return process
+
+
 def _staging(parent) -> list:
     return sorted(entry for entry in os.listdir(parent) if entry.startswith(".tmp-migrate-"))
 
@@ -357,17 +376,8 @@ class TestInterruptedAll:
         if replace:
             shutil.copytree(previous[0], out)
         before = _tree(out) if replace else None
-        env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "MIGRATE_PAUSE_AT": stage}
-        process = subprocess.Popen([sys.executable, "-m", "migrate", *_all_argv(files, out, force=replace)],
-                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                   preexec_fn=default_sigint)
+        process = paused_migrate(_all_argv(files, out, force=replace), stage)
         try:
-            lines = []
-            for line in process.stderr:
-                lines.append(line)
-                if line.startswith("migrate: paused at"):
-                    break
-            assert lines and lines[-1] == f"migrate: paused at {stage}\n", "".join(lines)[-2000:]
             process.send_signal(signum)
             rest = process.communicate(timeout=60)[1]
         finally:

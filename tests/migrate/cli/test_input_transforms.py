@@ -83,8 +83,8 @@ def test_map_names_the_input_scaling(exports, tmp_path, capsys, monkeypatch, des
     transform alike."""
     if reader == "files":
         monkeypatch.setenv("MIGRATE_WITHOUT_MXNET", "1")
-    argv = ["map", "--symbol", str(exports / f"{export}-symbol.json"), "--params", str(exports / f"{export}-0000.params"),
-            "--torch", TORCH, "--kwargs", json.dumps({"scaled": torch_scales}), "--input-shape", SHAPE]
+    argv = ["map", "--symbol", str(exports / f"{export}-symbol.json"), "--params",
+            str(exports / f"{export}-0000.params"), "--torch", TORCH, "--kwargs", json.dumps({"scaled": torch_scales}), "--input-shape", SHAPE]
     assert main(argv + ["--out", str(tmp_path / "m.json"), "--json"]) == code, capsys.readouterr().err
     document = json.loads(capsys.readouterr().out)
     assert ("without MXNet" in document["mxnet_graph"]) == (reader == "files"), document["mxnet_graph"]

@@ -12,7 +12,7 @@ import pytest
 
 from migrate.cli import main
 from mxformats.atomic import usual_mode
-from tests.migrate.cli.test_hostile_inputs import default_sigint
+from tests.migrate.cli.test_hostile_inputs import paused_migrate
 from tests.torch_side import recordio_data as data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -32,21 +32,6 @@ def _convert(rec, idx, out, *extra) -> list:
     return ["data", "convert", "--rec", rec, "--idx", idx, "--out", str(out), "--quiet", *extra]
 
 
-def _paused(argv, stage: str, seconds: float = 60):
-    """``python -m migrate`` paused at ``stage`` (MIGRATE_PAUSE_AT), once it says so; (process, its stderr lines)."""
-    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "MIGRATE_PAUSE_AT": stage,
-           "MIGRATE_PAUSE_SECONDS": str(seconds)}
-    process = subprocess.Popen([sys.executable, "-m", "migrate", *argv], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    lines = []
-    for line in process.stderr:
-        lines.append(line)
-        if line.startswith("migrate: paused at"):
-            break
-    assert lines and lines[-1] == f"migrate: paused at {stage}\n", "".join(lines)[-2000:]
-    return process
-
-
 def _staging(parent) -> list:
     return sorted(name for name in os.listdir(parent) if name.startswith(".tmp-"))
 
@@ -57,7 +42,7 @@ def test_kill_9_leaves_nothing_after_the_next_run(class_set, tmp_path, stage):
     conversion into the same folder (no --force needed: nothing is there) removes that staging and succeeds. A
     staging folder of the old naming (.tmp-data-<dead pid>-...) goes too."""
     out = tmp_path / "images"
-    process = _paused(_convert(*class_set, out), stage)
+    process = paused_migrate(_convert(*class_set, out), stage)
     process.kill()
     process.wait()
     assert not out.exists() and len(_staging(tmp_path)) == 1, os.listdir(tmp_path)
@@ -70,7 +55,7 @@ def test_kill_9_leaves_nothing_after_the_next_run(class_set, tmp_path, stage):
 
 def test_a_running_conversions_staging_is_left_alone(class_set, tmp_path):
     """A conversion paused at work keeps its staging while another runs into another folder of the same parent."""
-    process = _paused(_convert(*class_set, tmp_path / "first"), "staged")
+    process = paused_migrate(_convert(*class_set, tmp_path / "first"), "staged")
     try:
         assert main(_convert(*class_set, tmp_path / "second")) == 0
         assert len(_staging(tmp_path)) == 1
@@ -85,8 +70,8 @@ def test_concurrent_conversions_into_one_out(class_set, tmp_path, capsys, force)
     one exits 2 naming --out and the other run, leaving that export whole; with --force it swaps its own whole export
     in (tar shards replacing the class folders). No staging is left either way."""
     out = tmp_path / "images"
-    first = _paused(_convert(*class_set, out, "--format", "tar", *(["--force"] if force else [])), "before-rename",
-                    seconds=3)
+    argv = _convert(*class_set, out, "--format", "tar", *(["--force"] if force else []))
+    first = paused_migrate(argv, "before-rename", seconds=3)
     assert main(_convert(*class_set, out)) == 0
     written = sorted(os.listdir(out))
     err = first.communicate(timeout=60)[1]
@@ -116,7 +101,7 @@ def test_outputs_modes_and_manifest(class_set, tmp_path):
 def test_sigterm_exits_130_and_leaves_nothing(class_set, tmp_path):
     """SIGTERM while staged: exit 130, the one INTERRUPTED line, no --out and no staging."""
     out = tmp_path / "images"
-    process = _paused(_convert(*class_set, out), "staged")
+    process = paused_migrate(_convert(*class_set, out), "staged")
     process.send_signal(signal.SIGTERM)
     err = process.communicate(timeout=60)[1]
     assert process.returncode == 130 and "INTERRUPTED" in err, err
