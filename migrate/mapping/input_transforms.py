@@ -38,7 +38,8 @@ def input_transform_cause(source, model, mx_node: str, torch_module: str, inputs
     Args:
         source: the ``MxSource`` (its symbol and input names).
         model: the torch model (run once, in eval mode, on ``inputs``).
-        mx_node, torch_module: the first diverging pair (``VerifyReport.first_divergence``).
+        mx_node: the MXNet op of the first diverging pair (``VerifyReport.first_divergence.mx_node``).
+        torch_module: its torch module path (``first_divergence.torch_node``).
         inputs: the numpy inputs both models ran on (``node_outputs.seeded_inputs``), in ``source.input_names`` order.
 
     Returns:
