@@ -13,39 +13,9 @@ import pytest
 from mxformats.errors import StatesFileError, UnsafeStatesError
 from mxformats.states import split_states, unpickle_states
 from tests.mxformats import hostile_states as H
+from tests.mxformats.hostile_states import CASES
 
 MIB = 1 << 20
-
-# (description, error type, message pattern): unpickle_states(H.HOSTILE[description], "hostile.states")
-CASES = [
-    ("bytearray(4e9)", UnsafeStatesError, r"^States file 'hostile.states' asks for a bytearray of 4,000,000,000 bytes, "
-     r"more than its 32 bytes hold; it was refused before allocating"),
-    ("2**40 paths (shared lists)", UnsafeStatesError, r"'hostile.states': containers nest more than 32 deep \(at "
-     r"byte \d+\), which no optimizer states file does"),
-    ("2**40 paths (shared tuples)", UnsafeStatesError, r"'hostile.states': containers nest more than 32 deep \(at "
-     r"byte 69\)"),
-    ("a list nested 1e6 deep", UnsafeStatesError, r"containers nest more than 32 deep \(at byte 1000037\)"),
-    ("a dict key nested 1e6 tuples deep", UnsafeStatesError, r"containers nest more than 32 deep \(at byte "
-     r"1000035\)"),
-    ("a list holding itself", UnsafeStatesError, r"'hostile.states': a list holds itself"),
-    ("a numpy object array", UnsafeStatesError, r"holds a numpy array of Python objects, which optimizer states never "
-     r"hold"),
-    ("numpy _reconstruct of 2**40 bytes", UnsafeStatesError, r"asks for a numpy array of shape \(1099511627776,\) x "
-     r"int8, more than its \d+ bytes hold"),
-    ("an NDArray of shape (0, 2**62)", StatesFileError, r"^States file 'hostile.states': the bytes of a pickled "
-     r"NDArray: NDArray has shape \(0, 4611686018427387904\) of 4-byte items: its dimensions multiply past 2\*\*63 bytes, more "
-     r"than any array holds at byte 0"),
-    ("an NDArray header of 2**40 floats", StatesFileError, r"^States file 'hostile.states': the bytes of a pickled "
-     r"NDArray: NDArray values \(1099511627776 x float32\) needs 4398046511104 bytes but only 0 are left at byte 32"),
-    ("a state sharing one list", StatesFileError, r"the state of parameter index 0 is not one MXNet makes \(it holds "
-     r"the same list at two places"),
-    ("a whole pickle of an int", StatesFileError, r"expected MXNet optimizer states \(a dict index -> state\), got "
-     r"int"),
-    ("a whole pickle that builds nothing", StatesFileError, r"could not be unpickled \(AttributeError: 'int' object "
-     r"has no attribute 'append'\); their pickle is whole \(8 bytes of opcodes, ending with STOP\) but builds no states"),
-    ("a pickle cut short", StatesFileError, r"could not be unpickled \(.*\); their pickle is cut short at byte 5"),
-]
-
 
 class _Deadline:
     """SIGALRM after ``seconds``: a case that hangs fails instead of holding the suite."""

@@ -20,6 +20,7 @@ from mxformats.errors import MXNetFileError, StatesFileError, SymbolFileError
 from mxformats.ndarray import index_ndarrays, load_ndarrays
 from mxformats.states import unpickle_states
 from mxformats.symbol import symbol_from_json
+from tests.mxformats import hostile_states as H
 from tests.torch_side import ndarray_bytes as B
 from tests.torch_side.test_without_mxnet import _child, _pickled_states
 
@@ -316,3 +317,19 @@ class TestStatesTruncation:
         for cut in range(len(data)):
             with pytest.raises(StatesFileError, match=rf"'trainer.states'.* their pickle is cut short at byte {cut};"):
                 unpickle_states(data[:cut], "trainer.states", as_data=True)
+
+
+class TestHostileStates:
+    @pytest.mark.parametrize("name, error, pattern", H.CASES, ids=[case[0] for case in H.CASES])
+    def test_hostile_states_as_data(self, name, error, pattern):
+        """The hostile pickles of tests/mxformats/hostile_states.py read as data where MXNet is absent (numpy 2 in
+        ./.venv-torch): the same typed errors as in MXNet's environment, the traced peak within a few times the
+        file."""
+        tracemalloc.start()
+        try:
+            with pytest.raises(error, match=pattern):
+                unpickle_states(H.HOSTILE[name], "hostile.states", as_data=True)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 4 * len(H.HOSTILE[name]) + 2 * 2 ** 20, f"{name}: {peak} bytes"
