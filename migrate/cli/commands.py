@@ -137,7 +137,7 @@ def main(argv=None) -> int:
         return 0 if exc.code in (0, None) else 2
     report = Report(args.command)
     out = getattr(args, "out", None) or getattr(args, "data_out", None)  # its folder: leftovers removed on the way out
-    with interrupts.Interrupts(args.command, out) as guard, _progress(args):
+    with interrupts.Interrupts(args.command, out) as guard, _progress(args), _grad_mode_kept():
         try:  # a signal raises KeyboardInterrupt from guard.work() until guard.finish(), then none (interrupts)
             try:
                 guard.work()
@@ -599,6 +599,19 @@ def _progress(args):
     """Progress bars on stderr (``_stage``), off with --quiet or when stderr is not a terminal."""
     args.bars = not args.quiet and sys.stderr.isatty()
     yield
+
+
+@contextlib.contextmanager
+def _grad_mode_kept():
+    """torch's gradient mode as it was when the command started, however it ends: an interrupt raised inside
+    ``torch.no_grad()``'s ``__enter__`` (after it switched gradients off, before ``__exit__`` was due) would leave them
+    off in the program that called ``main``."""
+    import torch
+    enabled = torch.is_grad_enabled()
+    try:
+        yield
+    finally:
+        torch.set_grad_enabled(enabled)
 
 
 @contextlib.contextmanager
