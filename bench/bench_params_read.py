@@ -26,16 +26,10 @@ import tempfile
 import time
 import zlib
 
+from devtools.memory import reset_peak, status_bytes
+
 GIB = 1024 ** 3
 READERS = ("mx.nd.load", "load_ndarrays", "index + one at a time", "load_ndarrays, advised")
-
-
-def _status(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def _write_file(path, millions, width, queue):
@@ -90,11 +84,9 @@ def _read(reader, path, checksums, queue):
         sys.modules["mxnet"] = None  # importing mxnet fails here, as where it is not installed
     if reader == "load_ndarrays, advised":
         mxformats.ndarray._set_madvise_hugepage = None  # plain np.empty: numpy advises huge pages
-    before = _status("VmRSS")
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")  # VmHWM := VmRSS
+    before = reset_peak()
     seconds, sums = _TIMED[reader](path, checksums)
-    peak = _status("VmHWM") - before
+    peak = status_bytes("VmHWM") - before
     queue.put({"seconds": seconds, "peak": peak, "sums": sums, "mxnet": sys.modules.get("mxnet") is not None})
 
 

@@ -10,10 +10,14 @@ import re
 import shutil
 import tempfile
 
-__all__ = ["atomic_write", "write_json", "write_text", "sha256", "process_running", "temp_prefix", "remove_stale"]
+__all__ = ["atomic_write", "write_json", "write_text", "sha256", "process_running", "temp_prefix", "remove_stale",
+           "usual_mode"]
 
 TEMP_PREFIX = ".tmp-"
-_TEMP_NAME = re.compile(r"\.tmp-(?:gluon-lr-)?(\d+)-")
+#: This project's temporary names that carry their process's id: ``.tmp-<pid>-`` (atomic writes),
+#: ``.tmp-gluon-lr-<pid>-`` (gluon_lr's scratch folders), ``.tmp-data-<pid>-`` (``migrate data convert`` before it
+#: staged its folder as ``migrate all`` does).
+_TEMP_NAME = re.compile(r"\.tmp-(?:gluon-lr-|data-)?(\d+)-")
 
 
 def temp_prefix(kind: str = "") -> str:
@@ -22,6 +26,19 @@ def temp_prefix(kind: str = "") -> str:
     The pid lets a later run tell a dead process's leftovers (``remove_stale``) from a live one's.
     """
     return f"{TEMP_PREFIX}{kind + '-' if kind else ''}{os.getpid()}-"
+
+
+def usual_mode(folder: bool = False) -> int:
+    """The permissions a new file (0666) or folder (0777) gets from this process's umask: what every output is given,
+    where a temporary one was made private (``mkstemp``'s 0600, ``mkdtemp``'s 0700).
+
+    Examples:
+        >>> oct(usual_mode())  # under umask 022
+        '0o644'
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if folder else 0o666) & ~umask
 
 
 def process_running(pid: int) -> bool:
@@ -112,9 +129,7 @@ def atomic_write(path, content, *, error=None) -> None:
         else:
             with os.fdopen(fd, "wb") as out:
                 out.write(content)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, usual_mode())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

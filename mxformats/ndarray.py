@@ -28,6 +28,7 @@ Examples:
     >>> params.info("arg:conv0_weight").shape, params["arg:conv0_weight"].dtype  # one array read  # doctest: +SKIP
     ((64, 3, 7, 7), dtype('float32'))
 """
+import collections
 import io
 import math
 import os
@@ -50,7 +51,7 @@ except ImportError:  # numpy 1.x
         _set_madvise_hugepage = None
 
 __all__ = ["DTYPES", "V1_MAGIC", "V2_MAGIC", "V3_MAGIC", "LIST_MAGIC", "NDArrayInfo", "NDArrayFile",
-           "decode_ndarray", "read_ndarray", "index_ndarrays", "load_ndarrays"]
+           "decode_ndarray", "ndarray_info", "read_ndarray", "index_ndarrays", "load_ndarrays"]
 
 V1_MAGIC, V2_MAGIC, V3_MAGIC = 0xF993FAC8, 0xF993FAC9, 0xF993FACA
 LIST_MAGIC = 0x112
@@ -65,6 +66,8 @@ _AUX_ARRAYS = {"row_sparse": 1, "csr": 2}  # indices; indptr and indices
 _MAX_NDIM = 32
 _SMALLEST_ARRAY = 12  # bytes: magic, storage type, ndim 0 (a version-2 "none" array)
 _SMALLEST_NAME = 8  # bytes: its length
+_LONGEST_HEADER = 4 + 4 + 2 * (4 + 8 * _MAX_NDIM) + 8 + 4 + max(_AUX_ARRAYS.values()) * (4 + 4 + 8 * _MAX_NDIM)
+_LARGEST_ARRAY = 1 << 63  # bytes: numpy's sizes (and MXNet's, int64) stay below
 _HUGE_PAGE_ADVICE_FROM = 1 << 22  # numpy advises huge pages for arrays of 4 MiB and more
 _ADVICE_LOCK = threading.Lock()
 
@@ -167,6 +170,14 @@ def _shape(stream: _Stream, what: str, legacy_ndim=None) -> tuple:
     return dims
 
 
+def _check_extent(stream: _Stream, what: str, shape: tuple, itemsize: int, start: int) -> None:
+    """Refuse a shape whose nonzero dimensions together pass 2**63 bytes: numpy refuses to make such an array even
+    when a zero dimension leaves it empty ("array is too big"), and MXNet never wrote one."""
+    if math.prod(d for d in shape if d) * itemsize >= _LARGEST_ARRAY:
+        raise stream.fail(f"{what} has shape {shape} of {itemsize}-byte items: its dimensions multiply past 2**63 "
+                          f"bytes, more than any array holds", start)
+
+
 def _dtype(stream: _Stream, what: str):
     """The numpy dtype of the next dtype flag; refuses the flags MXNet 1.x cannot load."""
     flag = stream.unpack("<i", f"{what} dtype flag")
@@ -215,6 +226,7 @@ def _header(stream: _Stream, what: str, skip_sparse: bool = False) -> NDArrayInf
                           f"dimension count", start)
     stream.unpack("<ii", f"{what} context")
     dtype = _dtype(stream, what)
+    _check_extent(stream, what, shape, dtype.itemsize, start)
     info = NDArrayInfo(start, stream.offset, shape, dtype, "default", math.prod(shape) * dtype.itemsize)
     stream.need(info.nbytes, f"{what} values ({math.prod(shape)} x {dtype.name})")
     return info
@@ -229,9 +241,11 @@ def _sparse_header(stream: _Stream, what: str, start: int, storage: str) -> NDAr
     shape = _shape(stream, f"{what} shape")
     stream.unpack("<ii", f"{what} context")
     item, aux = _item_size(stream, what), []
+    _check_extent(stream, what, shape, item, start)
     for i in range(_AUX_ARRAYS[storage]):
         size = _item_size(stream, f"{what} auxiliary array {i}")
         aux.append((size, _shape(stream, f"{what} auxiliary array {i} shape")))
+        _check_extent(stream, f"{what} auxiliary array {i}", aux[-1][1], size, start)
     if any(len(dims) != 1 for _, dims in aux) or (storage == "row_sparse" and not shape):
         raise stream.fail(f"{what}: a {storage} array of shape {shape} with auxiliary shapes {[d for _, d in aux]}",
                           start)
@@ -285,6 +299,32 @@ def decode_ndarray(data, source: str, error=MXNetFileError):
     if stream.offset != view.nbytes:
         raise stream.fail(f"{view.nbytes - stream.offset} bytes follow the NDArray")
     return array
+
+
+def ndarray_info(data, source: str, error=MXNetFileError) -> NDArrayInfo:
+    """The header of one NDArray's bytes (as a pickled NDArray holds them), checked to announce exactly the bytes that
+    follow it; no value is read or allocated. Dense and sparse arrays alike (MXNet reads both).
+
+    Args:
+        data: The bytes ``MXNDArraySaveRawBytes`` wrote.
+        source: How messages name the file the bytes came from.
+        error: The exception class raised for bytes that are not one NDArray.
+
+    Raises:
+        error: the header is damaged, or announces more or fewer bytes than follow (names the source and the offset).
+
+    Examples:
+        >>> ndarray_info(bytes(state["handle"]), "trainer.states").shape  # doctest: +SKIP
+        (64, 3, 7, 7)
+    """
+    view = memoryview(data)
+    head = bytes(view[:_LONGEST_HEADER])  # every header field lies within it; the size checks use the whole length
+    stream = _Stream(io.BytesIO(head), source, error, view.nbytes)
+    info = _header(stream, "NDArray", skip_sparse=True)
+    if info.offset + info.nbytes != view.nbytes:
+        raise stream.fail(f"{view.nbytes - info.offset - info.nbytes} bytes follow the NDArray",
+                          info.offset + info.nbytes)
+    return info
 
 
 class NDArrayFile(Mapping):
@@ -448,6 +488,8 @@ def _name(stream: _Stream, index: int) -> str:
 def _check_names(stream: _Stream, names: list, count: int, at: int) -> None:
     if names and len(names) != count:
         raise stream.fail(f"{count} arrays but {len(names)} names", at)
-    if len(set(names)) != len(names):
-        twice = sorted({name for name in names if names.count(name) > 1})
-        raise stream.fail(f"the names {twice[:5]} occur more than once (MXNet writes a dict)", at)
+    counts = collections.Counter(names)  # one pass: a file of 200,000 equal names stays linear
+    if len(counts) != len(names):
+        twice = sorted(name for name, count in counts.items() if count > 1)
+        many = "names occur" if len(twice) > 1 else "name occurs"
+        raise stream.fail(f"{len(twice)} {many} more than once ({twice[:5]}; MXNet writes a dict)", at)

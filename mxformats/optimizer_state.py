@@ -1,22 +1,59 @@
 """The structure of an MXNet optimizer state (None, an array, or nested tuples/lists of arrays and scalars), and the
 parameter names by index that gluon_lr records on an MXNet optimizer (``PARAM_NAMES``)."""
 
-__all__ = ["state_arrays", "PARAM_NAMES", "record_param_names", "recorded_param_names"]
+__all__ = ["state_arrays", "state_shape_problem", "MAX_STATE_DEPTH", "PARAM_NAMES", "record_param_names",
+           "recorded_param_names"]
+
+#: How deep MXNet's optimizer states nest: a multi_precision state ``(weight32, (mean, var))`` is 2 deep; a state
+#: nested deeper was not made by MXNet.
+MAX_STATE_DEPTH = 8
+
+
+def _walk(state):
+    """``(item, depth, again)`` for ``state`` and everything in its tuples and lists, depth first, iteratively; a
+    container met a second time (``again``) is not walked again, so a crafted state that shares its lists stays
+    linear (2**40 paths through 40 shared lists are 80 steps)."""
+    seen, todo = set(), [(state, 0)]
+    while todo:
+        item, depth = todo.pop()
+        container = isinstance(item, (tuple, list)) and len(item) > 0  # () is one object in CPython: not shared
+        again = container and id(item) in seen
+        yield item, depth, again
+        if container and not again:
+            seen.add(id(item))
+            todo.extend((child, depth + 1) for child in reversed(item))
 
 
 def state_arrays(state) -> list:
     """Every array in one parameter's optimizer state, depth first (MXNet's order); None and scalars are skipped.
 
-    Arrays are NDArrays, or numpy arrays where a state was read back from a file.
+    Arrays are NDArrays, or numpy arrays where a state was read back from a file. A list or tuple met twice is read
+    once (MXNet never shares them: ``state_shape_problem`` names such a state).
 
     Examples:
         >>> mean, var = mx.nd.zeros(3), mx.nd.ones(3)
         >>> [a.shape for a in state_arrays((mean, (var, None), 0.5))]
         [(3,), (3,)]
     """
-    if isinstance(state, (tuple, list)):
-        return [array for item in state for array in state_arrays(item)]
-    return [state] if hasattr(state, "shape") and hasattr(state, "size") else []
+    return [item for item, _, again in _walk(state)
+            if not again and not isinstance(item, (tuple, list)) and hasattr(item, "shape") and hasattr(item, "size")]
+
+
+def state_shape_problem(state) -> str:
+    """What makes ``state`` something MXNet's optimizers never make, or ``""``: its tuples and lists must form a tree
+    (none met twice) at most ``MAX_STATE_DEPTH`` deep. Linear in the state's size whatever it holds.
+
+    Examples:
+        >>> shared = [mx.nd.zeros(3)]
+        >>> state_shape_problem((shared, shared))
+        'it holds the same list at two places'
+    """
+    for item, depth, again in _walk(state):
+        if again:
+            return f"it holds the same {type(item).__name__} at two places"
+        if depth > MAX_STATE_DEPTH:
+            return f"it nests more than {MAX_STATE_DEPTH} deep"
+    return ""
 
 
 #: The attribute gluon_lr sets on an MXNet optimizer: the parameter names by index, in the updater's order (set by

@@ -9,7 +9,12 @@ A pickle can name any importable callable; ``safe_loads`` admits only the classe
   imported: a user's own optimizer, never imported on the file's word);
 - numpy arrays, scalars and dtypes, and plain containers (``set``, ``frozenset``, ``OrderedDict``, ``complex``).
 
-Anything else is refused with ``UnsafeStatesError`` naming the class, before it is imported or called.
+Anything else is refused with ``UnsafeStatesError`` naming the class, before it is imported or called. A hostile
+file of a few bytes can neither exhaust the memory nor crash or hang the reader (``pickle_limits``): containers
+nested too deep are refused from the opcodes before loading, what an admitted class allocates never passes the
+pickle's own size (NDArrays included: their header is checked against the bytes that follow it), and the loaded
+structure is walked once, iteratively, for nesting deeper than ``pickle_limits.MAX_NESTING`` or a container holding
+itself.
 
 Two ways to read (``as_data``):
 
@@ -26,7 +31,8 @@ import sys
 import numpy as np
 
 from .errors import UnsafeStatesError
-from .ndarray import decode_ndarray
+from .ndarray import decode_ndarray, ndarray_info
+from .pickle_limits import MAX_NESTING, Allocations, nesting_offset, nesting_problem
 
 __all__ = ["safe_loads", "PickledObject", "ALLOWED", "MXNET_OPTIMIZERS", "MXNET_LR_SCHEDULERS"]
 
@@ -93,6 +99,7 @@ class PickledObject:
 
 
 _STAND_INS = {}
+_NDARRAY_BYTES = "the bytes of a pickled NDArray"  # how a fault in them is named (offsets count from their start)
 
 
 def _stand_in(module: str, name: str) -> type:
@@ -113,20 +120,38 @@ class _NDArrayBytes:
         self.raw = state.get("handle") if isinstance(state, dict) else None
 
 
+def _checked_ndarray(cls: type) -> type:
+    """A subclass of MXNet's NDArray class ``cls`` whose unpickling checks the array's header against its bytes
+    (``ndarray_info``: MXNet would allocate what the header announces) before MXNet reads it, then becomes ``cls``."""
+    def __setstate__(self, state):
+        handle = state.get("handle") if isinstance(state, dict) else None
+        if handle is not None:
+            ndarray_info(handle, _NDARRAY_BYTES)
+        cls.__setstate__(self, state)
+        self.__class__ = cls
+    return type(cls.__name__, (cls,), {"__slots__": (), "__setstate__": __setstate__})
+
+
 class _StatesUnpickler(pickle.Unpickler):
-    """An Unpickler whose ``find_class`` admits only ``ALLOWED`` and MXNet's optimizer/scheduler classes."""
+    """An Unpickler whose ``find_class`` admits only ``ALLOWED`` and MXNet's optimizer/scheduler classes, those that
+    allocate bounded by the pickle's size (``pickle_limits.Allocations``)."""
 
     def __init__(self, data: bytes, source: str, as_data: bool):
         super().__init__(io.BytesIO(data))
         self._source, self._as_data = source, as_data
+        self._allocations, self._ndarrays = Allocations(len(data), source), {}
 
     def find_class(self, module, name):
         if (module, name) in ALLOWED:
-            if self._as_data and (module, name) in _NDARRAYS:
-                return _NDArrayBytes
+            if (module, name) in _NDARRAYS:
+                if self._as_data:
+                    return _NDArrayBytes
+                if name not in self._ndarrays:
+                    self._ndarrays[name] = _checked_ndarray(super().find_class(module, name))
+                return self._ndarrays[name]
             if module == "numpy.core.multiarray" and np.lib.NumpyVersion(np.__version__) >= "2.0.0":
                 module = "numpy._core.multiarray"  # numpy 2 moved it (the old name still works, with a warning)
-            return super().find_class(module, name)
+            return self._bounded(name, super().find_class(module, name))
         found = self._data_class(module, name) if self._as_data else _mxnet_class(module, name)
         if found is not None:
             return found
@@ -134,6 +159,12 @@ class _StatesUnpickler(pickle.Unpickler):
                                 f"never holds; it was refused unread (loading it could run code). Load only states "
                                 f"files you wrote; for a custom optimizer, import its module before loading"
                                 + (" (that needs MXNet)." if self._as_data else "."))
+
+    def _bounded(self, name: str, found):
+        """``found`` (an admitted class), or the ``Allocations`` check standing for it where it allocates."""
+        limits = self._allocations
+        bounded = {"bytearray": limits.bytearray, "ndarray": limits.ndarray_type, "dtype": limits.dtype}
+        return limits.reconstruct(found) if name == "_reconstruct" else bounded.get(name, found)
 
     @staticmethod
     def _data_class(module, name):
@@ -147,23 +178,23 @@ class _StatesUnpickler(pickle.Unpickler):
         return None
 
 
-def _to_data(value, source: str, seen: dict):
+def _to_data(value, seen: dict):
     """``value`` with every ``_NDArrayBytes`` decoded to numpy, through containers and PickledObjects."""
     if id(value) in seen:
         return seen[id(value)]
     if isinstance(value, _NDArrayBytes):
-        result = decode_ndarray(value.raw, source) if value.raw is not None else None
+        result = decode_ndarray(value.raw, _NDARRAY_BYTES) if value.raw is not None else None
     elif isinstance(value, dict):
         result = type(value)()
         seen[id(value)] = result
         for key, item in value.items():
-            result[key] = _to_data(item, source, seen)
+            result[key] = _to_data(item, seen)
     elif isinstance(value, (list, tuple)):
-        result = type(value)(_to_data(item, source, seen) for item in value)
+        result = type(value)(_to_data(item, seen) for item in value)
     elif isinstance(value, PickledObject):
         seen[id(value)] = value
         for key, item in vars(value).items():
-            value.__dict__[key] = _to_data(item, source, seen)
+            value.__dict__[key] = _to_data(item, seen)
         result = value
     else:
         result = value
@@ -184,11 +215,25 @@ def safe_loads(data: bytes, source: str, as_data: bool = False):
 
     Raises:
         UnsafeStatesError: the pickle names a class outside ``ALLOWED``, MXNet's optimizers and schedulers (and, live,
-            their imported subclasses); it is neither imported nor called.
-        MXNetFileError: as data, an NDArray that cannot be read without MXNet (sparse) or whose bytes are damaged.
+            their imported subclasses); it is neither imported nor called. Or it asks for more memory than its size
+            (``bytearray(4 * 10**9)``), holds an object array, or nests beyond ``pickle_limits.MAX_NESTING``.
+        MXNetFileError: an NDArray whose bytes are damaged (its header announces other bytes than follow); as data,
+            one that cannot be read without MXNet (sparse).
 
     Examples:
         >>> states, optimizer = safe_loads(open("trainer.states", "rb").read(), "trainer.states", as_data=True)
     """
+    deep = nesting_offset(data)
+    if deep is not None:
+        raise _too_deep(source, f"containers nest more than {MAX_NESTING} deep (at byte {deep})")
     loaded = _StatesUnpickler(data, source, as_data).load()
-    return _to_data(loaded, source, {}) if as_data else loaded
+    problem = nesting_problem(loaded)
+    if problem:
+        raise _too_deep(source, problem)
+    return _to_data(loaded, {}) if as_data else loaded
+
+
+def _too_deep(source: str, problem: str) -> UnsafeStatesError:
+    return UnsafeStatesError(f"States file {source!r}: {problem}, which no optimizer states file does (MXNet's nest "
+                             f"4 deep, without cycles); it was refused (reading it could exhaust the stack): the "
+                             f"file is damaged or crafted, save the states again.")

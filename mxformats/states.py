@@ -14,6 +14,7 @@ import pickletools
 
 from .atomic import atomic_write
 from .errors import MXNetFileError, StatesFileError, UnsafeStatesError
+from .optimizer_state import state_shape_problem
 from .reading import read_regular_file
 from .safe_pickle import safe_loads
 
@@ -105,6 +106,10 @@ def split_states(data: bytes, source: str, error=StatesFileError) -> tuple:
         header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + size].decode())
         params = [dict(p, name=str(p["name"]), shape=list(p["shape"]), lr_mult=float(p["lr_mult"]),
                        wd_mult=float(p["wd_mult"])) for p in header["params"]]  # other keys (freeze) pass through
+    except RecursionError:
+        raise error(f"States file {source!r} has a corrupt header (its JSON is nested too deeply to be one: "
+                    f"gluon-lr writes a list of flat records); the file is damaged or crafted: save the states "
+                    f"again.") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise error(f"States file {source!r} has a corrupt header ({type(exc).__name__}: {exc}); the "
                     f"file is damaged or truncated: save the states again.") from None
@@ -115,15 +120,19 @@ def split_states(data: bytes, source: str, error=StatesFileError) -> tuple:
     return params, data[len(MAGIC) + 8 + size:]
 
 
-def _pickle_end(data: bytes) -> int:
-    """How far ``data`` reads as pickle opcodes (scanned by ``pickletools``, nothing run): where it is cut or broken."""
-    stream = io.BytesIO(data)
+def _pickle_extent(data: bytes) -> str:
+    """Where ``data`` stops reading as pickle opcodes (scanned by ``pickletools``, nothing run), in words: whole, cut
+    short, or broken at a byte."""
+    stream, last = io.BytesIO(data), None
     try:
-        for _ in pickletools.genops(stream):
+        for last, _, _ in pickletools.genops(stream):
             pass
     except Exception:  # the opcode at the stream's position is cut short or unknown
         pass
-    return stream.tell()
+    end = stream.tell()
+    if last is not None and last.name == "STOP":
+        return f"whole ({end} bytes of opcodes, ending with STOP) but builds no states"
+    return f"cut short at byte {end}" if end >= len(data) else f"broken at byte {end} of {len(data)}"
 
 
 def unpickle_states(mx_states: bytes, source: str, error=StatesFileError, as_data: bool = False) -> tuple:
@@ -151,12 +160,17 @@ def unpickle_states(mx_states: bytes, source: str, error=StatesFileError, as_dat
     except MXNetFileError as exc:
         raise error(f"States file {source!r}: {exc}") from None
     except Exception as exc:  # pickle raises many types on corrupt input
-        end = _pickle_end(mx_states)
-        where = f"cut short at byte {end}" if end >= len(mx_states) else f"broken at byte {end} of {len(mx_states)}"
         raise error(f"States file {source!r}: the MXNet optimizer states are corrupt: they could not be unpickled "
-                    f"({type(exc).__name__}: {exc}); their pickle is {where}; save the states again.") from None
+                    f"({type(exc).__name__}: {str(exc)[:200]}); their pickle is {_pickle_extent(mx_states)}; save "
+                    f"the states again.") from None
     states, optimizer = loaded if isinstance(loaded, tuple) and len(loaded) == 2 else (loaded, None)
     if not isinstance(states, dict):
         raise error(f"States file {source!r}: expected MXNet optimizer states (a dict index -> state), "
                     f"got {type(states).__name__}; save the states again with LrTrainer.save_states.")
+    for index, state in states.items():
+        problem = state_shape_problem(state)
+        if problem:
+            raise error(f"States file {source!r}: the state of parameter index {index!r} is not one MXNet makes "
+                        f"({problem}: its optimizers make tuples of arrays); the file is damaged or crafted: save "
+                        f"the states again.")
     return states, optimizer

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from .errors import SymbolFileError
 from .reading import read_regular_file
 
-__all__ = ["SymbolNode", "SymbolGraph", "read_symbol", "symbol_from_json", "INPUT_NAMES", "MXNET_VERSION"]
+__all__ = ["SymbolNode", "SymbolGraph", "read_symbol", "symbol_file_problem", "symbol_from_json", "INPUT_NAMES",
+           "MXNET_VERSION"]
 
 #: The MXNet version whose loader this module reproduces (1.9.1, as MXNet numbers it).
 MXNET_VERSION = 10901
@@ -155,6 +156,22 @@ def read_symbol(path) -> SymbolGraph:
     return symbol_from_json(data, repr(str(path)))
 
 
+def symbol_file_problem(path) -> str:
+    """What ``read_symbol`` finds wrong with the file at ``path`` (its ``SymbolFileError`` message), or ``""`` when it
+    reads: the reason to give where MXNet's own loader failed with a message of its own (a truncated file read by
+    MXNet fails with a UTF-8 decoding error of MXNet's message, not with "truncated").
+
+    Examples:
+        >>> symbol_file_problem("net-symbol.json")  # doctest: +SKIP
+        "'net-symbol.json': not JSON (Expecting ',' delimiter at line 18 ...); the file is damaged or truncated: ..."
+    """
+    try:
+        read_symbol(path)
+    except SymbolFileError as exc:
+        return str(exc)
+    return ""
+
+
 def symbol_from_json(text, source: str = "the symbol JSON") -> SymbolGraph:
     """A ``SymbolGraph`` from the text of a symbol JSON (``Symbol.tojson()``), upgraded as MXNet 1.9.1 loads it.
 
@@ -184,8 +201,11 @@ def _parse_json(text, source: str) -> dict:
         try:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise SymbolFileError(f"{source}: byte {exc.start} is not UTF-8; a symbol file is UTF-8 JSON written by "
-                                  f"Symbol.save or HybridBlock.export.") from None
+            cut = exc.reason == "unexpected end of data"  # the last character is incomplete
+            raise SymbolFileError(f"{source}: byte {exc.start} is not UTF-8"
+                                  + (" (the file ends inside a character: it is truncated)" if cut else "")
+                                  + "; a symbol file is UTF-8 JSON written by Symbol.save or HybridBlock.export.") \
+                from None
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from migrate.check.rounding import NOT_FINITE, non_finite
+
 __all__ = ["Evidence", "RECOGNIZERS", "likely_cause"]
 
 _EPS_DEFAULT = {"BatchNorm": 1e-3, "LayerNorm": 1e-5, "InstanceNorm": 1e-3, "GroupNorm": 1e-5}
@@ -38,6 +40,7 @@ class Evidence:
             (torch keys): numpy values around it; mx_gradients: MXNet's raw gradients of that step; mx_lrs,
             torch_lrs: the learning rate each side used.
         torch_side: the ``TorchTraining``; mx_optimizer: MXNet's optimizer (None without settings).
+        inputs: the batch (numpy arrays).
     """
 
     symbol: object
@@ -60,11 +63,13 @@ class Evidence:
     torch_lrs: dict = field(default_factory=dict)
     torch_side: object = None
     mx_optimizer: object = None
+    inputs: list = field(default_factory=list)
 
     def __post_init__(self):
         document = json.loads(self.symbol.tojson())
         self.nodes, self.heads = document["nodes"], document["heads"]
         self.by_name = {node["name"]: node for node in self.nodes}
+        self.cache = {}  # what recognizers measure once (the gradients' ratios, the slopes at step 1)
 
     def attrs(self, op: str) -> dict:
         """The attributes of MXNet op ``op`` (empty when unknown)."""
@@ -87,6 +92,47 @@ def likely_cause(row, evidence: Evidence) -> str:
         if found:
             return found
     return ""
+
+
+# ---------------------------------------------------------------- any row
+
+
+def _not_finite(row, ev: Evidence) -> str | None:
+    """NaN or inf in a compared tensor: traced to the weights, the optimizer states, the batch or the labels that
+    hold them, else named as arising at this tensor."""
+    if not row.note.startswith(NOT_FINITE):
+        return None
+    counts = row.note[len(NOT_FINITE):].strip(" ()")
+    sources = _non_finite_sources(ev)
+    if sources:
+        return (f"not finite: {', '.join(sources[:4])}{' ...' if len(sources) > 4 else ''} before step {ev.step}; "
+                f"every tensor computed from them is NaN or inf on both sides ({counts}): give finite values (load "
+                f"the weights again, check the data pipeline and the labels)")
+    return (f"not finite: the values turn NaN or inf first here ({counts}) from finite weights, states, batch and "
+            f"labels: the computation overflows or divides by zero at this step in "
+            f"{'one framework' if 'MXNet: 0 NaN, 0 inf' in counts or 'torch: 0 NaN, 0 inf' in counts else 'both'} "
+            f"(a float16 overflow, a log or sqrt of a negative, a learning rate that diverges); float64=True "
+            f"(--float64) tells rounding from a real overflow")
+
+
+def _non_finite_sources(ev: Evidence) -> list:
+    """What holds NaN or inf before the step: MXNet parameters (by name), torch optimizer states (by key), inputs,
+    labels; each with its counts."""
+    found = [f"MXNet weight {name!r} ({non_finite(value)})" for name, value in ev.mx_before.items() if _bad(value)]
+    states = ev.torch_side.optimizer.state if ev.torch_side is not None and ev.torch_side.optimizer else {}
+    names = {id(p): k for k, p in (ev.torch_side.named.items() if ev.torch_side is not None else ())}
+    found += [f"the optimizer state of {names.get(id(param), '?')!r} ({non_finite(value)})"
+              for param, state in states.items() for value in state.values() if torch.is_tensor(value)
+              and _bad(value.detach().cpu().numpy())]
+    found += [f"input {i} of the batch ({non_finite(x)})" for i, x in enumerate(ev.inputs) if _bad(x)]
+    if ev.loss is not None and ev.loss.criterion != "projection":
+        found += [f"the labels ({non_finite(t)})" for t in ev.loss.targets if _bad(t)]
+    return found
+
+
+def _bad(value) -> bool:
+    array = np.asarray(value)
+    return np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all()
 
 
 # ---------------------------------------------------------------- forward outputs
@@ -152,9 +198,11 @@ def _any(value) -> bool:
 
 def _batch_reduction(row, ev: Evidence) -> str | None:
     """torch's loss or gradient is 1/B of MXNet's (a mean loss still rescaled by 1/B) or B times (a sum not
-    rescaled)."""
+    rescaled). A reduction scales every gradient alike: a gradient's ratio counts only where most gradients share it
+    (the PReLU slopes of MXNet's gradient bug have ratio 1/slope, 4 for slopes 0.25, and the batch may be 4)."""
     if ev.batch < 2:
         return None
+    b = ev.batch
     if row.kind == "loss":
         mx_value, torch_value, mx_scaled, torch_scaled = ev.losses[row.step]
         ratio = torch_scaled / mx_scaled if mx_scaled else math.nan
@@ -162,11 +210,14 @@ def _batch_reduction(row, ev: Evidence) -> str | None:
     elif row.name in ev.gradients:
         mx_grad, torch_grad = (g.astype(np.float64).ravel() for g in ev.gradients[row.name])
         norm = float(mx_grad @ mx_grad)
-        ratio = float(mx_grad @ torch_grad) / norm if norm else math.nan
-        shown = f"gradient norms {math.sqrt(norm):.6g} (MXNet) and {float(np.linalg.norm(torch_grad)):.6g} (torch)"
+        ratio = _ratio(*ev.gradients[row.name])
+        shared, counted = _sharing(ev, ratio)
+        if shared < _SHARED * counted:
+            return None
+        shown = (f"gradient norms {math.sqrt(norm):.6g} (MXNet) and {float(np.linalg.norm(torch_grad)):.6g} "
+                 f"(torch), the same ratio in {shared} of {counted} gradients")
     else:
         return None
-    b = ev.batch
     if math.isclose(ratio * b, 1.0, rel_tol=1e-3):
         return (f"mean vs sum: torch averages the loss over the batch of {b} and its optimizer still multiplies the "
                 f"gradients by rescale_grad (MXNet sums the loss, then rescales by 1/{b} once): torch's values are "
@@ -177,6 +228,65 @@ def _batch_reduction(row, ev: Evidence) -> str | None:
                 f"as MXNet's rescale_grad does: torch's values are {b} times MXNet's ({shown}; ratio {ratio:.4g}); "
                 f"average the loss, or scale the gradients by 1/{b}")
     return None
+
+
+_SHARED = 0.9
+"""The part of the gradients (of norm above 1e-3 of the largest) that must share a ratio for a batch reduction."""
+
+
+def _ratio(mx_grad: np.ndarray, torch_grad: np.ndarray) -> float:
+    """torch's gradient over MXNet's as one number (the projection of one on the other); NaN for a zero gradient."""
+    mx_grad, torch_grad = mx_grad.astype(np.float64).ravel(), torch_grad.astype(np.float64).ravel()
+    norm = float(mx_grad @ mx_grad)
+    return float(mx_grad @ torch_grad) / norm if norm else math.nan
+
+
+def _sharing(ev: Evidence, ratio: float) -> tuple[int, int]:
+    """(gradients whose ratio is ``ratio`` within 1e-3, gradients counted: those of norm above 1e-3 of the
+    largest), measured once per step."""
+    if "ratios" not in ev.cache:
+        norms = {name: float(np.linalg.norm(g[0])) for name, g in ev.gradients.items()}
+        largest = max(norms.values(), default=0.0)
+        ev.cache["ratios"] = [_ratio(*ev.gradients[name]) for name, n in norms.items() if n > 1e-3 * largest]
+    ratios = ev.cache["ratios"]
+    return sum(math.isclose(r, ratio, rel_tol=1e-3) for r in ratios), len(ratios)
+
+
+def _prelu_gradient_bug(row, ev: Evidence) -> str | None:
+    """MXNet 1.9.1's PReLU slope gradient without MKLDNN (float64, or ``MXNET_MKLDNN_ENABLED=0``): a Module's (the
+    symbolic executor's) gradient of the slope comes out multiplied by the slope; torch's and MXNet's imperative
+    autograd agree. Recognised when MXNet's gradient is the slope times torch's; the weights and states that the step
+    updates from it follow."""
+    name, key = _param(row, ev)
+    slope = _prelu_slope(ev, name) if name is not None else None
+    if slope is None or name not in ev.gradients:
+        return None
+    mx_grad, torch_grad = (g.astype(np.float64) for g in ev.gradients[name])
+    scaled = slope.reshape(torch_grad.shape) * torch_grad if slope.size == torch_grad.size else None
+    tolerance = 1e-4 * float(np.abs(mx_grad).max(initial=0.0)) + 1e-12
+    if scaled is None or np.abs(mx_grad - torch_grad).max() <= tolerance or np.abs(mx_grad - scaled).max() > tolerance:
+        return None
+    follows = "" if row.kind == "gradient" else f" (the {row.kind} follows from that gradient)"
+    return (f"MXNet's PReLU gradient bug: MXNet 1.9.1 without MKLDNN (float64, or MXNET_MKLDNN_ENABLED=0) gives a "
+            f"Module's slope gradient times the slope: MXNet's gradient of {name!r} is the slope "
+            f"({_values(slope)}) times torch's {key!r}{follows}; torch's is right (MXNet's autograd agrees): compare "
+            f"in float32 with MKLDNN, or leave the slopes out")
+
+
+def _prelu_slope(ev: Evidence, name: str):
+    """The slope values of MXNet parameter ``name`` when it is the gamma of a PReLU (``LeakyReLU`` act_type prelu),
+    as they were at step 1; else None."""
+    for node in ev.nodes:
+        if node["op"] == "LeakyReLU" and node.get("attrs", {}).get("act_type") == "prelu" and len(node["inputs"]) > 1:
+            if ev.nodes[node["inputs"][1][0]]["name"] == name:
+                slope = ev.cache.setdefault(("slope", name), ev.mx_before.get(name))
+                return None if slope is None else np.asarray(slope, dtype=np.float64)
+    return None
+
+
+def _values(array: np.ndarray) -> str:
+    shown = np.unique(np.round(array.ravel(), 6))
+    return ", ".join(f"{v:g}" for v in shown[:3]) + (" ..." if shown.size > 3 else "")
 
 
 # ---------------------------------------------------------------- weights and optimizer states
@@ -403,12 +513,13 @@ def _norm_pair(row, ev: Evidence) -> tuple:
 
 
 RECOGNIZERS = {
-    "forward": (_norm_eps, _avg_pool_padding),
-    "loss": (_batch_reduction, _avg_pool_padding),
-    "gradient": (_batch_reduction, _embedding_padding),
-    "weight": (_frozen_trained, _not_trained, _embedding_padding, _weight_decay, _learning_rate, _clipping, _momentum,
-               _torch_only),
-    "state": (_frozen_trained, _not_trained, _weight_decay, _learning_rate, _clipping, _momentum),
-    "running statistic": (_norm_momentum, _unbiased_variance, _float32_momentum),
+    "forward": (_not_finite, _norm_eps, _avg_pool_padding),
+    "loss": (_not_finite, _batch_reduction, _avg_pool_padding),
+    "gradient": (_not_finite, _prelu_gradient_bug, _batch_reduction, _embedding_padding),
+    "weight": (_not_finite, _frozen_trained, _not_trained, _embedding_padding, _prelu_gradient_bug, _weight_decay,
+               _learning_rate, _clipping, _momentum, _torch_only),
+    "state": (_not_finite, _frozen_trained, _not_trained, _prelu_gradient_bug, _weight_decay, _learning_rate,
+              _clipping, _momentum),
+    "running statistic": (_not_finite, _norm_momentum, _unbiased_variance, _float32_momentum),
 }
 """Row kind -> recognizers, tried in order."""

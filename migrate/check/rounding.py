@@ -31,12 +31,27 @@ import numpy as np
 from migrate.check.report import TensorCheck
 from migrate.mapping.node_outputs import max_diff
 
-__all__ = ["NOISE_FACTOR", "PERTURBATION", "tensor_check", "unit_noise"]
+__all__ = ["NOISE_FACTOR", "NOT_FINITE", "PERTURBATION", "non_finite", "tensor_check", "unit_noise"]
 
 PERTURBATION = 1e-5
 """The control runs' relative perturbation of every parameter (about 100 float32 rounding units)."""
 NOISE_FACTOR = 10.0
 """k: a difference up to k times the control runs' difference is rounding."""
+NOT_FINITE = "values not finite"
+"""How a row whose values hold NaN or inf begins its note (``causes`` names where they come from)."""
+
+
+def non_finite(value) -> str:
+    """How many NaN and infinite values ``value`` holds, in words.
+
+    Examples:
+        >>> non_finite(np.array([np.nan, np.inf, 1.0, np.nan]))
+        '2 NaN, 1 inf of 4'
+    """
+    array = np.asarray(value)
+    if not np.issubdtype(array.dtype, np.floating):
+        return f"0 NaN, 0 inf of {array.size}"
+    return f"{int(np.isnan(array).sum())} NaN, {int(np.isinf(array).sum())} inf of {array.size}"
 
 
 def unit_noise(rng: np.random.Generator, shape) -> np.ndarray:
@@ -80,7 +95,8 @@ def tensor_check(name, torch_name, kind, step, mx_value, torch_value, atol, cont
         return TensorCheck(name, torch_name, kind, step, None, scale, False,
                            f"shapes differ: {np.shape(mx_value)} vs {np.shape(torch_value)}")
     if not (np.isfinite(diff) and np.isfinite(scale)):
-        return TensorCheck(name, torch_name, kind, step, None, 0.0, False, "values not finite (inf or NaN)")
+        return TensorCheck(name, torch_name, kind, step, None, 0.0, False,
+                           f"{NOT_FINITE} (MXNet: {non_finite(mx_value)}; torch: {non_finite(torch_value)})")
     noise = _control_difference((mx_value, torch_value), controls)
     plain = atol * max(1.0, scale)
     limit = max(plain, NOISE_FACTOR * noise) if noise is not None else plain

@@ -3,10 +3,12 @@ migrate's exact optimizer (the MXNet states converted) or one the user builds, o
 """
 from __future__ import annotations
 
+import collections
 import copy
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from migrate import arguments
 from migrate.check.rounding import unit_noise
@@ -16,7 +18,7 @@ from migrate.mapping.weights import load_mxnet_weights
 from migrate.optim.state_conversion import convert_optimizer_state
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 
-__all__ = ["TorchTraining"]
+__all__ = ["TorchTraining", "DropoutOff"]
 
 
 class TorchTraining:
@@ -35,26 +37,28 @@ class TorchTraining:
             (``rounding.unit_noise``, seeded): the control run of ``check_training``. ``perturbation`` then holds, per
             key, what that added, numpy.
         seed: seeds that noise.
+        assume_order: states of a stock Trainer that name no parameters taken in the settings' order
+            (``convert_optimizer_state``'s ``assume_order``).
 
     Examples:
         >>> side = TorchTraining(model, source.params, mapping, settings)  # doctest: +SKIP
     """
 
     def __init__(self, torch_model, params, mapping, settings=None, states=None, optimizer=None, float64=False,
-                 perturb=0.0, seed=0):
+                 perturb=0.0, seed=0, assume_order=False):
         self.model = copy.deepcopy(torch_model)
         load_mxnet_weights(self.model, params, mapping)
         if float64:
             self.model.double()
         self.perturbation = _perturb(self.model, perturb, seed) if perturb else {}
         self.model.train()
-        self.dropouts = _without_dropout(self.model)
+        self.dropouts, self._dropout_off = _without_dropout(self.model), DropoutOff()
         self.named = dict(self.model.named_parameters())
         self.optimizer, self.scheduler, self.exact = None, None, optimizer is None
         if settings is not None and optimizer is None:
             self.optimizer = torch_optimizer(self.model, settings, mapping)
             if states is not None:
-                convert_optimizer_state(states, settings, mapping, self.optimizer)
+                convert_optimizer_state(states, settings, mapping, self.optimizer, assume_order=assume_order)
             self.scheduler = torch_lr_scheduler(self.optimizer, settings)
         elif optimizer is not None:
             self.optimizer = _user_optimizer(optimizer, self.model)
@@ -64,10 +68,14 @@ class TorchTraining:
         """A training-mode forward with gradients: (module path -> output of ``modules``, numpy; final outputs,
         tensors)."""
         self.model.zero_grad(set_to_none=True)
-        with captured_module_outputs(self.model, modules) as found:
+        with captured_module_outputs(self.model, modules) as found, self._dropout_off:
             final = self.model(*torch_inputs(inputs))
         final = list(final) if isinstance(final, (tuple, list)) else [final]
         return {k: v.numpy() for k, v in found.items() if isinstance(v, torch.Tensor)}, final
+
+    def dropout_calls(self) -> list:
+        """The dropout functions made the identity in the forwards so far, with their counts ("F.dropout x 3")."""
+        return [f"{name} x {count}" for name, count in sorted(self._dropout_off.calls.items())]
 
     def group(self, key: str) -> dict | None:
         """The optimizer's param group of parameter ``key``, or None (no optimizer, or not in it)."""
@@ -129,14 +137,48 @@ def _user_optimizer(factory, model):
 
 _DROPOUTS = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
              torch.nn.FeatureAlphaDropout)
+_DROPOUT_FUNCTIONS = {  # function -> (its name in notes, its training default); each takes (input, p, training)
+    F.dropout: ("F.dropout", True), F.dropout1d: ("F.dropout1d", True), F.dropout2d: ("F.dropout2d", True),
+    F.dropout3d: ("F.dropout3d", True), F.alpha_dropout: ("F.alpha_dropout", False),
+    F.feature_alpha_dropout: ("F.feature_alpha_dropout", False), torch.dropout: ("torch.dropout", True),
+    torch.alpha_dropout: ("torch.alpha_dropout", True), torch.feature_dropout: ("torch.feature_dropout", True),
+    torch.feature_alpha_dropout: ("torch.feature_alpha_dropout", True),
+}
+
+
+class DropoutOff(torch.overrides.TorchFunctionMode):
+    """While active, every dropout function of torch is the identity (returns its input), however the model calls it:
+    a Dropout module, ``F.dropout`` in a ``forward``, ``torch.dropout``. ``calls`` counts those that would have
+    dropped (training, p > 0) by name.
+
+    Examples:
+        >>> with DropoutOff() as off:
+        ...     y = torch.nn.functional.dropout(x, 0.5)  # y is x
+        >>> dict(off.calls)  # doctest: +SKIP
+        {'F.dropout': 1}
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.calls = collections.Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func not in _DROPOUT_FUNCTIONS:
+            return func(*args, **kwargs)
+        name, training = _DROPOUT_FUNCTIONS[func]
+        given = dict(zip(("input", "p", "training"), args), **kwargs)
+        if given.get("training", given.get("train", training)) and given.get("p", 0.5) > 0:
+            self.calls[name] += 1
+        return given["input"]
 
 
 def _without_dropout(model) -> list:
-    """Set ``p = 0`` on every Dropout module of ``model`` that drops; return their paths."""
+    """Switch every Dropout module of ``model`` to eval mode (dropout off, the rest of the model training); return
+    their paths."""
     changed = []
     for path, module in model.named_modules():
-        if isinstance(module, _DROPOUTS) and module.p > 0:
-            module.p = 0.0
+        if isinstance(module, _DROPOUTS) and module.training:
+            module.eval()
             changed.append(path)
     return changed
-

@@ -22,8 +22,11 @@ from migrate.mapping.table import NameMapping
 from migrate.mapping.weights import converted_tensors
 from migrate.optim.state_conversion import split_master, torch_state_of
 
-__all__ = ["check_training"]
+__all__ = ["check_training", "MAX_STEPS"]
 
+MAX_STEPS = 1000
+"""The most optimizer steps one check compares: each trains both models and their control runs and compares every
+tensor (a difference in the update shows from the first step; a schedule's within a few)."""
 NOISY = 0.01
 """A tensor whose control difference exceeds this part of its largest value is named in a note: float32 rounding
 hides a difference there that float64 would show."""
@@ -31,7 +34,7 @@ hides a difference there that float64 would show."""
 
 def check_training(mx_model, torch_model, inputs, *, labels=None, loss="sum", settings=None, states=None,
                    mapping=None, steps=1, optimizer=None, input_dtypes=None, atol=1e-4, float64=False,
-                   perturbation=PERTURBATION, seed=0) -> TrainingReport:
+                   perturbation=PERTURBATION, seed=0, assume_order=False) -> TrainingReport:
     """Train the MXNet model and the torch model side by side on one batch and say where they first differ.
 
     Both run in training mode (batch statistics in BatchNorm; Dropout disabled on both sides, as MXNet's masks cannot
@@ -66,7 +69,7 @@ def check_training(mx_model, torch_model, inputs, *, labels=None, loss="sum", se
             gradients only (each side's rescale taken as 1/B for a summed loss, 1 for a mean).
         states: MXNet's states file (``trainer.save_states``), path or bytes; both optimizers continue from it.
         mapping: a ``NameMapping`` (``name_mapping``, ``NameMapping.load``); None matches the models.
-        steps: optimizer steps K (>= 1) on the same batch.
+        steps: optimizer steps K (1 to ``MAX_STEPS``, 1000) on the same batch.
         optimizer: None (migrate's exact optimizer from ``settings``, with ``states``) or a callable
             ``optimizer(model) -> torch.optim.Optimizer`` building yours over the model it is given (its state starts
             empty; optimizer states are then not compared); called once more for the control run's copy.
@@ -78,6 +81,8 @@ def check_training(mx_model, torch_model, inputs, *, labels=None, loss="sum", se
         perturbation: the control runs' relative perturbation (in (0, 0.01]; default ``rounding.PERTURBATION``,
             1e-5), or None: no control runs, ``atol`` alone (one training per framework instead of two).
         seed: seeds the inputs built from shapes, the projection loss and the control runs' noise.
+        assume_order: take ``states`` of a stock Trainer that name no parameters in the settings' order
+            (``convert_optimizer_state``'s ``assume_order``); False refuses them.
 
     Returns:
         A ``TrainingReport``: ``ok``, ``rows`` (``TensorCheck``: difference, ``control``, ``limit``, ``cause``),
@@ -101,8 +106,11 @@ def check_training(mx_model, torch_model, inputs, *, labels=None, loss="sum", se
         True
 
     Note:
-        LrTrainer's element masks and held BatchNorm statistics are not replayed on either side; a torch model that
-        drops out through ``torch.nn.functional.dropout`` (not a Dropout module) still drops: build it with dropout 0.
+        LrTrainer's element masks and held BatchNorm statistics are not replayed on either side. Dropout is off in
+        torch however the model is written: its Dropout modules are switched to eval mode and, while the check runs
+        it, every dropout function (``F.dropout``, ``torch.dropout``, ``F.alpha_dropout``, ...) is the identity
+        (``torch_training.DropoutOff``); the notes name what was switched off. A dropout written by hand (a
+        ``torch.bernoulli`` mask) still drops: build such a model with dropout 0.
     """
     reduction = check_reduction(loss)
     atol, float64 = _checked_arguments(torch_model, steps, atol, mapping, float64)
@@ -118,7 +126,8 @@ def check_training(mx_model, torch_model, inputs, *, labels=None, loss="sum", se
     arrays = arrays if arrays is not None else seeded_inputs(shapes, dtypes, mapping, seed)
     if float64:
         arrays = [x.astype(np.float64) if np.issubdtype(x.dtype, np.floating) else x for x in arrays]
-    run = _Run(source, torch_model, mapping, settings, states, optimizer, arrays, atol, float64, perturbation, seed)
+    run = _Run(source, torch_model, mapping, settings, states, optimizer, arrays, atol, float64, perturbation, seed,
+               assume_order)
     run.first_step(reduction, labels, seed)
     for step in range(1, steps + 1 if settings is not None else 1):
         if step > 1:
@@ -133,9 +142,9 @@ def check_training(mx_model, torch_model, inputs, *, labels=None, loss="sum", se
 def _checked_arguments(torch_model, steps, atol, mapping, float64) -> tuple:
     """(atol, float64) checked; ModelTypeError or ArgumentError naming a malformed argument."""
     arguments.torch_model(torch_model, "check_training(torch_model)")
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-        raise ArgumentError(f"check_training(steps) must be an integer >= 1 (the optimizer steps to compare), got "
-                            f"{steps!r:.40}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= MAX_STEPS:
+        raise ArgumentError(f"check_training(steps) must be an integer from 1 to {MAX_STEPS} (the optimizer steps to "
+                            f"compare), got {steps!r:.40}")
     if mapping is not None and not isinstance(mapping, NameMapping):
         raise ArgumentError(f"check_training(mapping) must be a NameMapping (migrate.name_mapping, NameMapping.load), "
                             f"got {type(mapping).__name__}; a generated module's MXNET_NAMES is a plain dict: pass "
@@ -159,22 +168,24 @@ class _Run:
     """Both trainings, their control runs, the rows measured so far and the evidence the causes read."""
 
     def __init__(self, source, torch_model, mapping, settings, states, optimizer, inputs, atol, float64, perturbation,
-                 seed):
+                 seed, assume_order):
         self.source, self.mapping, self.settings, self.inputs, self.atol = source, mapping, settings, inputs, atol
         self.float64, self.states_given, self.perturbation = float64, states is not None, perturbation
         self.pairs = node_pairs(source, mapping)
         ops = [p[0] for p in self.pairs]
-        self.torch = TorchTraining(torch_model, source.params, mapping, settings, states, optimizer, float64)
+        self.torch = TorchTraining(torch_model, source.params, mapping, settings, states, optimizer, float64,
+                                   assume_order=assume_order)
         self.mx = MXNetTraining(source, inputs, ops, settings, states, float64)
         self.mx_control, self.torch_control = (None, None) if perturbation is None else (
             MXNetTraining(source, inputs, ops, settings, states, perturb=perturbation, seed=seed + 2),
             TorchTraining(torch_model, source.params, mapping, settings, states, optimizer, perturb=perturbation,
-                          seed=seed + 3))
+                          seed=seed + 3, assume_order=assume_order))
         self.batch = int(inputs[0].shape[0]) if inputs[0].ndim else 1
         self.rows, self.loss = [], None
         self.evidence = causes.Evidence(self.mx.symbol, dict(self.torch.model.named_modules()), mapping, settings,
                                         self.batch, set(ops))
         self.evidence.torch_side, self.evidence.mx_optimizer = self.torch, self.mx.optimizer
+        self.evidence.inputs = inputs
 
     def first_step(self, reduction, labels, seed) -> None:
         """Step 1's forward outputs, loss and gradients (all sides run backward)."""
@@ -352,9 +363,10 @@ class _Run:
     def notes(self) -> list:
         """What the check changed or could not compare, one sentence each."""
         notes = []
-        if self.mx.dropouts or self.torch.dropouts:
+        torch_dropouts = self.torch.dropouts + self.torch.dropout_calls()
+        if self.mx.dropouts or torch_dropouts:
             notes.append(f"Dropout disabled on both sides (MXNet's masks cannot be drawn in torch): MXNet "
-                         f"{', '.join(self.mx.dropouts) or 'none'}; torch {', '.join(self.torch.dropouts) or 'none'}")
+                         f"{', '.join(self.mx.dropouts) or 'none'}; torch {', '.join(torch_dropouts) or 'none'}")
         if self.settings is None:
             notes.append("no settings: forward outputs, loss and gradients only (no optimizer step)")
             if self.states_given:

@@ -1,6 +1,7 @@
 """The ``migrate`` command line: ``commands`` (subcommands and exit codes), ``inputs`` (reading and checking the flags'
 files), ``report`` (the one report object that decides the exit code), ``interrupts`` (Ctrl-C and SIGTERM: exit 130,
-one line), ``staged_folder`` (the all-or-nothing output folder of ``all``).
+one line), ``data_commands`` (``migrate data``); the all-or-nothing output folder of ``all`` and ``data convert`` is
+``migrate.staged_folder``.
 
 This package imports nothing heavy itself: ``import migrate`` loads ``interrupts`` first, so that Ctrl-C while torch
 and MXNet import already ends in one line.

@@ -10,7 +10,8 @@ Exit codes: 0 ok, 1 verification failed or names unmapped, 2 usage, input or IO 
 SIGTERM; nothing is left half-written).
 
 Every flag and output folder is checked before the work starts; ``all`` builds its folder under a temporary name and
-renames it when complete (``staged_folder``); the other subcommands write their one file atomically.
+renames it when complete (``migrate.staged_folder``; so does ``data convert``); the other subcommands write their one
+file atomically.
 """
 from __future__ import annotations
 
@@ -31,11 +32,14 @@ from migrate import (check_training, control_from_mxnet, convert_optimizer_state
                      name_mapping, param_groups, torch_lr_scheduler, torch_optimizer, verify)
 from migrate.cli import data_commands, inputs, interrupts
 from migrate.cli.report import Report
-from migrate.cli.staged_folder import StagedFolder, pause_point
+from migrate.check.training import MAX_STEPS
 from migrate.errors import (CliUsageError, InputFileError, LabelsError, MigrateError, MXNetRequiredError,
                             OutputPathError, StatesOrderWarning)
 from migrate.mapping import (EXPORTED_WITH_MXNET, converted_keys, files_reader, generated_mapping, load_mxnet_weights,
                              model_source, write_state_dict)
+from migrate.mapping.input_transforms import input_transform_cause
+from migrate.mapping.node_outputs import seeded_inputs
+from migrate.staged_folder import StagedFolder, pause_point
 
 __all__ = ["main"]
 
@@ -50,6 +54,9 @@ _FLAGS = {  # flag -> argparse keywords; each subcommand takes the flags named i
                      "gluon_lr.export_settings)"),
     "--states": dict(metavar="FILE", help="optimizer states (LrTrainer.save_states, "
                      "Trainer.save_states or Module.save_optimizer_states)"),
+    "--assume-states-order": dict(action="store_true", help="convert a stock gluon.Trainer's --states that name no "
+                                  "parameters (saved before gluon_lr.export_settings) by index, assuming the "
+                                  "settings' parameter order; refused without it"),
     "--torch": dict(metavar="MODULE:CALLABLE|FILE|generate", help="torch model: a factory such as "
                     "torchvision.models:resnet18, a TorchScript file (torch.jit.save), or 'generate' (`all` and "
                     "`check` only: write OUT/model.py from the MXNet graph with migrate.generate_torch and use it)"),
@@ -83,19 +90,20 @@ _COMMANDS = {  # name -> (help, required flags, optional flags, what --out is)
     "weights": ("the MXNet weights as a torch state_dict", ("--params", "--torch"),
                 ("--kwargs", "--mapping", "--symbol", "--input-shape", "--format"), "weights file to write"),
     "optim": ("torch optimizer + lr scheduler with MXNet's exact update and (with --states) its state",
-              ("--settings", "--torch"), ("--states", "--kwargs", "--mapping", "--symbol", "--params",
-                                          "--input-shape"), "optimizer.pt to write"),
+              ("--settings", "--torch"), ("--states", "--assume-states-order", "--kwargs", "--mapping", "--symbol",
+                                          "--params", "--input-shape"), "optimizer.pt to write"),
     "verify": ("copy the weights by the mapping and compare both models node by node",
                ("--symbol", "--params", "--torch", "--input-shape"), ("--kwargs", "--mapping"), None),
     "all": ("everything into one folder: mapping, weights, param groups, optimizer, report",
             ("--symbol", "--params", "--settings", "--torch", "--input-shape"),
-            ("--states", "--kwargs", "--mapping", "--format", "--check-training"),
+            ("--states", "--assume-states-order", "--kwargs", "--mapping", "--format", "--check-training"),
             "output folder: built under a temporary name beside it and renamed when complete (its parent must exist)"),
     "check": ("train both models K steps on one batch of --input-shape and compare forward outputs, loss, gradients, "
               "weights, optimizer states and running statistics, each against its float32 rounding noise; name the "
               "first difference and its likely cause",
               ("--symbol", "--params", "--settings", "--torch", "--input-shape"),
-              ("--states", "--kwargs", "--mapping", "--steps", "--labels", "--loss", "--float64"), None),
+              ("--states", "--assume-states-order", "--kwargs", "--mapping", "--steps", "--labels", "--loss",
+               "--float64"), None),
     "generate": ("write a standalone torch module (readable source, MXNet's training semantics) for the MXNet model",
                  ("--symbol", "--params", "--input-shape"), (), "model.py to write"),
 }
@@ -128,7 +136,8 @@ def main(argv=None) -> int:
     except SystemExit as exc:
         return 0 if exc.code in (0, None) else 2
     report = Report(args.command)
-    with interrupts.Interrupts(args.command, getattr(args, "out", None)) as guard, _progress(args):
+    out = getattr(args, "out", None) or getattr(args, "data_out", None)  # its folder: leftovers removed on the way out
+    with interrupts.Interrupts(args.command, out) as guard, _progress(args), _grad_mode_kept():
         try:  # a signal raises KeyboardInterrupt from guard.work() until guard.finish(), then none (interrupts)
             try:
                 guard.work()
@@ -169,8 +178,9 @@ def _check_flags(args) -> None:
     inputs.kwargs_object(getattr(args, "kwargs", "{}"))
     for flag in ("--steps", "--check-training"):
         steps = getattr(args, flag[2:].replace("-", "_"), None)
-        if steps is not None and steps < 1:
-            raise CliUsageError(f"{flag} {steps}: expected a number of optimizer steps >= 1")
+        if steps is not None and not 1 <= steps <= MAX_STEPS:
+            raise CliUsageError(f"{flag} {str(steps)[:40]}: expected a number of optimizer steps from 1 to "
+                                f"{MAX_STEPS} (each trains both models and compares every tensor)")
     for flag, path in _inputs(args).items():
         if flag != "--torch":
             inputs.existing_file(flag, path, _WHAT[flag])
@@ -324,7 +334,7 @@ def _training_check(args, model, mapping, document, report, steps, labels=None, 
     with _stage(args, f"training both models {steps} step(s) and comparing"):
         result = check_training(_mx_source(args), model, shapes, input_dtypes=dtypes, labels=labels, loss=loss,
                                 settings=document, states=_states_path(args), mapping=mapping, steps=steps,
-                                float64=float64)
+                                float64=float64, assume_order=args.assume_states_order)
     report.checks["training"] = result.ok
     report.sections["check"] = result.to_dict()
     report.text.append(str(result))
@@ -427,6 +437,8 @@ def _verify(args, model, mapping, report):
         result = verify(mx_source, model, mapping, shapes, input_dtypes=dtypes, in_place=True, progress=tick)
     args.weights_loaded = True  # verify copied the MXNet weights into the model itself
     first = result.first_divergence
+    cause = first and input_transform_cause(mx_source, model, first.mx_node, first.torch_node,
+                                            seeded_inputs(shapes, dtypes, mapping, 0))  # verify's input (seed 0)
     compared_with = "the graph's torch translation" if mx_source.without_mxnet else "MXNet"
     report.checks["verified"] = result.verified  # compared: a skipped node is not a passed one
     report.sections["verify"] = {"ok": result.ok, "compared_with": compared_with,
@@ -435,9 +447,9 @@ def _verify(args, model, mapping, report):
                                  "passes": result.passes, "output_bytes": result.output_bytes,
                                  "first_divergence": first and {
                                      "mxnet": first.mx_node, "torch": first.torch_node,
-                                     "max_abs_diff": first.max_abs_diff, "note": first.note},
+                                     "max_abs_diff": first.max_abs_diff, "note": first.note, "cause": cause},
                                  "rows": result.to_dict()["rows"]}
-    report.text.append(str(result))
+    report.text.append(str(result) + (f"\n  likely cause: {cause}" if cause else ""))
 
 
 def _record_reader(report, reader: str) -> None:
@@ -505,7 +517,8 @@ def _optimizer(args, model, document, mapping, report) -> dict:
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always", StatesOrderWarning)
-                    filled = convert_optimizer_state(path, document, mapping, optimizer)
+                    filled = convert_optimizer_state(path, document, mapping, optimizer,
+                                                     assume_order=args.assume_states_order)
             except MigrateError as exc:
                 raise InputFileError(f"--states {args.states!r}: {exc}") from None
             notes = [f"--states {args.states}: {w.message}" for w in caught  # matched by index
@@ -586,6 +599,19 @@ def _progress(args):
     """Progress bars on stderr (``_stage``), off with --quiet or when stderr is not a terminal."""
     args.bars = not args.quiet and sys.stderr.isatty()
     yield
+
+
+@contextlib.contextmanager
+def _grad_mode_kept():
+    """torch's gradient mode as it was when the command started, however it ends: an interrupt raised inside
+    ``torch.no_grad()``'s ``__enter__`` (after it switched gradients off, before ``__exit__`` was due) would leave them
+    off in the program that called ``main``."""
+    import torch
+    enabled = torch.is_grad_enabled()
+    try:
+        yield
+    finally:
+        torch.set_grad_enabled(enabled)
 
 
 @contextlib.contextmanager

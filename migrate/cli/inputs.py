@@ -15,6 +15,7 @@ from migrate.errors import (CliUsageError, InputFileError, InsufficientMemoryErr
                             SettingsError)
 from migrate.mapping.table import NameMapping
 from migrate.optim.schedules import check_schedule
+from migrate.staged_folder import writable_folder
 
 _MATCH_FLAGS = ("--symbol", "--params", "--input-shape")
 #: Environment variable that raises the bound on the elements of all ``--input-shape`` inputs together.
@@ -282,19 +283,3 @@ def unmapped_names(mapping, model, document=None) -> dict:
     mx_names = set(mapping.unmatched_mx) | ({k for k in document["params"] if k not in mapping}
                                            if document is not None else set())
     return {"mxnet": sorted(mx_names), "torch": sorted(torch_names)}
-
-
-def writable_folder(folder: str, flag: str) -> None:
-    """OutputPathError unless ``folder`` exists, is a folder, and a file can be created in it (read-only mounts
-    and permissions included), checked before any work starts."""
-    from migrate.errors import OutputPathError
-    if not os.path.isdir(folder):
-        what = special_kind(folder) or ("a regular file" if os.path.isfile(folder) else "does not exist")
-        raise OutputPathError(f"{flag}: folder {folder!r} {what if what == 'does not exist' else 'is ' + what}; "
-                              f"create it (mkdir -p) or choose another output path")
-    try:
-        probe = tempfile.NamedTemporaryFile(prefix=".tmp-migrate-probe-", dir=folder)
-    except OSError as exc:
-        raise OutputPathError(f"{flag}: folder {folder!r} is not writable ({exc.strerror}); choose a folder you can "
-                              f"write to, or change its permissions") from None
-    probe.close()

@@ -177,7 +177,7 @@ class Interrupts:
         if signal.SIGALRM in self._previous:
             signal.setitimer(signal.ITIMER_REAL, 0)
         if self.out:
-            from migrate.cli.staged_folder import remove_leftovers  # imported here: startup needs only the stdlib
+            from migrate.staged_folder import remove_leftovers  # imported here: startup needs only the stdlib
             remove_leftovers(self.out)
 
     def _handle(self, signum, frame) -> None:

@@ -4,9 +4,11 @@
 ``framing``, the ``.idx`` in ``index``); ``unpack``/``pack``/``RecordHeader`` (``header``) split a record into
 ``mx.recordio.IRHeader``'s fields and its payload; ``decode_image``/``open_image`` (``images``) decode the payload to
 RGB with Pillow, pixel-equal to ``mx.image.imdecode`` for JPEG and PNG; ``RecordDataset`` (``dataset``) gives
-``(image, label)`` to a ``DataLoader`` with any number of workers; ``ImageRecordAugment`` (``augment``) resizes, crops
-and flips as ``ImageRecordIter`` did; ``convert_records`` (``convert``) writes a ``.rec`` out as an image folder or
-tar shards (``migrate data convert`` on the command line).
+``(image, label)`` to a ``DataLoader`` with any number of workers (a subset of keys, raw payloads);
+``insightface_dataset`` (``insightface``) reads insightface's face sets (header and identity records) as its
+``MXFaceDataset`` does; ``ImageRecordAugment`` (``augment``) resizes, crops and flips as ``ImageRecordIter`` did;
+``convert_records`` (``convert``) writes a ``.rec`` out as an image folder or tar shards (``migrate data convert`` on
+the command line).
 
 Examples:
     >>> from migrate.data import RecordDataset
@@ -19,6 +21,7 @@ from migrate.data.dataset import RecordDataset
 from migrate.data.framing import framed
 from migrate.data.header import RecordHeader, pack, unpack
 from migrate.data.images import decode_image, open_image
+from migrate.data.insightface import identity_label, insightface_dataset, insightface_keys
 from migrate.data.record_file import RecordFile
 
 __all__ = [
@@ -30,6 +33,9 @@ __all__ = [
     "convert_records",
     "decode_image",
     "framed",
+    "identity_label",
+    "insightface_dataset",
+    "insightface_keys",
     "open_image",
     "pack",
     "unpack",

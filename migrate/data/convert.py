@@ -9,19 +9,18 @@ label, id, id2):
 - ``tar``: ``shard-000000.tar``, ... (WebDataset's convention: ``<key>.<ext>`` with ``<key>.json``, the header, and
   ``<key>.cls``, the class, when the label is a non-negative integer), ``per_shard`` records each.
 
-The output is built under a temporary name beside ``out`` and renamed when complete: interrupted or failed, ``out``
-is absent or the previous complete export.
+The output is built under a temporary name beside ``out`` and put in place in one rename when complete, as
+``migrate all`` builds its folder (``migrate.staged_folder``): interrupted, killed or failed, ``out`` is absent or
+the previous complete export; the next conversion into the same folder removes what a killed one left; two
+conversions into one ``out`` at once never mix (the second refuses, or with ``force`` swaps in its own whole export).
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
 import re
-import shutil
 import tarfile
-import tempfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +29,8 @@ from mxformats import atomic
 from migrate.data.header import RecordHeader
 from migrate.data.images import image_format
 from migrate.data.record_file import RecordFile
-from migrate.errors import OutputExistsError, OutputPathError, RecordIOError
+from migrate.errors import ArgumentError, RecordIOError
+from migrate.staged_folder import StagedFolder, pause_point
 
 __all__ = ["Conversion", "FORMATS", "convert_records"]
 
@@ -38,6 +38,7 @@ FORMATS = ("folder", "tar")
 MANIFEST = "manifest.json"
 RECORDS = "records.jsonl"
 _MANIFEST_FORMAT = "gluon-lr-recordio-export"
+_MANIFEST_VERSION = 2  # 2: the conversion's format under "output_format" (1 let it overwrite "format")
 _SAFE_KEY = re.compile(r"-?[A-Za-z0-9_][A-Za-z0-9_-]*")
 
 
@@ -75,7 +76,7 @@ def convert_records(path, out, idx=None, format: str = "folder", per_shard: int 
         format: ``folder`` or ``tar``.
         per_shard: Records per tar file.
         force: Replace an earlier export at ``out`` (one with this module's ``manifest.json``) once the new one is
-            complete.
+            complete (also one another conversion put there meanwhile).
         key_type: The ``.idx`` keys' type.
         progress: Called with the number of records written so far, or None.
 
@@ -84,18 +85,23 @@ def convert_records(path, out, idx=None, format: str = "folder", per_shard: int 
 
     Raises:
         RecordIOError: the source is broken (names the file and offset), or a key cannot be a file name.
-        OutputExistsError: ``out`` holds files and ``force`` is not given, or holds files that are no export.
-        OutputPathError: ``out``'s parent folder is missing or not writable.
+        OutputExistsError: ``out`` holds files and ``force`` is not given, holds files that are no export, is a file,
+            or another conversion completed it meanwhile (without ``force``; that export is left whole).
+        OutputPathError: ``out``'s parent folder is missing or not writable, ``out`` is a symbolic link or no name.
 
     Examples:
         >>> convert_records("train.rec", "train_images", idx="train.idx").layout  # doctest: +SKIP
         'classes'
     """
-    if format not in FORMATS or int(per_shard) < 1:
-        raise ValueError(f"format must be one of {FORMATS} and per_shard >= 1, got {format!r} and {per_shard!r}")
+    if format not in FORMATS or not isinstance(per_shard, int) or isinstance(per_shard, bool) or per_shard < 1:
+        raise ArgumentError(f"convert_records: format must be one of {FORMATS} and per_shard an integer >= 1, got "
+                            f"{format!r:.40} and {per_shard!r:.40}")
+    folder = _ExportFolder(out, force)
+    folder.check()
     records = RecordFile(path, idx, key_type=key_type)
-    with _staged_folder(out, force) as stage:
-        writer = _TarWriter(stage, int(per_shard)) if format == "tar" else _FolderWriter(stage)
+    with folder:
+        pause_point("staged")
+        writer = _TarWriter(folder.path, per_shard) if format == "tar" else _FolderWriter(folder.path)
         lines, not_images = [], 0
         for done, key in enumerate(records.in_file_order(), start=1):
             header, payload = records.unpacked(key)
@@ -107,12 +113,29 @@ def convert_records(path, out, idx=None, format: str = "folder", per_shard: int 
             if progress is not None:
                 progress(done)
         layout, classes, shards = writer.finish(lines)
-        conversion = Conversion(os.path.abspath(out), format, layout, len(lines), classes, shards, not_images)
-        atomic.write_text(os.path.join(stage, RECORDS), "".join(json.dumps(line) + "\n" for line in lines))
-        manifest = {"format": _MANIFEST_FORMAT, "schema_version": 1, "source": {"rec": os.path.abspath(path),
-                    "idx": idx and os.path.abspath(idx)}, **{k: v for k, v in vars(conversion).items() if k != "out"}}
-        atomic.write_json(os.path.join(stage, MANIFEST), manifest)
+        conversion = Conversion(folder.target, format, layout, len(lines), classes, shards, not_images)
+        atomic.write_text(folder.file(RECORDS), "".join(json.dumps(line) + "\n" for line in lines))
+        atomic.write_json(folder.file(MANIFEST), _manifest(conversion, path, idx))
+        folder.commit()
     return conversion
+
+
+def _manifest(conversion: Conversion, path, idx) -> dict:
+    """``manifest.json``: the export's tag and version, its source, and what ``Conversion`` says was written."""
+    written = {("output_format" if k == "format" else k): v for k, v in vars(conversion).items() if k != "out"}
+    return {"format": _MANIFEST_FORMAT, "schema_version": _MANIFEST_VERSION,
+            "source": {"rec": os.path.abspath(path), "idx": idx and os.path.abspath(idx)}, **written}
+
+
+class _ExportFolder(StagedFolder):
+    """The staged output folder of a conversion: an existing one may be replaced only when it is an export (it holds
+    ``manifest.json``), whatever files that export holds."""
+
+    def __init__(self, out, force: bool):
+        super().__init__(out, (MANIFEST,), force, writer="migrate data convert")
+
+    def foreign(self, present: list) -> list:
+        return [] if MANIFEST in present else present
 
 
 def _file_stem(records: RecordFile, key) -> str:
@@ -194,48 +217,3 @@ class _TarWriter:
     def finish(self, lines: list) -> tuple[str, int, int]:
         self._close()
         return "shards", 0, -(-self.count // self.per_shard)
-
-
-@contextlib.contextmanager
-def _staged_folder(out, force: bool):
-    """A temporary folder beside ``out``, renamed to ``out`` when the block completes, removed when it fails."""
-    target = os.path.abspath(os.fspath(out))
-    parent, name = os.path.split(target)
-    _check_target(target, force)
-    if not os.path.isdir(parent):
-        raise OutputPathError(f"--out: folder {parent!r} does not exist; create it (mkdir -p) or choose another "
-                              f"output path")
-    try:
-        stage = tempfile.mkdtemp(prefix=f"{atomic.temp_prefix('data')}{name[:40]}-", dir=parent)
-    except OSError as exc:
-        raise OutputPathError(f"--out: folder {parent!r} is not writable ({exc.strerror}); choose another output "
-                              f"path") from None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(stage, 0o777 & ~umask)
-        yield stage
-        if os.path.isdir(target):
-            previous = stage + ".previous"
-            os.rename(target, previous)
-            os.rename(stage, target)
-            shutil.rmtree(previous, ignore_errors=True)
-        else:
-            os.rename(stage, target)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-
-
-def _check_target(target: str, force: bool) -> None:
-    """OutputExistsError unless ``target`` is absent, empty, or (with ``force``) an earlier export."""
-    if os.path.lexists(target) and not os.path.isdir(target):
-        raise OutputExistsError(f"--out: {target!r} exists and is not a folder; choose a new folder path")
-    present = os.listdir(target) if os.path.isdir(target) else []
-    if not present:
-        return
-    if MANIFEST not in present:
-        raise OutputExistsError(f"--out: {target!r} holds files that are not a RecordIO export ({present[0]!r}, "
-                                f"...); the folder would be replaced as a whole: choose a new or empty folder")
-    if not force:
-        raise OutputExistsError(f"--out: {target!r} holds an earlier export; pass --force (force=True) to replace it "
-                                f"once the new one is complete, or choose another folder")

@@ -10,6 +10,8 @@ from migrate.errors import RecordIOError
 
 __all__ = ["read_index", "write_index"]
 
+_OFFSET_LIMIT = 1 << 63  # int64: the offsets are held as int64
+
 
 def read_index(path: str, key_type=int) -> tuple[list, np.ndarray]:
     """The keys and byte offsets an ``.idx`` file lists, in its order.
@@ -23,7 +25,7 @@ def read_index(path: str, key_type=int) -> tuple[list, np.ndarray]:
 
     Raises:
         RecordIOError: a line is not ``key<TAB>offset``, a key does not convert, a key repeats, or an offset is
-            negative (names the file and the line).
+            negative or past 2**63 (names the file and the line).
 
     Examples:
         >>> keys, offsets = read_index("train.idx")  # doctest: +SKIP
@@ -57,8 +59,9 @@ def _parse_line(path: str, number: int, line: str, key_type) -> tuple:
                             f"{getattr(key_type, '__name__', key_type)} and the offset an integer, found "
                             f"{line.strip()[:80]!r}; is it the .idx of MXIndexedRecordIO (pass key_type=str for "
                             f"string keys)?", path) from None
-    if offset < 0:
-        raise RecordIOError(f"{path!r} line {number}: offset {offset} is negative; rebuild the index with "
+    if not 0 <= offset < _OFFSET_LIMIT:
+        problem = "is negative" if offset < 0 else "lies beyond any file (2**63 bytes)"
+        raise RecordIOError(f"{path!r} line {number}: offset {str(offset)[:40]} {problem}; rebuild the index with "
                             f"`migrate data index`", path)
     return key, offset
 

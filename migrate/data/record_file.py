@@ -60,7 +60,7 @@ class RecordFile:
 
     def _check_offsets(self) -> None:
         """RecordIOError naming the first key whose offset lies past the end of the file or off a 4-byte boundary."""
-        bad = np.flatnonzero((self._offsets + 8 > self.size) | (self._offsets % 4 != 0))
+        bad = np.flatnonzero((self._offsets > self.size - 8) | (self._offsets % 4 != 0))  # no int64 overflow
         if bad.size:
             key, offset = self._keys[bad[0]], int(self._offsets[bad[0]])
             problem = (f"points past the end of the file ({self.size} bytes)" if offset + 8 > self.size
@@ -81,6 +81,26 @@ class RecordFile:
     def keys(self) -> list:
         """The keys, in ``.idx`` order (record numbers 0..n-1 in file order without an ``.idx``)."""
         return list(self._keys)
+
+    def held_keys(self, keys) -> list:
+        """``keys`` as a list, each checked to be one of the file's (one pass).
+
+        Raises:
+            RecordKeyError: some are not (names how many, and the first five).
+
+        Examples:
+            >>> RecordFile("train.rec", "train.idx").held_keys(range(1, 4))  # doctest: +SKIP
+            [1, 2, 3]
+        """
+        wanted = list(keys)
+        missing = [key for key in wanted if not _hashable(key) or key not in self._positions]
+        if missing:
+            shown = ", ".join(repr(k) for k in missing[:5]) + (", ..." if len(missing) > 5 else "")
+            raise RecordKeyError(f"{self.path!r}: {len(missing)} of the {len(wanted)} keys asked for are not in "
+                                 f"{'its .idx' if self.idx_path else 'the file'} ({shown}; it holds "
+                                 f"{len(self._keys)} keys); give keys the index lists (keys(), key_type for string "
+                                 f"keys)", self.path)
+        return wanted
 
     def offset(self, key) -> int:
         """The byte offset where the record of ``key`` starts.
@@ -160,3 +180,11 @@ class RecordFile:
 
     def __repr__(self) -> str:
         return f"RecordFile({self.path!r}, idx={self.idx_path!r}): {len(self)} records"
+
+
+def _hashable(key) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mxformats.optional import import_mxnet
+from mxformats.symbol import symbol_file_problem
 
 from migrate.errors import ExportError, InputFileError, InputShapeError, ModelTypeError
 from migrate.mapping import module_checkpoint
@@ -152,9 +153,10 @@ def _load_mx_files(sym_path: str, params_path: str) -> MxSource:
     module_checkpoint.check_files_exist(sym_path, params_path)
     try:
         symbol = mx.sym.load(sym_path)
-    except Exception as exc:  # mxnet raises MXNetError or json errors
+    except Exception as exc:  # mxnet raises MXNetError or json errors; mxformats names what is wrong where it can
         raise InputFileError(f"MXNet symbol file {sym_path!r}: expected a symbol JSON written by "
-                             f"HybridBlock.export or Symbol.save; could not parse it ({_first_line(exc)})") from None
+                             f"HybridBlock.export or Symbol.save; could not parse it "
+                             f"({symbol_file_problem(sym_path) or _first_line(exc)})") from None
     try:
         raw = mx.nd.load(params_path)
     except Exception as exc:

@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 
+from mxformats.atomic import usual_mode
 from migrate.errors import InputFileError, MappingError, OutputWriteError
 from migrate.mapping.table import NameMapping
 from migrate.mapping.weights import converted_tensors
@@ -96,6 +97,7 @@ def _write_items(items, path, progress) -> dict:
                 _write(out, chunk, path, offset)
             out.flush()
             os.fsync(out.fileno())
+        os.chmod(out_path, usual_mode())  # as every output: mkstemp made it 0600
         os.replace(out_path, path)
         temps.remove(out_path)
     finally:

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from mxformats.settings import OPTIMIZER_ALIASES, as_settings
-from mxformats.optimizer_state import state_arrays
+from mxformats.optimizer_state import recorded_param_names, state_arrays
 from migrate import arguments
 from migrate.errors import SettingsError, StateConversionError
 from migrate.optim.base import HALF_DTYPES
@@ -16,7 +16,7 @@ from migrate.optim.mx_states import (StateTargets, check_state_names, load_state
 from migrate.optim.registry import record, registered_names
 
 
-def convert_optimizer_state(mx_states, settings, mapping, optimizer):
+def convert_optimizer_state(mx_states, settings, mapping, optimizer, *, assume_order: bool = False) -> int:
     """Fill ``optimizer``'s state from an MXNet trainer's saved states so training continues exactly.
 
     Copies each parameter's MXNet state arrays (momentum, mean/var, history, z/n, ...) and its update count
@@ -31,6 +31,8 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
         mapping: MXNet parameter name -> torch state_dict key; its ``to_torch(mx_name, array)`` is applied when
             present (layout changes), identity otherwise.
         optimizer: The optimizer from ``torch_optimizer(..., exact=True)`` for the same settings and mapping.
+        assume_order: Convert a stock Trainer's states that name no parameters by index, assuming the settings'
+            parameter order (``check_order_known``); False refuses them.
 
     Returns:
         The number of parameters whose state was filled.
@@ -38,12 +40,14 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
     Raises:
         InputFileError: ``mx_states`` cannot be read or unpickled.
         StateConversionError: The states belong to another optimizer or model (unknown index, wrong shape or
-            count of arrays), were saved by a trainer built on another parameter order (when they say it), or
-            ``optimizer`` was not built by ``torch_optimizer`` from these settings.
+            count of arrays), were saved by a trainer built on another parameter order (when they say it), name no
+            parameters (a stock Trainer's file saved before ``gluon_lr.export_settings``) and ``assume_order`` is
+            False, or ``optimizer`` was not built by ``torch_optimizer`` from these settings.
         MappingError: ``mapping`` is not a name -> name mapping.
 
     Warns:
-        StatesOrderWarning: a stock Trainer's states name no parameters: matched by index (the settings' order).
+        StatesOrderWarning: with ``assume_order``, a stock Trainer's states name no parameters: matched by index
+            (the settings' order).
 
     Examples:
         >>> opt = torch_optimizer(model, "settings.json", mapping)
@@ -61,6 +65,7 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
     entry = record(name)
     targets = StateTargets({e["index"]: mx_name for mx_name, e in settings["params"].items()},
                            param_targets(optimizer), mapping)
+    check_order_known(header_names, mx_optimizer, assume_order)
     check_state_names(header_names, targets.by_index, mx_optimizer)
     counts = getattr(mx_optimizer, "_index_update_count", {}) if mx_optimizer is not None else {}
     filled = 0
@@ -83,6 +88,31 @@ def convert_optimizer_state(mx_states, settings, mapping, optimizer):
     if entry.extra_state is not None and mx_optimizer is not None:
         entry.extra_state(mx_optimizer, optimizer, targets)
     return filled
+
+
+def check_order_known(header_names, mx_optimizer, assume_order: bool) -> None:
+    """StateConversionError for a stock Trainer's states that name no parameters, unless ``assume_order``.
+
+    MXNet's states are keyed by index alone. LrTrainer's file names every parameter, and so does a stock Trainer's
+    saved after ``gluon_lr.export_settings(trainer)`` (which records the order on its optimizer); a Module's file
+    holds no optimizer and its order is the symbol's, as the settings'. A stock Trainer's file saved before has no
+    order to check: a trainer built on another parameter order than the settings' would give equal-shaped
+    parameters each other's state, silently.
+
+    Examples:
+        >>> check_order_known(None, mx_optimizer, assume_order=True)  # doctest: +SKIP
+    """
+    if assume_order or header_names is not None or mx_optimizer is None:
+        return
+    if recorded_param_names(mx_optimizer) is not None:
+        return
+    raise StateConversionError("the MXNet states name no parameters (a stock gluon.Trainer's file saved before "
+                               "gluon_lr.export_settings(trainer) recorded its order), so which state is whose "
+                               "cannot be checked: a trainer built on another parameter order than the settings' "
+                               "would give equal-shaped parameters each other's state. Call "
+                               "gluon_lr.export_settings(trainer, path) before trainer.save_states(...) and convert "
+                               "those files (the order is then checked), or pass assume_order=True "
+                               "(--assume-states-order) to match by index in the settings' order")
 
 
 def check_states_optimizer(name, mx_optimizer) -> None:

@@ -18,7 +18,7 @@ from migrate.optim.groups import base_lr
 from migrate.optim.mx_states import check_state_names, load_states, mx_name_of, param_targets, state_tensor
 from migrate.optim.registry import StockStateInput, record, records, registered_names
 from migrate.optim.schedules import mx_schedule
-from migrate.optim.state_conversion import check_states_optimizer, split_master
+from migrate.optim.state_conversion import check_order_known, check_states_optimizer, split_master
 
 
 class StockStateConversion(NamedTuple):
@@ -28,7 +28,8 @@ class StockStateConversion(NamedTuple):
     differences: list
 
 
-def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> StockStateConversion:
+def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer, *,
+                                  assume_order: bool = False) -> StockStateConversion:
     """Fill a stock torch optimizer's state (from ``stock_torch_optimizer``) from an MXNet trainer's saved states.
 
     What crosses, by MXNet optimizer (MXNet state -> torch state; ``step`` is the parameter's MXNet update count):
@@ -51,6 +52,8 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
         settings: The settings document (dict) or a path to the settings file.
         mapping: MXNet parameter name -> torch state_dict key (``to_torch`` applied when present).
         optimizer: The optimizer from ``stock_torch_optimizer`` for the same settings and mapping.
+        assume_order: Convert a stock Trainer's states that name no parameters by index, assuming the settings'
+            parameter order (``state_conversion.check_order_known``); False refuses them.
 
     Returns:
         A ``StockStateConversion`` ``(filled, differences)``: the number of parameters whose state was filled and
@@ -59,12 +62,13 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
     Raises:
         InputFileError: ``mx_states`` cannot be read or unpickled.
         StateConversionError: The states belong to another optimizer or model (or were saved by a trainer built on
-            another parameter order, when they say it), or ``optimizer`` is not the stock optimizer
-            ``stock_torch_optimizer`` builds for these settings.
+            another parameter order, when they say it), name no parameters and ``assume_order`` is False, or
+            ``optimizer`` is not the stock optimizer ``stock_torch_optimizer`` builds for these settings.
         MappingError: ``mapping`` is not a name -> name mapping.
 
     Warns:
-        StatesOrderWarning: a stock Trainer's states name no parameters: matched by index (the settings' order).
+        StatesOrderWarning: with ``assume_order``, a stock Trainer's states name no parameters: matched by index
+            (the settings' order).
 
     Examples:
         >>> opt, differences = stock_torch_optimizer(model, "settings.json", mapping)
@@ -80,6 +84,7 @@ def convert_stock_optimizer_state(mx_states, settings, mapping, optimizer) -> St
     targets = param_targets(optimizer)
     groups = {id(p): group for group in optimizer.param_groups for p in group["params"]}
     by_index = {entry["index"]: mx_name for mx_name, entry in settings["params"].items()}
+    check_order_known(header_names, mx_optimizer, assume_order)
     check_state_names(header_names, by_index, mx_optimizer)
     counts = getattr(mx_optimizer, "_index_update_count", {}) if mx_optimizer is not None else {}
     num_update = max(counts.values()) if counts else int(settings["num_update"])

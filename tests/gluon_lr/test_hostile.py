@@ -111,6 +111,18 @@ def _evil_optimizer_file(tmp_path, trainer):
     return _states_file(tmp_path, trainer, edit)
 
 
+def _hostile_file(name):
+    """A states file of the trainer whose MXNet part is the hostile pickle ``name`` (``tests/mxformats``)."""
+    from tests.mxformats.hostile_states import HOSTILE
+    return lambda tmp_path, trainer: _states_file(tmp_path, trainer, lambda header, raw: (header, HOSTILE[name]))
+
+
+def _deep_header_file(tmp_path, _trainer):
+    from tests.mxformats.hostile_states import deep_header
+    (tmp_path / "deep.states").write_bytes(deep_header())
+    return str(tmp_path / "deep.states")
+
+
 def _header_edit(field, value):
     def edit(header, raw):
         header[0][field] = value
@@ -141,6 +153,21 @@ TRAINER_CASES = [
      StatesFileError, r"frozen must be true or false"),
     ("load_states: damaged mask", lambda t, n, tr: tr.load_states(_header_edit("mask", "!!notbase64")(t, tr)),
      StatesFileError, r"the mask of 'mlp_\w+' cannot be read \(Only base64"),
+    ("load_states: bytearray(4e9) in 32 bytes", lambda t, n, tr: tr.load_states(_hostile_file("bytearray(4e9)")(t, tr)),
+     UnsafeStatesError, r"asks for a bytearray of 4,000,000,000 bytes, more than its 32 bytes hold"),
+    ("load_states: 2**40 paths through shared lists",
+     lambda t, n, tr: tr.load_states(_hostile_file("2**40 paths (shared lists)")(t, tr)), UnsafeStatesError,
+     r"containers nest more than 32 deep"),
+    ("load_states: a state sharing a list",
+     lambda t, n, tr: tr.load_states(_hostile_file("a state sharing one list")(t, tr)), StatesFileError,
+     r"the state of parameter index 0 is not one MXNet makes \(it holds the same list at two places"),
+    ("load_states: a list nested 1e6 deep", lambda t, n, tr: tr.load_states(_hostile_file("a list nested 1e6 deep")(
+        t, tr)), UnsafeStatesError, r"containers nest more than 32 deep \(at byte 1000037\)"),
+    ("load_states: an NDArray of 2**40 floats", lambda t, n, tr: tr.load_states(
+        _hostile_file("an NDArray header of 2**40 floats")(t, tr)), StatesFileError,
+     r"the bytes of a pickled NDArray: NDArray values \(1099511627776 x float32\) needs 4398046511104 bytes"),
+    ("load_states: header JSON 100000 deep", lambda t, n, tr: tr.load_states(_deep_header_file(t, tr)),
+     StatesFileError, r"has a corrupt header \(its JSON is nested too deeply to be one"),
     ("load_states: FIFO", lambda t, n, tr: tr.load_states(_fifo(t, "p.states")), StatesFileError,
      r"is a FIFO \(named pipe\), not a regular file"),
     ("load_states: a folder", lambda t, n, tr: tr.load_states(t), StatesFileError, r"is a folder"),

@@ -103,3 +103,21 @@ def write_records(rec_path: str, idx_path, records) -> None:
     if idx_path is not None:
         with open(idx_path, "w") as handle:
             handle.write("".join(lines))
+
+
+def insightface_records() -> list:
+    """(key, (flag, label, id, id2), payload) of a set in insightface's layout (its face2rec / MS1M files): record 0
+    the header (flag 2, label [first identity key, end]), images 1..7 of identities 0, 0, 1, 1, 1, 2, 2 (number labels
+    and, as older packs wrote them, [identity, 0] arrays; PNG and JPEG), then one record per identity whose label is
+    the [first, end) range of its image keys, no payload."""
+    payloads = image_payloads()
+    identities = [0, 0, 1, 1, 1, 2, 2]
+    images = [class_payload(1), payloads["jpeg_420"], class_payload(3), payloads["jpeg_444"], class_payload(5),
+              payloads["png_rgb"], payloads["jpeg_progressive"]]
+    records = [(0, (2, [8.0, 11.0], 0, 0), b"")]
+    for key, (identity, payload) in enumerate(zip(identities, images), start=1):
+        label = float(identity) if key % 2 else [float(identity), 0.0]
+        records.append((key, (0, label, key, 0), payload))
+    for identity, (first, end) in enumerate([(1, 3), (3, 6), (6, 8)]):
+        records.append((8 + identity, (2, [float(first), float(end)], 8 + identity, 0), b""))
+    return records

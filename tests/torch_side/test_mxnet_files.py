@@ -20,6 +20,7 @@ from mxformats.errors import MXNetFileError, StatesFileError, SymbolFileError
 from mxformats.ndarray import index_ndarrays, load_ndarrays
 from mxformats.states import unpickle_states
 from mxformats.symbol import symbol_from_json
+from tests.mxformats import hostile_states as H
 from tests.torch_side import ndarray_bytes as B
 from tests.torch_side.test_without_mxnet import _child, _pickled_states
 
@@ -122,18 +123,23 @@ class TestNDArrayFiles:
             tracemalloc.stop()
         assert refused >= 300, refused
 
-    @pytest.mark.parametrize("record, needed", [
-        (struct.pack("<Iiiq", B.V2_MAGIC, 0, 1, 2 ** 40) + struct.pack("<iii", 1, 0, 0), 2 ** 42),
-        (struct.pack("<III", 2, 2 ** 31, 2 ** 31) + struct.pack("<iii", 1, 0, 1), 2 ** 65),
+    @pytest.mark.parametrize("record, pattern", [
+        (struct.pack("<Iiiq", B.V2_MAGIC, 0, 1, 2 ** 40) + struct.pack("<iii", 1, 0, 0),
+         rf"needs {2 ** 42} bytes but only \d+ are left at byte \d+"),
+        (struct.pack("<III", 2, 2 ** 31, 2 ** 31) + struct.pack("<iii", 1, 0, 1),
+         r"shape \(2147483648, 2147483648\) of 8-byte items: its dimensions multiply past 2\*\*63 bytes.* at byte 24"),
         (struct.pack("<Iiiq", B.V2_MAGIC, 2, 1, 7) + struct.pack("<iqq", 2, 4, 3) + struct.pack("<iiii", 1, 0, 0, 6)
-         + struct.pack("<iqiiq", 1, 5, 6, 1, 2 ** 50), 4 * 2 ** 50 + 8 * 5 + 8 * 2 ** 50),
-    ], ids=["v2 2**40 floats", "legacy 2**62 doubles", "csr of 2**50 values"])
-    def test_a_huge_dimension_allocates_nothing(self, tmp_path, record, needed):
-        """A dimension claiming far more than the file: refused before numpy allocates anything."""
+         + struct.pack("<iqiiq", 1, 5, 6, 1, 2 ** 50), rf"needs {4 * 2 ** 50 + 8 * 5 + 8 * 2 ** 50} bytes but only"),
+        (struct.pack("<Iiiqq", B.V2_MAGIC, 0, 2, 0, 2 ** 62) + struct.pack("<iii", 1, 0, 0),
+         r"shape \(0, 4611686018427387904\) of 4-byte items: its dimensions multiply past 2\*\*63 bytes"),
+    ], ids=["v2 2**40 floats", "legacy 2**62 doubles", "csr of 2**50 values", "v2 (0, 2**62) floats"])
+    def test_a_huge_dimension_allocates_nothing(self, tmp_path, record, pattern):
+        """A dimension claiming far more than the file (or more than any array holds, even with a zero dimension):
+        refused before numpy allocates anything, naming the offset."""
         (tmp_path / "huge.params").write_bytes(B.list_bytes([record + b"\0" * 64], ["x"]))
         tracemalloc.start()
         try:
-            with pytest.raises(MXNetFileError, match=rf"needs {needed} bytes but only \d+ are left at byte \d+"):
+            with pytest.raises(MXNetFileError, match=pattern):
                 load_ndarrays(tmp_path / "huge.params")
             assert tracemalloc.get_traced_memory()[1] < 64 * KIB
         finally:
@@ -311,3 +317,19 @@ class TestStatesTruncation:
         for cut in range(len(data)):
             with pytest.raises(StatesFileError, match=rf"'trainer.states'.* their pickle is cut short at byte {cut};"):
                 unpickle_states(data[:cut], "trainer.states", as_data=True)
+
+
+class TestHostileStates:
+    @pytest.mark.parametrize("name, error, pattern", H.CASES, ids=[case[0] for case in H.CASES])
+    def test_hostile_states_as_data(self, name, error, pattern):
+        """The hostile pickles of tests/mxformats/hostile_states.py read as data where MXNet is absent (numpy 2 in
+        ./.venv-torch): the same typed errors as in MXNet's environment, the traced peak within a few times the
+        file."""
+        tracemalloc.start()
+        try:
+            with pytest.raises(error, match=pattern):
+                unpickle_states(H.HOSTILE[name], "hostile.states", as_data=True)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 4 * len(H.HOSTILE[name]) + 2 * 2 ** 20, f"{name}: {peak} bytes"

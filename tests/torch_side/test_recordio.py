@@ -21,7 +21,7 @@ from PIL import Image
 
 from migrate.cli import main as migrate_main
 from migrate.data import (ImageRecordAugment, RecordDataset, RecordFile, RecordHeader, convert_records, decode_image,
-                          framed, open_image, pack, unpack)
+                          framed, insightface_dataset, open_image, pack, unpack)
 from migrate.errors import OutputExistsError, RecordIOError, RecordKeyError
 from tests.torch_side import recordio_data as data
 
@@ -286,6 +286,15 @@ BROKEN = [
     ("index line malformed", _two_records(), "0\t0\n1 36\n", "open", r"line 2: expected 'key<TAB>byte offset'"),
     ("index key repeated", _two_records(), "0\t0\n0\t36\n", "open", r"line 2: key 0 is listed again \(first on line "
      r"1\)"),
+    ("index offset 10**30 (line)", _two_records(), f"0\t0\n1\t{10 ** 30}\n", "open", r"line 2: offset "
+     r"1000000000000000000000000000000 lies beyond any file \(2\*\*63 bytes\); rebuild the index"),
+    ("index offset 2**63-4", _two_records(), f"0\t0\n1\t{2 ** 63 - 4}\n", "open", r"key 1 has offset "
+     r"9223372036854775804, which points past the end of the file \(76 bytes\)"),
+    ("insightface header range NaN", framed(pack((2, [float("nan"), 3.0], 0, 0), b"")), None, "insightface",
+     r"key 0 \(record at byte 0\): insightface's header says the images are keys 1 .. label\[0\] - 1, but label\[0\] "
+     r"is nan for a file of 1 records"),
+    ("insightface header range 1e30", framed(pack((2, [1e30, 3.0], 0, 0), b"")), None, "insightface",
+     r"but label\[0\] is 1.0000000150474662e\+30 for a file of 1 records"),
     ("label count above the record", framed(struct.pack("<IfQQ", 3, 0.0, 0, 0) + b"\0" * 8), None, "unpack 0",
      r"key 0 \(record at byte 0\): the header counts 3 labels \(12 bytes\) but the record holds 8 bytes"),
     ("shorter than a header", framed(b"\0" * 10), None, "unpack 0", r"key 0 \(record at byte 0\): 10 bytes, fewer "
@@ -314,14 +323,17 @@ class TestBrokenFiles:
                 RecordFile(rec, idx).unpacked(int(arg))
             elif kind == "dataset":
                 RecordDataset(rec, idx)[int(arg)]
+            elif kind == "insightface":
+                insightface_dataset(rec, idx)
             else:
                 RecordDataset(rec, idx, label_width=int(arg))[0]
         message = str(caught.value)
         assert re.search(pattern, message), f"{description}: {message}"
-        named = idx if description in ("index line malformed", "index key repeated") else rec
+        named = idx if description in ("index line malformed", "index key repeated", "index offset 10**30 (line)") \
+            else rec
         assert repr(named) in message, f"{description}: {message}"
         in_index = description in ("index line malformed", "index key repeated", "index past the end",
-                                   "index off a boundary")
+                                   "index off a boundary", "index offset 10**30 (line)", "index offset 2**63-4")
         assert caught.value.path == (idx if in_index else rec), description
         assert (caught.value.offset is None) == ("line" in description or "repeated" in description), description
 
@@ -380,12 +392,12 @@ class TestConvert:
         """An earlier export is replaced only with force; a folder of other files never."""
         data.write_class_set(str(tmp_path / "c.rec"), str(tmp_path / "c.idx"), 3)
         convert_records(tmp_path / "c.rec", tmp_path / "out")
-        with pytest.raises(OutputExistsError, match="holds an earlier export; pass --force"):
+        with pytest.raises(OutputExistsError, match=r"out/0' exists; pass --force to replace the folder"):
             convert_records(tmp_path / "c.rec", tmp_path / "out")
         assert convert_records(tmp_path / "c.rec", tmp_path / "out", format="tar", force=True).shards == 1
         (tmp_path / "mine").mkdir()
         (tmp_path / "mine" / "notes.txt").write_text("keep")
-        with pytest.raises(OutputExistsError, match="holds files that are not a RecordIO export"):
+        with pytest.raises(OutputExistsError, match=r"holds files `migrate data convert` does not write \(notes.txt\)"):
             convert_records(tmp_path / "c.rec", tmp_path / "mine", force=True)
         assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 

@@ -105,3 +105,75 @@ def trained_once(net, shape, optimizer, params, rules=(), freeze=None):
         with open(os.path.join(folder, "trainer.states"), "rb") as handle:
             states = handle.read()
         return gluon_lr.load_settings(os.path.join(folder, "settings.json")), states
+
+
+class MxPReLUNet(nn.HybridBlock):
+    """conv-bn-PReLU (4 slopes at 0.25) -> dense: the net of MXNet's PReLU gradient bug (insightface's blocks)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.conv = nn.Conv2D(4, 3, padding=1, in_channels=3, prefix="conv_")
+        self.bn = nn.BatchNorm(in_channels=4, prefix="bn_")
+        self.act = nn.PReLU(alpha_initializer=mx.init.Constant(0.25), in_channels=4, prefix="prelu_")
+        self.fc = nn.Dense(5, in_units=4 * 4 * 4, prefix="fc_")
+
+    def hybrid_forward(self, F, x):
+        return self.fc(self.act(self.bn(self.conv(x))))
+
+
+class TorchPReLUNet(torch.nn.Module):
+    """The twin of ``MxPReLUNet``."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+        self.act, self.fc = torch.nn.PReLU(4, 0.25), torch.nn.Linear(64, 5)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.act(self.bn(self.conv(x))), 1))
+
+
+def gluon_prelu_net():
+    """An initialized, seeded ``MxPReLUNet``."""
+    mx.random.seed(0)
+    net = MxPReLUNet()
+    net.initialize(mx.init.Xavier())
+    net(mx.nd.zeros(CONV_SHAPE))
+    return net
+
+
+class MxDropoutMLP(nn.HybridBlock):
+    """Dense(6 -> 12, tanh) -> Dropout(0.5) -> Dense(12 -> 4)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        with self.name_scope():
+            self.fc0 = nn.Dense(12, in_units=6, activation="tanh", prefix="fc0_")
+            self.drop = nn.Dropout(0.5, prefix="dropout_")
+            self.fc1 = nn.Dense(4, in_units=12, prefix="fc1_")
+
+    def hybrid_forward(self, F, x):
+        return self.fc1(self.drop(self.fc0(x)))
+
+
+class TorchDropoutMLP(torch.nn.Module):
+    """The twin of ``MxDropoutMLP``: its dropout a ``torch.nn.Dropout`` module, or (``functional``) a call of
+    ``F.dropout`` in ``forward``, as generated modules and many hand-written models drop."""
+
+    def __init__(self, functional=False):
+        super().__init__()
+        self.fc0, self.fc1, self.functional = torch.nn.Linear(6, 12), torch.nn.Linear(12, 4), functional
+        self.drop = None if functional else torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = torch.tanh(self.fc0(x))
+        x = torch.nn.functional.dropout(x, 0.5, self.training) if self.functional else self.drop(x)
+        return self.fc1(x)
+
+
+def gluon_dropout_mlp():
+    """An initialized, seeded ``MxDropoutMLP``."""
+    mx.random.seed(4)
+    net = MxDropoutMLP(prefix="drop_")
+    net.initialize(mx.init.Xavier(magnitude=2.0))
+    return net

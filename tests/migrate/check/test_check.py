@@ -330,7 +330,9 @@ BAD = [  # (description, check_training kwargs, error type, message pattern)
      r"float targets must have the output's shape \(4, 5\) \(squared error\); received shape \(4, 3\)"),
     ("a loss the tool cannot express", {"loss": "l1"}, UnsupportedLossError, r"^loss 'l1': check_training runs only"),
     ("a loss function", {"loss": torch.nn.functional.l1_loss}, UnsupportedLossError, r"^loss 'function'"),
-    ("zero steps", {"steps": 0}, ArgumentError, r"^check_training\(steps\) must be an integer >= 1 .* got 0"),
+    ("zero steps", {"steps": 0}, ArgumentError, r"^check_training\(steps\) must be an integer from 1 to 1000 .*got 0"),
+    ("10**20 steps", {"steps": 10 ** 20}, ArgumentError, r"^check_training\(steps\) must be an integer from 1 to "
+     r"1000 .* got 100000000000000000000"),
     ("a negative tolerance", {"atol": -1e-5}, ArgumentError, r"^check_training\(atol\) must be a finite number"),
     ("a control perturbation out of range", {"perturbation": 0.5}, ArgumentError,
      r"^check_training\(perturbation\) must be a finite number in \(0, 0.01\], got 0.5"),
@@ -458,9 +460,11 @@ class TestCheckCommand:
     @pytest.mark.parametrize("extra, pattern", [
         (["--labels", "{labels}"], r"--labels .*integer class ids must have shape \(4,\)"),
         (["--labels", "{missing}"], r"--labels .*file not found"),
-        (["--steps", "0"], r"--steps 0: expected a number of optimizer steps >= 1"),
+        (["--steps", "0"], r"--steps 0: expected a number of optimizer steps from 1 to 1000"),
+        (["--steps", "99999999999999999999"], r"--steps 99999999999999999999: expected a number of optimizer steps "
+         r"from 1 to 1000"),
         (["--loss", "l1"], r"argument --loss: invalid choice: 'l1'"),
-    ], ids=["labels of the wrong shape", "missing labels file", "zero steps", "unknown loss"])
+    ], ids=["labels of the wrong shape", "missing labels file", "zero steps", "1e20 steps", "unknown loss"])
     def test_usage_errors_exit_2(self, conv_files, tmp_path, capsys, extra, pattern):
         """Bad --labels, --steps or --loss: exit 2, one line naming the flag, no traceback, nothing written."""
         np.save(tmp_path / "labels.npy", np.zeros(3, np.int64))
@@ -477,5 +481,163 @@ class TestCheckCommand:
         argv = ["all"] + argv[1:argv.index("--input-shape") + 2] + ["--out", str(tmp_path / "out"),
                                                                      "--check-training", "0"]
         assert main(argv) == 2
-        assert "--check-training 0: expected a number of optimizer steps >= 1" in capsys.readouterr().err
+        assert "--check-training 0: expected a number of optimizer steps from 1 to 1000" in capsys.readouterr().err
         assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- dropout, NaN, MXNet's PReLU bug, the ratio rule
+
+
+class TestDropoutOff:
+    """Dropout is off on both sides however the torch model drops: a Dropout module or ``F.dropout`` in ``forward``."""
+
+    @pytest.mark.parametrize("kind, named", [("module", "drop"), ("functional", "F.dropout x 2")])
+    def test_twin_with_dropout_agrees(self, kind, named):
+        """MXNet's Dropout(0.5) and the twin's are off: every tensor agrees over 2 steps (dropping would move the
+        outputs by their own size), and the notes name what was switched off on each side."""
+        net = C.gluon_dropout_mlp()
+        settings, states = C.trained_once(net, C.MLP_SHAPE, "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+        model = C.TorchDropoutMLP(functional=kind == "functional")
+        report = migrate.check_training(net, model, C.MLP_SHAPE, settings=settings, states=states, steps=2)
+        assert report.ok, str(report)
+        note = f"Dropout disabled on both sides (MXNet's masks cannot be drawn in torch): MXNet drop_dropout_fwd; torch"
+        assert f"{note} {named}" in report.notes, report.notes
+        assert model.training and all(m.training for m in model.modules())  # the model given is left as it was
+
+    def test_every_dropout_function_is_the_identity(self):
+        """Under DropoutOff each dropout function returns its input (the gradient flows through unchanged) and the
+        calls that would have dropped are counted by name; F.dropout(training=False) is not counted."""
+        from migrate.check.torch_training import DropoutOff
+        F = torch.nn.functional
+        x = torch.randn(2, 3, 4, 5, requires_grad=True)
+        with DropoutOff() as off:
+            outputs = [F.dropout(x, 0.5), torch.nn.Dropout2d(0.3)(x), F.dropout3d(x, 0.2),
+                       F.alpha_dropout(x, 0.1, True), F.feature_alpha_dropout(x, 0.4, True), torch.dropout(x, 0.2, True),
+                       F.dropout(x, 0.5, False), torch.feature_dropout(x, 0.5, True)]
+        assert all(out is x for out in outputs)
+        sum(out.sum() for out in outputs).backward()
+        assert torch.equal(x.grad, torch.full_like(x, 8.0))
+        assert dict(off.calls) == {"F.dropout": 1, "F.dropout2d": 1, "F.dropout3d": 1, "F.alpha_dropout": 1,
+                                   "F.feature_alpha_dropout": 1, "torch.dropout": 1, "torch.feature_dropout": 1}
+
+
+class _Overflows(torch.nn.Module):
+    """A twin whose output overflows float32 in torch only (times 1e30 twice)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = C.torch_mlp()
+
+    def forward(self, x):
+        return self.inner(x) * 1e30 * 1e30
+
+
+def _with_nan(net, name, count):
+    """``net`` with the first ``count`` values of parameter ``name`` set to NaN."""
+    value = net.collect_params()[name].data().asnumpy()
+    value.reshape(-1)[:count] = np.nan
+    net.collect_params()[name].set_data(mx.nd.array(value))
+    return net
+
+
+NOT_FINITE = [  # (description, MXNet net, torch model, check_training kwargs, first divergence (kind, name), cause)
+    ("NaN weights", lambda: _with_nan(C.gluon_conv_net(), "conv1_weight", 3), C.TorchConvNet, {"shape": C.CONV_SHAPE},
+     ("forward", "conv1_fwd"), r"^not finite: MXNet weight 'conv1_weight' \(3 NaN, 0 inf of 216\) before step 1; every "
+     r"tensor computed from them is NaN or inf on both sides \(MXNet: \d+ NaN, 0 inf of 512; torch: \d+ NaN"),
+    ("all-NaN labels", C.mx_mlp, C.torch_mlp, {"shape": C.MLP_SHAPE, "labels": np.full((4, 4), np.nan, np.float32)},
+     ("loss", "loss"), r"^not finite: the labels \(16 NaN, 0 inf of 16\) before step 1"),
+    ("NaN in the batch", C.mx_mlp, C.torch_mlp, {"shape": np.where(np.eye(4, 6) > 0, np.nan, 1.0).astype(np.float32)},
+     ("forward", "mlp_fc0_fwd"), r"^not finite: input 0 of the batch \(4 NaN, 0 inf of 24\) before step 1"),
+    ("an overflow in torch alone", C.mx_mlp, _Overflows, {"shape": C.MLP_SHAPE},
+     ("loss", "loss"), r"^not finite: the values turn NaN or inf first here \(MXNet: 0 NaN, 0 inf of 1; torch: [01] "
+     r"NaN, [01] inf of 1\) from finite weights, states, batch and labels: the computation overflows or divides by "
+     r"zero at this step in one framework"),
+]
+
+
+@pytest.mark.parametrize("description, make_net, make_model, kwargs, first, cause", NOT_FINITE,
+                         ids=[c[0] for c in NOT_FINITE])
+def test_not_finite_is_named(description, make_net, make_model, kwargs, first, cause):
+    """NaN or inf: the first divergence says 'not finite' and where it comes from (the weight, the labels, the batch
+    by name and count), or that it arises at that tensor; never 'not recognised'."""
+    kwargs = dict(kwargs)
+    report = migrate.check_training(make_net(), make_model(), kwargs.pop("shape"), **kwargs)
+    found = report.first_divergence
+    assert found is not None and (found.kind, found.name) == first, (description, found)
+    assert re.search(cause, found.cause), f"{description}: {found.cause!r}"
+    assert "DIVERGES (not finite)" in str(report) and "not recognised" not in str(report)
+
+
+def test_cli_names_nan_weights(conv_files, tmp_path, capsys):
+    """`migrate check` with a params file holding NaN: exit 1, the table and the cause say 'not finite' and name the
+    weight (the CLI said 'not recognised')."""
+    params = mx.nd.load(str(conv_files / "conv-0000.params"))
+    weight = params["arg:conv1_weight"].asnumpy()
+    weight[0, 0, 0, 0] = np.nan
+    params["arg:conv1_weight"] = mx.nd.array(weight)
+    mx.nd.save(str(tmp_path / "nan-0000.params"), params)
+    argv = _check_args(conv_files)
+    argv[argv.index("--params") + 1] = str(tmp_path / "nan-0000.params")
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "conv1_fwd" in out and "DIVERGES (not finite)" in out, out[-3000:]
+    assert "likely cause: not finite: MXNet weight 'conv1_weight' (1 NaN, 0 inf of 216) before step 1" in out
+
+
+class _ScaledGradient(torch.autograd.Function):
+    """The identity, whose gradient is 4 times the one it is given."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 4
+
+
+class _ScaledLinear(torch.nn.Linear):
+    """A Linear whose weight's gradient comes out 4 times larger (the batch size of the MLP pair)."""
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, _ScaledGradient.apply(self.weight), self.bias)
+
+
+class TestGradientCauses:
+    def test_prelu_gradient_bug_is_named(self):
+        """In float64 (MXNet without MKLDNN) a Module's PReLU slope gradient comes out times the slope: the first
+        divergence is the slopes' gradient, named as MXNet's bug with the slope, and the slopes' weight and momentum
+        after the step too; with batch 4 = 1/0.25 no row is called a batch reduction; every other tensor agrees (but
+        the stock BatchNorm's running variance, a cause of its own)."""
+        net = C.gluon_prelu_net()
+        settings, states = C.trained_once(net, C.CONV_SHAPE, "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+        report = migrate.check_training(net, C.TorchPReLUNet(), C.CONV_SHAPE, settings=settings, states=states,
+                                        float64=True)
+        found = report.first_divergence
+        assert (found.kind, found.name, found.torch_name) == ("gradient", "prelu_alpha", "act.weight"), found
+        assert re.search(r"^MXNet's PReLU gradient bug: MXNet 1.9.1 without MKLDNN \(float64, or "
+                         r"MXNET_MKLDNN_ENABLED=0\) gives a Module's slope gradient times the slope: MXNet's gradient "
+                         r"of 'prelu_alpha' is the slope \(0.2\d+", found.cause), found.cause
+        causes = {(r.kind, r.name): r.cause.split(":")[0] for r in report.diverged}
+        assert causes == {("gradient", "prelu_alpha"): "MXNet's PReLU gradient bug",
+                          ("weight", "prelu_alpha"): "MXNet's PReLU gradient bug",
+                          ("state", "prelu_alpha:momentum_buffer"): "MXNet's PReLU gradient bug",
+                          ("running statistic", "bn_running_var"): "unbiased running variance"}, causes  # stock BN
+        assert "sum vs mean" not in str(report) and "mean vs sum" not in str(report)
+
+    def test_one_scaled_gradient_is_no_batch_reduction(self, pairs):
+        """A torch twin that scales one gradient by the batch size (4, one Linear's weight): that gradient
+        diverges with ratio 4 but shares it with no other, so it is not called 'sum vs mean'; a mean loss scales
+        every gradient alike, and each is 'mean vs sum' with the ratio shared by all."""
+        net, factory, settings, states, shape = pairs["mlp"]
+        model, mapping = factory(), migrate.name_mapping(net, factory(), shape)
+        scaled = _ScaledLinear(12, 10)
+        scaled.load_state_dict(model[2].state_dict())
+        model[2] = scaled
+        report = migrate.check_training(net, model, shape, settings=settings, states=states, mapping=mapping)
+        gradients = [r for r in report.diverged if r.kind == "gradient"]
+        assert [(r.name, r.cause) for r in gradients] == [("mlp_fc1_weight", "")], gradients
+        mean = migrate.check_training(net, factory(), shape, settings=settings, states=states, loss="mean")
+        gradients = [r for r in mean.rows if r.kind == "gradient"]
+        assert len(gradients) == 6 and all(re.search(r"^mean vs sum: .*the same ratio in 6 of 6 gradients", r.cause)
+                                           for r in gradients), [r.cause for r in gradients]

@@ -37,8 +37,20 @@ def files(tmp_path_factory):
 
 
 def _hostile_files(folder):
-    """A FIFO, 100,000-deep JSON, and settings whose lr_scheduler MXNet refuses or cannot compute."""
+    """A FIFO, 100,000-deep JSON, settings whose lr_scheduler MXNet refuses or cannot compute, hostile states files
+    (``tests/mxformats/hostile_states``) behind the trainer's own header, and symbol files cut short."""
+    from tests.mxformats import hostile_states as H
     os.mkfifo(folder / "fifo")
+    data = (folder / "trainer.states").read_bytes()
+    size = int.from_bytes(data[len(H.MAGIC):len(H.MAGIC) + 8], "big")
+    params = json.loads(data[len(H.MAGIC) + 8:len(H.MAGIC) + 8 + size])["params"]
+    for name, raw in H.HOSTILE.items():
+        (folder / f"states-{_slug(name)}.states").write_bytes(H.wrapped(raw, params))
+    (folder / "states-deep-header.states").write_bytes(H.deep_header())
+    symbol = (folder / "res-symbol.json").read_bytes()
+    (folder / "cut-symbol.json").write_bytes(symbol[:len(symbol) // 2])
+    accented = symbol.replace(b'"name": "', '"name": "\u00e9'.encode(), 1)
+    (folder / "cut-char-symbol.json").write_bytes(accented[:accented.index("\u00e9".encode()) + 1])  # half of it
     (folder / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     settings = json.loads((folder / "settings.json").read_text())
     warmup = {"base_lr": 0.05, "warmup_begin_lr": 0, "warmup_mode": "linear"}
@@ -52,6 +64,11 @@ def _hostile_files(folder):
     (folder / "settings-huge-shape.json").write_text(json.dumps(huge))
     (folder / "settings-huge-num-update.json").write_text(json.dumps(dict(
         settings, num_update=10 ** 9, lr_scheduler=dict(SCHEDULE, step=1, factor=0.9999999, stop_factor_lr=0.0))))
+
+
+def _slug(name: str) -> str:
+    """A hostile case's name as a file name."""
+    return "".join(c if c.isalnum() else "-" for c in name)
 
 
 def _tree(folder) -> dict:
@@ -114,8 +131,35 @@ HOSTILE = [
     ("--settings 100000 deep", _with(_OPTIM, "--settings", "{d}/deep.json"), 2,
      r"--settings '.*deep.json': .*not valid JSON \(maximum recursion depth"),
     ("--symbol 100000 deep", _with(_MAP, "--symbol", "{d}/deep.json"), 2,
-     r"MXNet symbol file '.*deep.json': expected a symbol JSON .*could not parse it \(MXNetError: Check "
-     r"failed"),
+     r"MXNet symbol file '.*deep.json': expected a symbol JSON .*could not parse it \('.*deep.json': the JSON is "
+     r"nested too deeply to be an MXNet symbol"),
+    ("--symbol cut short (read by MXNet)", _with(_MAP, "--symbol", "{d}/cut-symbol.json"), 2,
+     r"MXNet symbol file '.*cut-symbol.json': expected a symbol JSON .*could not parse it \('.*cut-symbol.json': not "
+     r"JSON \(.*\); the file is damaged or truncated"),
+    ("--symbol cut inside a character (read by MXNet)", _with(_MAP, "--symbol", "{d}/cut-char-symbol.json"), 2,
+     r"could not parse it \('.*cut-char-symbol.json': byte 57 is not UTF-8 \(the file ends inside a character: it "
+     r"is truncated\)"),
+    ("--states bytearray(4e9) in 32 bytes", _with(_OPTIM, "--states", "{d}/states-bytearray-4e9-.states"), 2,
+     r"^migrate optim: error: --states '.*': States file '.*' asks for a bytearray of 4,000,000,000 bytes, more than "
+     r"its 32 bytes hold; it was refused before allocating"),
+    ("--states 2**40 paths (shared lists)", _with(_OPTIM, "--states", "{d}/states-2--40-paths--shared-lists-.states"),
+     2, r"--states '.*': States file '.*': containers nest more than 32 deep \(at byte \d+\)"),
+    ("--states a state sharing a list", _with(_OPTIM, "--states", "{d}/states-a-state-sharing-one-list.states"), 2,
+     r"the state of parameter index 0 is not one MXNet makes \(it holds the same list at two places"),
+    ("--states a list nested 1e6 deep", _with(_OPTIM, "--states", "{d}/states-a-list-nested-1e6-deep.states"), 2,
+     r"containers nest more than 32 deep \(at byte 1000037\)"),
+    ("--states a dict key nested 1e6 tuples deep",
+     _with(_OPTIM, "--states", "{d}/states-a-dict-key-nested-1e6-tuples-deep.states"), 2,
+     r"containers nest more than 32 deep \(at byte 1000035\)"),
+    ("--states an NDArray of shape (0, 2**62)",
+     _with(_OPTIM, "--states", "{d}/states-an-NDArray-of-shape--0--2--62-.states"), 2,
+     r"the bytes of a pickled NDArray: NDArray has shape \(0, 4611686018427387904\) of 4-byte items: its dimensions "
+     r"multiply past 2\*\*63 bytes"),
+    ("--states header JSON 100000 deep", _with(_OPTIM, "--states", "{d}/states-deep-header.states"), 2,
+     r"--states '.*': States file '.*' has a corrupt header \(its JSON is nested too deeply to be one"),
+    ("--states a whole pickle that builds nothing",
+     _with(_OPTIM, "--states", "{d}/states-a-whole-pickle-that-builds-nothing.states"), 2,
+     r"their pickle is whole \(8 bytes of opcodes, ending with STOP\) but builds no states"),
     ("--mapping 100000 deep", _with(_OPTIM, "--mapping", "{d}/deep.json"), 2,
      r"--mapping '.*deep.json': .*JSON nested too deeply"),
     ("--kwargs 50000 deep", _with(_MAP, "--kwargs", "[" * 50_000 + "]" * 50_000), 2,
@@ -145,7 +189,8 @@ HOSTILE = [
     ("all: --out in a read-only folder", _with(_ALL, "--out", "{readonly}/all"), 2, r"is not writable"),
     ("all: --out a file", _with(_ALL, "--out", "{d}/settings.json"), 2, r"exists and is not a folder"),
     ("all: --out holds foreign files", _with(_ALL, "--out", "{d}") + ["--force"], 2,
-     r"holds files `migrate all` does not write \(deep.json, fifo, res-0000.params"),
+     r"holds files `migrate all` does not write \(cut-char-symbol.json, cut-symbol.json, deep.json, fifo, "
+     r"res-0000.params, ...\)"),
     ("all: --out name of 300 bytes", _with(_ALL, "--out", "{out}/" + "n" * 300), 2,
      r"give a folder path with a name of 1 to 255 bytes"),
     ("all: --out /", _with(_ALL, "--out", "/"), 2, r"--out '/': give a folder path with a name"),
@@ -245,6 +290,25 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def paused_migrate(argv, stage: str, seconds: float = 60):
+    """``python -m migrate <argv>`` paused at ``stage`` (``MIGRATE_PAUSE_AT``, for ``seconds``), returned once it says
+    so; its stderr is left to read."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "MIGRATE_PAUSE_AT": stage,
+           "MIGRATE_PAUSE_SECONDS": str(seconds)}
+    process = subprocess.Popen([sys.executable, "-m", "migrate", *argv], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if line.startswith("migrate: paused at"):
+            break
+    if not lines or lines[-1] != f"migrate: paused at {stage}\n":
+        process.kill()
+        process.wait()
+        raise AssertionError(f"never paused at {stage}: {''.join(lines)[-2000:]}")
+    return process
+
+
 def _staging(parent) -> list:
     return sorted(entry for entry in os.listdir(parent) if entry.startswith(".tmp-migrate-"))
 
@@ -278,7 +342,8 @@ class TestInterruptedAll:
     @pytest.mark.parametrize("stage", STAGES)
     def test_ctrl_c_at_each_stage(self, files, previous, tmp_path, monkeypatch, capsys, stage, replace):
         """Ctrl-C (KeyboardInterrupt) at each stage: exit 130, one status line, and nothing half-written."""
-        from migrate.cli import commands, staged_folder
+        from migrate import staged_folder
+        from migrate.cli import commands
         out = tmp_path / "all"
         if replace:
             import shutil
@@ -311,17 +376,8 @@ class TestInterruptedAll:
         if replace:
             shutil.copytree(previous[0], out)
         before = _tree(out) if replace else None
-        env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", "MIGRATE_PAUSE_AT": stage}
-        process = subprocess.Popen([sys.executable, "-m", "migrate", *_all_argv(files, out, force=replace)],
-                                   cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                   preexec_fn=default_sigint)
+        process = paused_migrate(_all_argv(files, out, force=replace), stage)
         try:
-            lines = []
-            for line in process.stderr:
-                lines.append(line)
-                if line.startswith("migrate: paused at"):
-                    break
-            assert lines and lines[-1] == f"migrate: paused at {stage}\n", "".join(lines)[-2000:]
             process.send_signal(signum)
             rest = process.communicate(timeout=60)[1]
         finally:
@@ -341,7 +397,7 @@ class TestInterruptedAll:
         a run that died between them is put back by the next run (which then needs --force to replace it)."""
         import shutil
 
-        from migrate.cli import staged_folder
+        from migrate import staged_folder
         monkeypatch.setattr(staged_folder, "_exchange", lambda source, target: False)
         out = tmp_path / "all"
         shutil.copytree(previous[0], out)
@@ -450,3 +506,30 @@ def test_unexpected_error_is_one_line_exit_2(files, tmp_path, monkeypatch, capsy
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"migrate all: error: unexpected {type(error).__name__}"), lines
     assert not out.exists() and _staging(tmp_path) == []
+
+
+def test_states_bomb_allocates_nothing_big(files, tmp_path, capsys):
+    """`migrate optim --states` of the 32-byte pickle calling bytearray(4 * 10**9): exit 2 with the one line, and the
+    traced peak of the whole command (its imports done by a first run) stays under 64 MiB (it reached 4.4 GB)."""
+    import tracemalloc
+    argv = [a.format(d=files) for a in _with(_with(_OPTIM, "--states", "{d}/states-bytearray-4e9-.states"), "--out",
+                                           str(tmp_path / "o.pt"))]
+    assert main(argv) == 2  # imports and first-use caches, untraced
+    tracemalloc.start()
+    try:
+        assert main(argv) == 2
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "asks for a bytearray of 4,000,000,000 bytes" in capsys.readouterr().err
+    assert peak < 64 * 2 ** 20, f"{peak / 2 ** 20:.1f} MiB"
+
+
+def test_every_output_has_the_usual_mode(previous):
+    """Every file `migrate all` writes, weights.safetensors included (it was 0600), has the mode the umask gives new
+    files (0644 under umask 022), and the folder the one it gives folders."""
+    from mxformats.atomic import usual_mode
+    out, tree = previous
+    modes = {name: oct(os.stat(out / name).st_mode & 0o777) for name in tree}
+    assert modes == dict.fromkeys(tree, oct(usual_mode())), modes
+    assert os.stat(out).st_mode & 0o777 == usual_mode(folder=True)

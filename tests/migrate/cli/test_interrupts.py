@@ -285,7 +285,7 @@ class TestUnwritableOut:
     def test_refused_at_the_rename(self, files, tmp_path, immutable, monkeypatch, capsys):
         """--out made immutable while the run works: the rename is refused, exit 2 naming --out and the fix; the
         previous folder stays whole and the staging folder goes."""
-        from migrate.cli import staged_folder
+        from migrate import staged_folder
         out = tmp_path / "all"
         assert main(_argv(files, out)) == 0
         before = {name: (out / name).read_bytes() for name in os.listdir(out)}
@@ -297,3 +297,19 @@ class TestUnwritableOut:
                                              r"permitted\); choose another --out", lines[0]), lines
         assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
         assert sorted(os.listdir(tmp_path)) == ["all"]
+
+
+def test_gradient_mode_is_restored(files, tmp_path, monkeypatch, capsys):
+    """An interrupt that lands after torch.no_grad() switched gradients off and before its __exit__ was due (here:
+    the verification leaves them off and is interrupted) leaves the calling program's gradient mode as it was."""
+    import torch
+
+    from migrate.cli import commands
+
+    def verify(*args, **kwargs):
+        torch.set_grad_enabled(False)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(commands, "verify", verify)
+    assert torch.is_grad_enabled()
+    assert main(_argv(files, tmp_path / "all")) == 130
+    assert torch.is_grad_enabled() and capsys.readouterr().err.splitlines() == [f"migrate all: {INTERRUPTED}"]

@@ -1,14 +1,15 @@
 """A stock ``gluon.Trainer``'s states file and the parameter order: MXNet's file keys states by index only, so states
 saved by a trainer built on another parameter order than the settings' would give equal-shaped tensors each other's
 momentum. ``gluon_lr.export_settings(trainer)`` records the order on the trainer's optimizer, which MXNet pickles into
-every states file saved afterwards; migrate compares it with the settings' and refuses a mismatch, and says so when a
-file carries no order (matched by index, the settings' order assumed).
+every states file saved afterwards; migrate compares it with the settings' and refuses a mismatch, and refuses a file
+that carries no order unless asked to assume the settings' order (then matched by index, and said so).
 
 The model is three Dense(8 -> 8) layers with tanh (``MxStack``; its torch twin ``TorchStack``): all weights of one
 shape and all biases of another.
 """
 import json
 import pickle
+import re
 import warnings
 
 import mxnet as mx
@@ -123,22 +124,35 @@ def test_mxnet_loads_the_file_and_continues_exactly(saved):
         assert np.array_equal(ours, theirs), name
 
 
-@pytest.mark.parametrize("convert", ["exact", "stock"])
-def test_states_of_another_order_are_refused(saved, convert):
-    """B's states (reversed order) against A's settings: StateConversionError naming the indices and names that
-    differ; the torch optimizer keeps no state."""
+def _optimizer_and_conversion(convert: str, settings: str, mapping) -> tuple:
+    """(a fresh torch optimizer of ``TorchStack`` for ``settings``, the function that converts states into it):
+    migrate's exact one (``convert`` "exact") or the stock one."""
     model = TorchStack()
     if convert == "exact":
-        optimizer = migrate.torch_optimizer(model, saved["A"]["settings"], saved["mapping"])
-        call = migrate.convert_optimizer_state
-    else:
-        optimizer = migrate.stock_torch_optimizer(model, saved["A"]["settings"], saved["mapping"]).optimizer
-        call = migrate.convert_stock_optimizer_state
-    first, last = saved["A"]["names"][0], saved["B"]["names"][0]
-    with pytest.raises(StateConversionError, match=rf"saved by a trainer built on another parameter order than the "
-                                                   rf"settings' \(\d+ of 6 indices differ: \[\"index 0: '{last}' in "
-                                                   rf"the states, '{first}' in the settings\""):
-        call(saved["B"]["states"], saved["A"]["settings"], saved["mapping"], optimizer)
+        return migrate.torch_optimizer(model, settings, mapping), migrate.convert_optimizer_state
+    return (migrate.stock_torch_optimizer(model, settings, mapping).optimizer,
+            migrate.convert_stock_optimizer_state)
+
+
+# (description, states, settings, pattern of the StateConversionError; {A}, {B}: the first name of A's, B's order)
+REFUSED = [
+    ("another order", "B", "A", r"saved by a trainer built on another parameter order than the settings' \(\d+ of 6 "
+                                r"indices differ: \[\"index 0: '{B}' in the states, '{A}' in the settings\""),
+    ("no order recorded", "C", "C", r"name no parameters .*gluon_lr.export_settings\(trainer, path\) before "
+                                    r"trainer.save_states.*assume_order=True"),
+]
+
+
+@pytest.mark.parametrize("convert", ["exact", "stock"])
+@pytest.mark.parametrize("description, states, settings, pattern", REFUSED, ids=[r[0] for r in REFUSED])
+def test_states_of_unproven_order_are_refused(saved, convert, description, states, settings, pattern):
+    """B's states (reversed order) against A's settings: StateConversionError naming the indices and names that
+    differ; C's (saved before its settings were exported, no order) by default: naming both ways on (export the
+    settings before save_states; assume_order=True). The torch optimizer keeps no state."""
+    optimizer, call = _optimizer_and_conversion(convert, saved[settings]["settings"], saved["mapping"])
+    first = {key: re.escape(saved[key]["names"][0]) for key in ("A", "B")}
+    with pytest.raises(StateConversionError, match=pattern.replace("{A}", first["A"]).replace("{B}", first["B"])):
+        call(saved[states]["states"], saved[settings]["settings"], saved["mapping"], optimizer)
     assert len(optimizer.state) == 0
 
 
@@ -159,21 +173,25 @@ def test_states_of_their_own_order_convert_by_name(saved):
         assert np.array_equal(torch_momentum, saved["mapping"].to_torch(name, mx_momentum)), name
 
 
-def test_states_without_order_match_by_index_with_a_note(saved, tmp_path, capsys):
-    """C's file (saved before its settings were exported) carries no order: the conversion warns
-    StatesOrderWarning and matches by index; `migrate all` exits 0 and its report says so."""
+def test_states_without_order_match_by_index_when_assumed(saved, tmp_path, capsys):
+    """With assume_order=True C's file converts by index, warning StatesOrderWarning; `migrate all` exits 2 without
+    --assume-states-order and 0 with it, its report saying so."""
     model = TorchStack()
     optimizer = migrate.torch_optimizer(model, saved["C"]["settings"], saved["mapping"])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert migrate.convert_optimizer_state(saved["C"]["states"], saved["C"]["settings"], saved["mapping"],
-                                               optimizer) == 6
+                                               optimizer, assume_order=True) == 6
     assert [w.category for w in caught] == [StatesOrderWarning]
     folder = saved["folder"]
     argv = ["all", "--symbol", str(folder / "stack-symbol.json"), "--params", str(folder / "stack-0000.params"),
             "--settings", saved["C"]["settings"], "--states", saved["C"]["states"], "--torch",
             TORCH, "--input-shape", "3,8", "--out", str(tmp_path / "all")]
-    assert main(argv) == 0, capsys.readouterr().err
+    assert main(argv) == 2
+    line = capsys.readouterr().err.splitlines()
+    assert len(line) == 1 and "--states" in line[0] and "--assume-states-order" in line[0], line
+    assert not (tmp_path / "all").exists()
+    assert main(argv + ["--assume-states-order"]) == 0, capsys.readouterr().err
     note = (f"note: --states {saved['C']['states']}: the MXNet states name no parameters (a stock gluon.Trainer's "
             f"file saved before gluon_lr.export_settings(trainer) recorded its order): they were matched by index")
     assert note in (tmp_path / "all" / "report.txt").read_text()

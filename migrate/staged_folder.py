@@ -1,13 +1,14 @@
-"""The all-or-nothing output folder of ``migrate all``: built under a temporary name beside ``--out``, then put in
-place in one rename.
+"""An all-or-nothing output folder (``migrate all``'s, ``migrate data convert``'s): built under a temporary name
+beside ``--out``, then put in place in one rename.
 
 Interrupted at any point (Ctrl-C, SIGTERM, kill -9, a crash), ``--out`` is either absent or the previous complete
 folder: with ``--force`` the old folder is swapped out only once the new one is complete (``renameat2`` with
 ``RENAME_EXCHANGE`` on Linux; elsewhere two renames, the old folder kept as ``<temp>.previous`` in between and put
 back by the next run if the process died there). Temporary folders are named
 ``.tmp-migrate-<out name, 40 characters at most>-<pid>-<random>``; those of a process that no longer runs are removed
-by the next run into the same parent folder, whatever ``--out`` name they were for; those of a running process are
-left alone.
+by the next run into the same parent folder, whatever ``--out`` name they were for (with the temporary files of
+atomic writes that dead processes left: ``mxformats.atomic.remove_stale``); those of a running process are left
+alone.
 
 Two runs into the same ``--out`` at once never mix: a new folder is put in place only where nothing is
 (``RENAME_NOREPLACE``), so the run that comes second fails with ``OutputExistsError`` (or, with ``--force``, swaps
@@ -28,11 +29,11 @@ import sys
 import tempfile
 import time
 
-from mxformats.atomic import process_running, temp_prefix
-from migrate.errors import CliUsageError, OutputExistsError, OutputPathError
-from migrate.cli.inputs import writable_folder
+from mxformats.atomic import process_running, remove_stale, temp_prefix, usual_mode
+from mxformats.reading import special_kind
+from migrate.errors import OutputExistsError, OutputPathError
 
-__all__ = ["StagedFolder", "pause_point", "remove_leftovers", "PAUSE_VARIABLE", "STAGING_PREFIX"]
+__all__ = ["StagedFolder", "pause_point", "remove_leftovers", "writable_folder", "PAUSE_VARIABLE", "STAGING_PREFIX"]
 
 STAGING_PREFIX = ".tmp-migrate-"
 PAUSE_VARIABLE = "MIGRATE_PAUSE_AT"
@@ -52,13 +53,34 @@ def pause_point(stage: str) -> None:
         time.sleep(float(os.environ.get("MIGRATE_PAUSE_SECONDS", "60")))
 
 
+def writable_folder(folder: str, flag: str) -> None:
+    """OutputPathError unless ``folder`` exists, is a folder, and a file can be created in it (read-only mounts
+    and permissions included), checked before any work starts.
+
+    Examples:
+        >>> writable_folder("/tmp", "--out")
+    """
+    if not os.path.isdir(folder):
+        what = special_kind(folder) or ("a regular file" if os.path.isfile(folder) else "does not exist")
+        raise OutputPathError(f"{flag}: folder {folder!r} {what if what == 'does not exist' else 'is ' + what}; "
+                              f"create it (mkdir -p) or choose another output path")
+    try:
+        probe = tempfile.NamedTemporaryFile(prefix=".tmp-migrate-probe-", dir=folder)
+    except OSError as exc:
+        raise OutputPathError(f"{flag}: folder {folder!r} is not writable ({exc.strerror}); choose a folder you can "
+                              f"write to, or change its permissions") from None
+    probe.close()
+
+
 class StagedFolder:
     """A folder written under a temporary name and renamed to ``target`` by ``commit``; removed if never committed.
 
     Args:
         target: The folder to produce (``--out``).
-        names: The file names the command writes there; an existing ``target`` may hold only these.
+        names: The file names the command writes there; an existing ``target`` may hold only these
+            (``foreign`` says which it holds beyond them: a subclass whose files have other names overrides it).
         force: Replace an existing ``target`` that holds some of them.
+        writer: The command, as messages name it.
 
     Examples:
         >>> with StagedFolder("migrated", ["report.txt"], force=False) as stage:  # doctest: +SKIP
@@ -66,31 +88,35 @@ class StagedFolder:
         ...     stage.commit()
     """
 
-    def __init__(self, target, names, force: bool):
+    def __init__(self, target, names, force: bool, writer: str = "migrate all"):
         self.given = os.fspath(target)
         self.target = os.path.abspath(self.given)
         self.parent, self.name = os.path.split(self.target)
         self._stem = STAGING_PREFIX + self.name[:_STEM_CHARACTERS]  # temporary names stay within NAME_MAX (255 bytes)
-        self.names, self.force = tuple(names), force
+        self.names, self.force, self.writer = tuple(names), force, writer
         self.path, self.committed = None, False
+
+    def foreign(self, present: list) -> list:
+        """The entries of an existing ``target`` this command does not write (the folder is replaced as a whole)."""
+        return [entry for entry in present if entry not in self.names]
 
     def check(self) -> None:
         """Refuse, before any work, an empty path, a target that is a file, holds foreign files, exists without
         --force or cannot be replaced (not writable, immutable); and a parent folder that is missing or not writable.
         Cleans up after dead runs first (``remove_leftovers``)."""
         if not self.given.strip():
-            raise CliUsageError(f"--out {self.given!r}: an empty path; give the folder to create, such as ./migrated "
-                                f"(an empty --out would name the current folder)")
+            raise OutputPathError(f"--out {self.given!r}: an empty path; give the folder to create, such as ./migrated "
+                                  f"(an empty --out would name the current folder)")
         if not self.name or self.name in (".", "..") or len(os.fsencode(self.name)) > 255:
-            raise CliUsageError(f"--out {self.target[-300:]!r}: give a folder path with a name of 1 to 255 bytes, "
-                                f"such as ./migrated")
+            raise OutputPathError(f"--out {self.target[-300:]!r}: give a folder path with a name of 1 to 255 bytes, "
+                                  f"such as ./migrated")
         if os.path.islink(self.target):
-            raise CliUsageError(f"--out {self.target!r}: is a symbolic link; give the folder's real path (the folder "
-                                f"is replaced as a whole)")
+            raise OutputPathError(f"--out {self.target!r}: is a symbolic link; give the folder's real path (the "
+                                  f"folder is replaced as a whole)")
         if os.path.lexists(self.target) and not os.path.isdir(self.target):
-            raise CliUsageError(f"--out {self.target!r}: exists and is not a folder; give a folder path")
+            raise OutputExistsError(f"--out {self.target!r}: exists and is not a folder; give a folder path")
         writable_folder(self.parent, "--out")
-        self._remove_stale()
+        remove_leftovers(self.target, own=False)
         present = sorted(os.listdir(self.target)) if os.path.isdir(self.target) else []
         fixed = [path for path in [self.target] + [os.path.join(self.target, p) for p in present]
                  if os.path.lexists(path) and not os.access(path, os.W_OK, follow_symlinks=False)]
@@ -98,12 +124,12 @@ class StagedFolder:
             raise OutputPathError(f"--out {self.target!r}: {fixed[0]!r} cannot be replaced (not writable, or "
                                   f"immutable: lsattr shows 'i'); choose another --out, or make it writable (chmod "
                                   f"u+w, chattr -i)")
-        foreign = [entry for entry in present if entry not in self.names]
+        foreign = self.foreign(present)
         if foreign:
             listed = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-            raise CliUsageError(f"--out {self.target!r} holds files `migrate all` does not write ({listed}); the "
-                                f"folder is replaced as a whole, so give a new or empty folder, or move those files "
-                                f"out")
+            raise OutputExistsError(f"--out {self.target!r} holds files `{self.writer}` does not write ({listed}); "
+                                    f"the folder is replaced as a whole, so give a new or empty folder, or move those "
+                                    f"files out")
         if present and not self.force:
             raise OutputExistsError(f"--out: {os.path.join(self.target, present[0])!r} exists; pass --force to "
                                     f"replace the folder {self.target!r} once the new one is complete, or choose "
@@ -115,9 +141,7 @@ class StagedFolder:
 
     def __enter__(self) -> "StagedFolder":
         self.path = tempfile.mkdtemp(prefix=f"{self._stem}-{os.getpid()}-", dir=self.parent)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.path, 0o777 & ~umask)  # a normal folder once renamed, not mkdtemp's 0700
+        os.chmod(self.path, usual_mode(folder=True))  # a normal folder once renamed, not mkdtemp's 0700
         return self
 
     def __exit__(self, *exc) -> None:
@@ -161,22 +185,18 @@ class StagedFolder:
             os.rename(self.path, self.target)
         return True
 
-    def _remove_stale(self) -> None:
-        """Remove the temporary folders of earlier runs in the parent folder whose process has died."""
-        remove_leftovers(self.target, own=False)
-
-
 def _in_use(pid: int) -> bool:
     """True when another running process owns a temporary folder (this process's own are leftovers)."""
     return pid != os.getpid() and process_running(pid)
 
 
 def remove_leftovers(out, own: bool = True) -> list:
-    """Remove, in the folder that holds ``out``, the staged folders of ``migrate all`` runs that died (whatever --out
-    name they were for) and this process's own (called before a run stages, or once its outcome is decided: nothing
-    of ours is being written then); with ``own``, this process's temporary files of atomic writes too. A previous
-    complete folder set aside (``.previous``) is put back where its folder is missing, else removed; one whose folder
-    cannot be told (another --out's name cut at 40 characters) is left.
+    """Remove, in the folder that holds ``out``, the staged folders of runs that died (whatever --out name they were
+    for) and this process's own (called before a run stages, or once its outcome is decided: nothing of ours is being
+    written then), and the temporary files dead processes' atomic writes left (``remove_stale``); with ``own``, this
+    process's temporary files of atomic writes too. A previous complete folder set aside (``.previous``) is put back
+    where its folder is missing, else removed; one whose folder cannot be told (another --out's name cut at 40
+    characters) is left.
 
     Args:
         out: The ``--out`` path (a folder for ``all``, a file for the other subcommands).
@@ -191,11 +211,11 @@ def remove_leftovers(out, own: bool = True) -> list:
     """
     target = os.path.abspath(os.fspath(out))
     parent = os.path.dirname(target)
+    done = remove_stale(parent)
     try:
         entries = os.listdir(parent)
     except OSError:
-        return []
-    done = []
+        return done
     for entry in entries:
         path = os.path.join(parent, entry)
         if own and entry.startswith(temp_prefix()) and os.path.isfile(path):
