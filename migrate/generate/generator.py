@@ -13,7 +13,7 @@ from migrate.generate import ops  # noqa: F401  (importing the op families fills
 from migrate.generate.module_tree import ModuleTree, module_expression
 from migrate.generate.names import block_paths, identifier, local_names, param_keys, tree_order
 from migrate.generate.registry import OpNode, translator
-from migrate.generate.shapes import LOSS_HEADS, translated_shapes
+from migrate.generate.shapes import LOSS_HEADS, mxnet_node_shapes, translated_shapes
 from migrate.generate.source_file import GeneratedClass, file_text
 from migrate.mapping.export import normalize_shapes
 from migrate.mapping.file_source import model_source
@@ -161,25 +161,7 @@ def _graph(source, shapes, dtypes):
                               f"{len(shapes)} shape(s) {shapes}; give one shape per input")
     if source.without_mxnet:
         return nodes, heads, inputs, translated_shapes(nodes, inputs, shapes, dtypes, source.params)
-    return nodes, heads, inputs, _node_shapes(nodes, *_shapes(source, dict(zip(inputs, shapes))))
-
-
-def _node_shapes(nodes, names, shapes) -> list:
-    """Each node's output shapes, from MXNet's internal outputs (listed in node order). Names are not keys: a Gluon
-    block called twice (one Activation reused) makes nodes of the same name."""
-    out, k = [], 0
-    for node in nodes:
-        name, mine = node["name"], []
-        if node["op"] == "null":
-            if k < len(names) and names[k] == name:
-                mine, k = [shapes[k]], k + 1
-        elif k < len(names) and names[k] == f"{name}_output":
-            mine, k = [shapes[k]], k + 1
-        else:
-            while k < len(names) and names[k] == f"{name}_output{len(mine)}":
-                mine, k = mine + [shapes[k]], k + 1
-        out.append(mine)
-    return out
+    return nodes, heads, inputs, mxnet_node_shapes(nodes, *_shapes(source, dict(zip(inputs, shapes))))
 
 
 def _shapes(source, given) -> tuple:

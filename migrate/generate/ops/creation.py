@@ -1,4 +1,5 @@
-"""MXNet's ops that create tensors: ``_zeros``, ``_ones``, ``_full``, ``_arange``, ``_contrib_arange_like``,
+"""MXNet's ops that create tensors: ``_zeros``, ``_ones``, ``_full``, ``_eye``, ``_arange``, ``_linspace``,
+``_contrib_arange_like``,
 ``_random_normal``, ``_random_uniform``, ``_random_uniform_like`` and ``_sample_multinomial``.
 
 Created tensors go to the device of the module's weights (``self._device()``). A ``_zeros`` whose batch axis MXNet
@@ -51,6 +52,25 @@ def _ones(node: OpNode) -> str:
 def _full(node: OpNode) -> str:
     return (f"torch.full({_static_shape(node)}, {float(node.attr('value'))}, dtype={_dtype(node)}, "
             f"device=self._device())")
+
+
+@register("_eye")
+def _eye(node: OpNode) -> str:
+    """N x M (M = 0: N) with ones on diagonal ``k``."""
+    n, k = int(node.attr("N")), int(node.attr("k", 0))
+    m = int(node.attr("M", 0)) or n
+    return f"torch.ones(({n}, {m}), dtype={_dtype(node)}, device=self._device()).tril({k}).triu({k})"
+
+
+@register("_linspace")
+def _linspace(node: OpNode) -> str:
+    """``num`` values from ``start``, each ``start + i * step`` computed in float64 and cast, as MXNet's kernel does
+    (``step`` reaches ``stop`` at the last value, or one step past it without ``endpoint``)."""
+    start, stop, num = float(node.attr("start")), float(node.attr("stop")), int(node.attr("num"))
+    endpoint = bool(node.attr("endpoint", True))
+    step = (stop - start) / max(1, num - 1 if endpoint else num)
+    return (f"(torch.arange({num}, dtype=torch.float64, device=self._device()) * {step} + {start})"
+            f".to({_dtype(node)})")
 
 
 @register("_arange", "arange")

@@ -44,8 +44,8 @@ class _Op(gluon.HybridBlock):
         return self._fn(F, *xs)
 
 
-def _u(*shape, low=-1.0, high=1.0):
-    return lambda rng: rng.uniform(low, high, shape).astype(np.float32)
+def _u(*shape, low=-1.0, high=1.0, dtype=np.float32):
+    return lambda rng: rng.uniform(low, high, shape).astype(dtype)
 
 
 def _ints(high, *shape, low=0):
@@ -76,6 +76,22 @@ def _rois(count, batch, size):
         wh = rng.uniform(1, size * 0.6, (count, 2))
         ids = rng.randint(0, batch, (count, 1))
         return np.concatenate([ids, xy, xy + wh], 1).astype(np.float32)
+    return make
+
+
+def _spd(*batch, n, dtype=np.float32):
+    """Symmetric positive definite matrices (M M^T + n I)."""
+    def make(rng):
+        m = rng.uniform(-1, 1, batch + (n, n))
+        return (m @ np.swapaxes(m, -1, -2) + n * np.eye(n)).astype(dtype)
+    return make
+
+
+def _tri(*batch, n, dtype=np.float32):
+    """Well-conditioned matrices (3 on the diagonal plus uniform(-1, 1)); a triangular op must not read the other
+    triangle."""
+    def make(rng):
+        return (rng.uniform(-1, 1, batch + (n, n)) + 3 * np.eye(n)).astype(dtype)
     return make
 
 
@@ -166,6 +182,62 @@ CASES = [
     Case("_linalg_gemm2 axis 1", lambda F, a, b: F.linalg.gemm2(a, b, transpose_a=True, transpose_b=True, alpha=-0.5,
                                                                   axis=1),
          _both(_u(2, 4, 3, 5), _u(2, 6, 3, 4))),
+    # linalg: batched over leading axes; triangular operands read from one triangle; float64 where LAPACK's float32
+    # rounding of a factorization or inverse would dominate
+    Case("_linalg_gemm", lambda F, a, b, c: F.linalg.gemm(a, b, c, transpose_a=True, alpha=0.5, beta=-2.0),
+         _both(_u(2, 4, 3), _u(2, 4, 5), _u(2, 3, 5))),
+    Case("_linalg_gemm axis 1", lambda F, a, b, c: F.linalg.gemm(a, b, c, transpose_b=True, axis=1),
+         _both(_u(2, 3, 4, 5), _u(2, 6, 4, 5), _u(2, 3, 4, 6))),
+    Case("_linalg_potrf", lambda F, a: F.linalg.potrf(a), _both(_spd(2, 3, n=4))),
+    Case("_linalg_potrf upper", lambda F, a: F.linalg.potrf(a, lower=False), _both(_spd(2, n=4, dtype=np.float64))),
+    Case("_linalg_potri", lambda F, a: F.linalg.potri(a), _both(_tri(2, n=4, dtype=np.float64))),
+    Case("_linalg_potri upper", lambda F, a: F.linalg.potri(a, lower=False), _both(_tri(3, n=3, dtype=np.float64))),
+    *[Case(f"_linalg_trsm {kw}", (lambda kw: lambda F, a, b: F.linalg.trsm(a, b, **kw))(kw),
+           _both(_tri(2, n=4), _u(2, 4, 4)))
+      for kw in ({"alpha": 2.0}, {"transpose": True}, {"rightside": True, "lower": False, "alpha": -0.5},
+                 {"transpose": True, "rightside": True, "lower": False})],
+    *[Case(f"_linalg_trmm {kw}", (lambda kw: lambda F, a, b: F.linalg.trmm(a, b, **kw))(kw),
+           _both(_tri(2, n=4), _u(2, 4, 4)))
+      for kw in ({"alpha": 2.0}, {"transpose": True}, {"rightside": True, "lower": False, "alpha": -0.5},
+                 {"transpose": True, "rightside": True})],
+    Case("_linalg_syrk", lambda F, a: F.linalg.syrk(a, alpha=0.5), _both(_u(2, 3, 5))),
+    Case("_linalg_syrk transpose", lambda F, a: F.linalg.syrk(a, transpose=True), _both(_u(3, 5))),
+    Case("_linalg_sumlogdiag", lambda F, a: F.linalg.sumlogdiag(a), _both(_spd(2, 3, n=4))),
+    *[Case(f"_linalg_extractdiag offset {k}", (lambda k: lambda F, a: F.linalg.extractdiag(a, offset=k))(k),
+           _both(_u(2, 4, 4))) for k in (0, 2, -1)],
+    *[Case(f"_linalg_makediag offset {k}", (lambda k: lambda F, a: F.linalg.makediag(a, offset=k))(k),
+           _both(_u(2, 3))) for k in (0, 1, -2)],
+    *[Case(f"_linalg_extracttrian {kw}", (lambda kw: lambda F, a: F.linalg.extracttrian(a, **kw))(kw),
+           _both(_u(2, 5, 5))) for kw in ({}, {"lower": False}, {"offset": 1}, {"offset": -2}, {"offset": 2})],
+    *[Case(f"_linalg_maketrian {kw}", (lambda kw: lambda F, a: F.linalg.maketrian(a, **kw))(kw),
+           _both(_u(2, 10))) for kw in ({}, {"lower": False}, {"offset": 1}, {"offset": -2})],
+    Case("_linalg_inverse", lambda F, a: F.linalg.inverse(a), _both(_tri(2, 2, n=3, dtype=np.float64))),
+    Case("_linalg_det", lambda F, a: F.linalg.det(a), _both(_tri(2, n=3, dtype=np.float64))),
+    Case("_linalg_slogdet", lambda F, a: F.linalg.slogdet(a), _both(lambda r: _tri(4, n=3, dtype=np.float64)(
+        r) * np.array([1, -1, 1, -1]).reshape(4, 1, 1))),
+    Case("diag of a vector", lambda F, x: F.diag(x, k=1), _both(_u(4))),
+    Case("diag of a matrix", lambda F, x: F.diag(x, k=-1), _both(_u(4, 5))),
+    Case("diag axes", lambda F, x: F.diag(x, k=1, axis1=2, axis2=0), _both(_u(4, 2, 5))),
+    # creation and the numpy interface
+    Case("_eye", lambda F, x: F.broadcast_mul(x, F.eye(3, 4, k=1)), _both(_u(2, 3, 4))),
+    Case("_eye float64 k -1", lambda F, x: F.broadcast_add(x, F.eye(3, k=-1, dtype="float64")),
+         _both(_u(3, 3, dtype=np.float64))),
+    Case("_linspace", lambda F, x: F.broadcast_add(x, F.linspace(-1, 2.5, 7)), _both(_u(2, 7))),
+    Case("_linspace no endpoint", lambda F, x: F.broadcast_add(x, F.linspace(0, 1, 6, endpoint=False)),
+         _both(_u(2, 6))),
+    Case("_np_cumsum", lambda F, x: F.cumsum(x, axis=1), _both(_u(2, 5, 3))),
+    Case("_np_cumsum flat float64", lambda F, x: F.cumsum(x, dtype="float64"), _both(_u(2, 5))),
+    Case("_np_cumsum int32", lambda F, x: F.cast(F.cumsum(F.cast(x, "int32"), axis=1), "float32"),
+         _both(_ints(9, 3, 4, low=-9)), grad=False),
+    # reductions with exclude=True: the axes `axis` does not name
+    *[Case(f"{op} exclude {kw}", (lambda op, kw: lambda F, x: getattr(F, op)(x, exclude=True, **kw))(op, kw),
+           _both(_u(2, 3, 4, low=0.5, high=1.5)))
+      for op in ("sum", "mean", "max", "min", "prod", "nansum", "nanprod")
+      for kw in ({"axis": 1}, {"axis": (0, -1), "keepdims": True})],
+    Case("mean exclude every axis", lambda F, x: F.mean(x, axis=(0, 1), exclude=True) * 2, _both(_u(2, 3))),
+    Case("sum exclude no axis", lambda F, x: F.sum(x, axis=(), exclude=True), _both(_u(2, 3))),
+    Case("nansum/nanprod with NaN", lambda F, x: (F.nansum(x, axis=1), F.nanprod(x, axis=0, exclude=True)),
+         _both(lambda r: np.where(r.rand(3, 4) < 0.3, np.nan, r.uniform(0.5, 1.5, (3, 4))).astype(np.float32))),
     *[Case(f"Pad {mode}", (lambda m: lambda F, x: F.pad(x, mode=m, pad_width=(0, 0, 0, 0, 1, 2, 2, 1),
                                                          constant_value=1.5))(mode), _both(_u(2, 3, 4, 5)))
       for mode in ("constant", "edge", "reflect")],
@@ -174,6 +246,9 @@ CASES = [
     # indexing and ordering
     Case("take clip", lambda F, a, i: F.take(a, i, axis=1), _both(_u(3, 4, 2), _ints(6, 2, 5, low=-2))),
     Case("take wrap", lambda F, a, i: F.take(a, i, axis=0, mode="wrap"), _both(_u(4, 3), _ints(9, 5, low=-5))),
+    Case("Embedding clips indices to its rows", lambda F, i, w: F.Embedding(F.BlockGrad(i), w, input_dim=4,
+                                                                          output_dim=3),
+         _both(lambda r: np.array([[-3, -0.5, 0.7], [3.9, 4, 7]], np.float32), _u(4, 3))),
     Case("batch_take", lambda F, a, i: F.batch_take(a, i), _both(_u(4, 5), lambda r: r.randint(0, 5, 4).astype(
         np.int32)), grad=False),  # MXNet registers no gradient
     Case("pick clip", lambda F, a, i: F.pick(a, i, axis=1), _both(_u(3, 4, 2), _ints(6, 3, 2, low=-1))),
