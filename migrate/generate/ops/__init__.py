@@ -7,11 +7,11 @@ equivalent, a helper in the same module, listed in its ``__all__``), and a row i
 ``tests/migrate/generate/test_generate_ops.py``.
 """
 from migrate.generate.ops import (activations, creation, detection, elementwise, indexing, layers, linalg,
-                                  normalization, numpy_interface, recurrent, reduction, sequence, shape,
-                                  vision)
+                                  normalization, numpy_interface, recurrent, reduction, sampling, sequence,
+                                  shape, vision)
 
 __all__ = ["FAMILIES"]
 
 FAMILIES = (layers, activations, normalization, elementwise, shape, reduction, linalg, indexing, creation, sequence,
-            recurrent, vision, detection, numpy_interface)
+            recurrent, vision, detection, numpy_interface, sampling)
 """The op family modules, in the order their emitted objects are written into a file."""

@@ -1,6 +1,6 @@
 """MXNet's ops that create tensors: ``_zeros``, ``_ones``, ``_full``, ``_eye``, ``_arange``, ``_linspace``,
 ``_contrib_arange_like``,
-``_random_normal``, ``_random_uniform``, ``_random_uniform_like`` and ``_sample_multinomial``.
+``_random_normal``, ``_random_uniform`` and ``_random_uniform_like`` (the ``_sample_*`` ops are ``sampling``'s).
 
 Created tensors go to the device of the module's weights (``self._device()``). A ``_zeros`` whose batch axis MXNet
 leaves to inference (Gluon's RNN begin states) takes the size inferred for the given input shapes; the RNN
@@ -9,14 +9,12 @@ torch's generator (so never MXNet's numbers: the same distributions, shapes and 
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from migrate.errors import UnsupportedOpError
 from migrate.generate.registry import OpNode, register
 
-__all__ = ["mx_arange_like", "mx_sample_multinomial"]
+__all__ = ["mx_arange_like"]
 
 
 def _dtype(node: OpNode, default: str = "float32") -> str:
@@ -133,28 +131,3 @@ def _random_uniform_like(node: OpNode) -> str:
     """The input's shape and dtype; no gradient reaches the input (MXNet gives it zeros)."""
     low, high = float(node.attr("low", 0.0)), float(node.attr("high", 1.0))
     return f"torch.empty_like({node.inputs[0]}).uniform_({low}, {high})"
-
-
-@register("_sample_multinomial")
-def _sample_multinomial(node: OpNode) -> str:
-    return node.call(mx_sample_multinomial, node.inputs[0], node.tuple_attr("shape"),
-                     bool(node.attr("get_prob", False)), _dtype(node, "int32"))
-
-
-def mx_sample_multinomial(data, shape, get_prob, dtype):
-    """MXNet's sample_multinomial: per distribution (the last axis of ``data``, read unnormalized) ``shape`` draws
-    (one where ``shape`` is empty), each the first class whose running sum of probabilities (float32) reaches a
-    uniform float32 draw in [0, 1); a row summing short of the draw gives index K, as MXNet's kernel does. With
-    ``get_prob`` also the log-probability of each draw (in ``data``'s dtype; its gradient is head / p at the drawn
-    class, MXNet's backward). A 1-D ``data`` with an empty ``shape`` gives shape (1,)."""
-    k = data.shape[-1]
-    rows = data.reshape(-1, k)
-    draws = math.prod(shape)
-    cumulative = torch.cumsum(rows.detach().double(), 1).float()
-    uniform = torch.rand(rows.shape[0], draws, dtype=torch.float32, device=data.device)
-    index = torch.searchsorted(cumulative.contiguous(), uniform)
-    out_shape = (tuple(shape) or (1,)) if data.dim() == 1 else tuple(data.shape[:-1]) + tuple(shape)
-    sample = index.reshape(out_shape).to(dtype)
-    if not get_prob:
-        return sample
-    return sample, torch.log(rows.gather(1, index.clamp(max=k - 1))).reshape(out_shape)

@@ -718,6 +718,52 @@ class TestRandomOps:
             _assert_close(expected.astype(np.float32), grads[0], 1e-5, f"{side}: gradient")
 
 
+# op, its two parameter arrays (two settings each), mean and variance of one draw, whether draws are counts
+_SAMPLERS = [
+    ("sample_normal", ([1.5, -2.0], [0.5, 2.0]), lambda mu, s: (mu, s ** 2), False),
+    ("sample_uniform", ([-1.0, 2.0], [2.0, 2.5]), lambda lo, hi: ((lo + hi) / 2, (hi - lo) ** 2 / 12), False),
+    ("sample_gamma", ([2.0, 0.7], [1.5, 3.0]), lambda a, b: (a * b, a * b ** 2), False),
+    ("sample_exponential", ([0.5, 4.0],), lambda lam: (1 / lam, 1 / lam ** 2), False),
+    ("sample_poisson", ([3.0, 0.4],), lambda lam: (lam, lam), True),
+    ("sample_negative_binomial", ([3.0, 7.0], [0.4, 0.8]), lambda k, p: (k * (1 - p) / p, k * (1 - p) / p ** 2), True),
+    ("sample_generalized_negative_binomial", ([2.0, 5.0], [0.5, 0.0]), lambda mu, a: (mu, mu + a * mu ** 2), True),
+]
+
+
+class TestSampleOps:
+    """The _sample_* ops (parameters as arrays, MXNet's parameterizations) draw torch's numbers: shapes and dtypes
+    as MXNet's, both sides' 10000 draws per parameter setting within 5 standard errors of the distribution's mean and
+    within 8% of its variance, counts integral, and no gradient for the parameters on either side (MXNet's are
+    zeros)."""
+
+    @pytest.mark.parametrize("op, params, moments, counts", _SAMPLERS, ids=[s[0] for s in _SAMPLERS])
+    def test_distribution(self, tmp_path, op, params, moments, counts):
+        """Mean and variance of each setting's draws, on both sides."""
+        arrays = [np.array(p, np.float32) for p in params]
+        fn = lambda F, *xs: getattr(F, op)(*xs, shape=(100, 100))  # noqa: E731
+        head = lambda shape: np.ones(shape, np.float32)  # noqa: E731
+        (want, want_grads), (got, got_grads) = _sampled(fn, arrays, tmp_path, grad_head=head)
+        _assert_same_kind(want[0], got[0], "sample")
+        for side, values, grads in (("MXNet", want[0], want_grads), ("torch", got[0], got_grads)):
+            for k in range(2):
+                mean, var = moments(*(float(a[k]) for a in arrays))
+                draws = values[k].astype(np.float64).ravel()
+                assert abs(draws.mean() - mean) <= 5 * np.sqrt(var / draws.size), f"{side} {k}: mean {draws.mean()}"
+                assert abs(draws.var() / var - 1) <= 0.08, f"{side} {k}: variance {draws.var()}, expected {var}"
+                assert not counts or np.array_equal(draws, np.round(draws)), f"{side} {k}: draws are not counts"
+            assert not any(g.any() for g in grads), f"{side}: a parameter has a gradient"
+
+    @pytest.mark.parametrize("dtype", [None, "float64"])
+    def test_dtype_and_shape(self, tmp_path, dtype):
+        """float64 parameters of shape (2, 3) without a ``shape``: draws of shape (2, 3), float32 unless ``dtype``
+        says otherwise, as MXNet's."""
+        kw = {} if dtype is None else {"dtype": dtype}
+        arrays = [np.full((2, 3), 2.0), np.full((2, 3), 0.5)]
+        (want, _), (got, _) = _sampled(lambda F, a, b: F.sample_gamma(a, b, **kw), arrays, tmp_path)
+        _assert_same_kind(want[0], got[0], "sample")
+        assert got[0].dtype == np.dtype(dtype or "float32") and got[0].shape == (2, 3)
+
+
 def test_every_op_mxnet_exports_to_onnx_has_a_translation():
     """Every op MXNet 1.9.1's own ONNX exporter converts (all its opsets) has a translation: files read without
     MXNet (matching against the translated graph) never refuse a graph that the MXNet path exports."""
