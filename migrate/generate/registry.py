@@ -18,7 +18,11 @@ from typing import Callable, Protocol
 
 from migrate.errors import UnsupportedOpError
 
-__all__ = ["OpNode", "LayerSite", "register", "translator", "known_ops", "documentation_name", "as_tuple"]
+__all__ = ["OpNode", "LayerSite", "register", "translator", "known_ops", "documentation_name", "as_tuple",
+           "MULTI_OUTPUT"]
+
+MULTI_OUTPUT = {"SliceChannel", "split", "RNN"}
+"""Ops whose translation returns a tuple even where MXNet's node has one output (it is read as ``value[0]``)."""
 
 _TRANSLATORS: dict[str, Callable] = {}
 
@@ -58,6 +62,9 @@ class OpNode:
         block: the module path of the parameterless Gluon block that made this node alone (None: none known).
         site: where layers go (None: the node is written as function calls only, as ``shapes`` evaluates them).
         emitted: the helper functions and layer classes the expression uses (the generator copies them).
+        subgraphs: the symbol documents of the node's subgraphs (``_foreach``'s loop body).
+        statements: lines the translator writes before the node's own line (``_foreach``'s loop), whose names the
+            expression reads.
     """
 
     op: str
@@ -71,6 +78,8 @@ class OpNode:
     block: str = None
     site: LayerSite = None
     emitted: set = field(default_factory=set)
+    subgraphs: list = field(default_factory=list)
+    statements: list = field(default_factory=list)
 
     def attr(self, key: str, default=None):
         """The attribute ``key`` parsed as a Python literal (``"(3, 3)"`` -> ``(3, 3)``, ``"True"`` -> True)."""

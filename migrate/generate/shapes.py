@@ -121,7 +121,8 @@ def _evaluate(index: int, nodes: list, values: dict, out: list, shapes: list):
     entries = node["inputs"][:1] if node["op"] in LOSS_HEADS else node["inputs"]
     names = [f"_input{k}" for k in range(len(entries))]
     op_node = OpNode(node["op"], node["name"], node.get("attrs", {}), names, [_shape(out, e) for e in entries], None,
-                     in_ops=[(nodes[e[0]]["op"], nodes[e[0]].get("attrs", {})) for e in entries])
+                     in_ops=[(nodes[e[0]]["op"], nodes[e[0]].get("attrs", {})) for e in entries],
+                     subgraphs=node.get("subgraphs", []))
     try:
         expression = translator(node["op"], node["name"])(op_node)
     except UnsupportedOpError:
@@ -129,11 +130,14 @@ def _evaluate(index: int, nodes: list, values: dict, out: list, shapes: list):
             return _Pending(index)
         raise
     local = {name: _entry_value(values, entry) for name, entry in zip(names, entries)}
+    code = "\n".join(op_node.statements + [expression])
     for name, value in local.items():
-        if isinstance(value, _Pending) and re.search(rf"\b{name}\b", expression):
+        if isinstance(value, _Pending) and re.search(rf"\b{name}\b", code):
             raise _pending_error(nodes[value.index], node)
     try:
-        value = eval(expression, {**op_node.namespace(), "self": _Module()}, local)  # the generator's expression
+        namespace = {**op_node.namespace(), "self": _Module()}
+        exec("\n".join(op_node.statements), namespace, local)  # a loop's lines (_foreach), as the generator writes
+        value = eval(expression, namespace, local)  # the generator's expression
     except Exception as exc:
         raise InputShapeError(f"MXNet node {node['name']!r} (op {node['op']}) rejects the input shapes {shapes}: "
                               f"its translation fails on inputs of shapes {op_node.in_shapes} ({type(exc).__name__}:"

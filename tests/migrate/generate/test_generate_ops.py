@@ -95,6 +95,25 @@ def _tri(*batch, n, dtype=np.float32):
     return make
 
 
+def _loop_tanh(F, x, h, w):
+    """A tanh RNN by F.contrib.foreach: (outputs, final state)."""
+    outs, states = F.contrib.foreach(lambda d, s: (F.tanh(F.dot(d, w) + s[0]) * 2, [F.tanh(F.dot(d, w) + s[0])]),
+                                     x, [h])
+    return outs, states[0]
+
+
+def _inner_loop(F, d, s):
+    """A loop over the rows of one outer step: its running sum as the outer step's output and state."""
+    outs, states = F.contrib.foreach(lambda row, acc: (row * acc[0], [acc[0] + row]), d, [s])
+    return F.sum(outs, axis=0), [states[0]]
+
+
+def _flat(result):
+    """foreach's (outputs, states) as one flat list."""
+    outs, states = result
+    return (list(outs) if isinstance(outs, list) else [outs]) + list(states)
+
+
 def _both(*makers):
     return lambda rng: [m(rng) for m in makers]
 
@@ -218,6 +237,15 @@ CASES = [
     Case("diag of a vector", lambda F, x: F.diag(x, k=1), _both(_u(4))),
     Case("diag of a matrix", lambda F, x: F.diag(x, k=-1), _both(_u(4, 5))),
     Case("diag axes", lambda F, x: F.diag(x, k=1, axis1=2, axis2=0), _both(_u(4, 2, 5))),
+    # _foreach: a loop in the forward; the body reads data slices, states and outer values (w)
+    Case("_foreach state and an outer weight", lambda F, x, h, w: _loop_tanh(F, x, h, w), _both(_u(4, 2, 3), _u(2, 5),
+                                                                                          _u(3, 5))),
+    Case("_foreach two data inputs, no state", lambda F, a, b: F.contrib.foreach(
+        lambda d, s: (d[0] * d[1] + 1, []), [a, b], [])[0], _both(_u(3, 2, 4), _u(3, 2, 4))),
+    Case("_foreach two outputs, a state passed through", lambda F, x, s: _flat(F.contrib.foreach(
+        lambda d, st: ([d + st[0], F.sum(d, axis=1)], [st[0]]), x, [s])), _both(_u(3, 2, 4), _u(2, 4))),
+    Case("_foreach nested", lambda F, x, h: _flat(F.contrib.foreach(
+        lambda d, st: _inner_loop(F, d, st[0]), x, [h])), _both(_u(3, 4, 2, 5), _u(2, 5))),
     # creation and the numpy interface
     Case("_eye", lambda F, x: F.broadcast_mul(x, F.eye(3, 4, k=1)), _both(_u(2, 3, 4))),
     Case("_eye float64 k -1", lambda F, x: F.broadcast_add(x, F.eye(3, k=-1, dtype="float64")),
