@@ -89,8 +89,10 @@ def mxnet_node_shapes(nodes: list, names: list, shapes: list) -> list:
     Args:
         nodes: the graph's nodes as a symbol JSON lists them.
         names: ``symbol.get_internals().list_outputs()``: every node's outputs, in node order (a variable's own name;
-            ``<node>_output``, or ``<node>_output0``, ``<node>_output1``...; an ``RNN``'s states
-            ``<node>_state_output`` and ``<node>_statecell_output``).
+            ``<node>_output``, or ``<node>_output0``, ``<node>_output1``...; or ``<node>_output`` followed by the
+            op's own output names: an ``RNN``'s ``<node>_state_output`` and ``<node>_statecell_output``, an int8 op's
+            ``<node>_min_output`` and ``<node>_max_output``, ``_sg_mkldnn_conv``'s ``<node>_output_min`` and
+            ``<node>_output_max``).
         shapes: the shape of each of ``names`` (None where unknown).
 
     Returns:
@@ -100,7 +102,7 @@ def mxnet_node_shapes(nodes: list, names: list, shapes: list) -> list:
     out, k = [], 0
     for node in nodes:
         name, mine = node["name"], []
-        extra = (f"{name}_state_output", f"{name}_statecell_output") if node["op"] == "RNN" else ()
+        extra = [f"{name}_{suffix}" for suffix in _named_outputs(node["op"])]
         if node["op"] == "null":
             if k < len(names) and names[k] == name:
                 mine, k = [shapes[k]], k + 1
@@ -113,6 +115,15 @@ def mxnet_node_shapes(nodes: list, names: list, shapes: list) -> list:
                 mine, k = mine + [shapes[k]], k + 1
         out.append(mine)
     return out
+
+
+def _named_outputs(op: str) -> tuple:
+    """The names after ``output`` MXNet gives the other outputs of ``op`` (FListOutputNames)."""
+    if op == "RNN":
+        return "state_output", "statecell_output"
+    if op.startswith("_contrib_quantized_"):
+        return "min_output", "max_output"
+    return ("output_min", "output_max") if op.startswith("_sg_mkldnn_") else ()
 
 
 def _evaluate(index: int, nodes: list, values: dict, out: list, shapes: list):

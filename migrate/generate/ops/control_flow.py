@@ -23,14 +23,14 @@ import numpy as np
 from migrate.generate.registry import MULTI_OUTPUT, OpNode, register, translator
 from migrate.generate.shapes import translated_shapes
 
-__all__ = []
+__all__ = []  # emits nothing; subgraph_lines and value_prefix serve ops/quantized.py too
 
 
 @register("_foreach")
 def _foreach(node: OpNode) -> str:
     data_locs, state_locs, remain_locs = (list(node.tuple_attr(key)) for key in
                                           ("in_data_locs", "in_state_locs", "remain_locs"))
-    prefix = _prefix(node.name)
+    prefix = value_prefix(node.name)
     data = [f"{prefix}_x{i}" for i in range(len(data_locs))]
     states = [f"{prefix}_s{i}" for i in range(len(state_locs))]
     outputs = [f"{prefix}_out{i}" for i in range(int(node.attr("num_out_data")))]
@@ -39,7 +39,7 @@ def _foreach(node: OpNode) -> str:
         body_inputs[loc] = (data + states)[k] if k < len(data) + len(states) else node.inputs[k]
         shape = node.in_shapes[k] if k < len(node.in_shapes) else None
         body_shapes[loc] = shape[1:] if k < len(data) and shape is not None else shape
-    lines, heads = _body(node, body_inputs, body_shapes, prefix)
+    lines, heads = subgraph_lines(node, body_inputs, body_shapes, prefix)
     slices = [f"{x}.unbind(0)" for x in node.inputs[:len(data)]]
     steps = slices[0] if len(slices) == 1 else f"zip({', '.join(slices)})"
     node.statements = [f"{out} = []" for out in outputs]
@@ -54,14 +54,27 @@ def _foreach(node: OpNode) -> str:
     return results[0] if len(results) == 1 else f"({', '.join(results)})"
 
 
-def _prefix(name: str) -> str:
-    """The last part of the node's name (``elmo_encoder__foreach0`` -> ``foreach0``) as a name prefix."""
+def value_prefix(name: str) -> str:
+    """The last part of a node's name (``elmo_encoder__foreach0`` -> ``foreach0``; ``fused0`` for a bare number) as
+    the prefix of the names its subgraph's values get."""
     last = [part for part in name.split("_") if part][-1:] or ["loop"]
-    return last[0] if last[0].isidentifier() else f"loop{last[0]}"
+    return last[0] if last[0].isidentifier() else f"fused{last[0]}"
 
 
-def _body(node: OpNode, inputs: dict, shapes: dict, prefix: str) -> tuple:
-    """(the body's lines, the expressions of its heads): each body op node translated as a function call."""
+def subgraph_lines(node: OpNode, inputs: dict, shapes: dict, prefix: str) -> tuple:
+    """(lines, the expressions of its heads) of ``node``'s first subgraph, each of its op nodes translated as a
+    function call (layers stay the model's parameters), its values named ``<prefix>_<node index>``.
+
+    Args:
+        node: the node holding the subgraph (its emitted helpers gain the subgraph's).
+        inputs: subgraph input position (its variables in node order) -> the expression of its value.
+        shapes: subgraph input position -> its shape.
+        prefix: the names' prefix (``value_prefix``).
+
+    Raises:
+        UnsupportedOpError: an input's shape is unknown, a subgraph node has no translation, or a nested loop's
+            names would overwrite this one's.
+    """
     body = node.subgraphs[0]
     nodes = body["nodes"]
     variables = [i for i, n in enumerate(nodes) if n["op"] == "null"]
@@ -81,7 +94,7 @@ def _body(node: OpNode, inputs: dict, shapes: dict, prefix: str) -> tuple:
     for i, n in enumerate(nodes):
         if n["op"] == "null":
             continue
-        if n["op"] == "_foreach" and _prefix(n["name"]) == prefix:  # its names would overwrite this loop's
+        if n["op"] == "_foreach" and value_prefix(n["name"]) == prefix:  # its names would overwrite this loop's
             raise node.unsupported(f"a loop {n['name']!r} in its body whose name ends as the outer loop's")
         step = OpNode(n["op"], n["name"], n.get("attrs", {}), [ref(e) for e in n["inputs"]],
                       [shape(e) for e in n["inputs"]], shape([i, 0]),

@@ -9,6 +9,7 @@ against the distribution. Every op MXNet's own ONNX exporter converts has a tran
 exporter knew before generate the same file from symbol/params files read without MXNet.
 """
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -112,6 +113,25 @@ def _flat(result):
     """foreach's (outputs, states) as one flat list."""
     outs, states = result
     return (list(outs) if isinstance(outs, list) else [outs]) + list(states)
+
+
+def _int8_conv(F, x, w, b):
+    """quantized_conv of x (uint8: MXNet's CPU kernel takes no other), w and b (int8): int32 values and range."""
+    qx, qw, qb = (F.contrib.quantize_v2(x, out_type="uint8"), F.contrib.quantize_v2(w, out_type="int8"),
+                  F.contrib.quantize_v2(b, out_type="int8"))
+    return F.contrib.quantized_conv(qx[0], qw[0], qb[0], qx[1], qx[2], qw[1], qw[2], qb[1], qb[2], kernel=(3, 3),
+                                    num_filter=4, stride=(2, 1), pad=(1, 1))
+
+
+def _int8_dense(F, x, w, b, kind):
+    """quantized_fully_connected of x (int8 or uint8) and w, b (int8), flattening x: int32 values and range."""
+    qx = F.contrib.quantize_v2(F.abs(x) if kind == "uint8" else x, out_type="uint8" if kind == "uint8" else "int8")
+    qw, qb = F.contrib.quantize_v2(w, out_type="int8"), F.contrib.quantize_v2(b, out_type="int8")
+    if kind == "no bias":
+        return F.contrib.quantized_fully_connected(data=qx[0], weight=qw[0], min_data=qx[1], max_data=qx[2],
+                                                   min_weight=qw[1], max_weight=qw[2], num_hidden=5, no_bias=True)
+    return F.contrib.quantized_fully_connected(qx[0], qw[0], qb[0], qx[1], qx[2], qw[1], qw[2], qb[1], qb[2],
+                                               num_hidden=5)
 
 
 def _both(*makers):
@@ -246,6 +266,38 @@ CASES = [
         lambda d, st: ([d + st[0], F.sum(d, axis=1)], [st[0]]), x, [s])), _both(_u(3, 2, 4), _u(2, 4))),
     Case("_foreach nested", lambda F, x, h: _flat(F.contrib.foreach(
         lambda d, st: _inner_loop(F, d, st[0]), x, [h])), _both(_u(3, 4, 2, 5), _u(2, 5))),
+    # int8 ops: MXNet's oneDNN integer arithmetic replayed, so outputs and ranges are equal (tol 0); no gradients
+    Case("_contrib_quantize_v2 int8", lambda F, x: F.contrib.quantize_v2(x, out_type="int8"), _both(_u(2, 3, 5)),
+         grad=False, tol=0.0),
+    Case("_contrib_quantize_v2 uint8", lambda F, x: F.contrib.quantize_v2(x, out_type="uint8"),
+         _both(_u(2, 3, 5, low=0, high=2)), grad=False, tol=0.0),
+    Case("_contrib_quantize_v2 auto calibrated from 0", lambda F, x: F.contrib.quantize_v2(
+        x, out_type="auto", min_calib_range=0.0, max_calib_range=0.7), _both(_u(4, 6)), grad=False, tol=0.0),
+    Case("_contrib_quantize_v2 auto calibrated signed", lambda F, x: F.contrib.quantize_v2(
+        x, out_type="auto", min_calib_range=-0.3, max_calib_range=0.6), _both(_u(4, 6)), grad=False, tol=0.0),
+    Case("_contrib_dequantize int8", lambda F, x: F.contrib.dequantize(*F.contrib.quantize_v2(x, out_type="int8")),
+         _both(_u(3, 7)), grad=False, tol=0.0),
+    Case("_contrib_dequantize uint8", lambda F, x: F.contrib.dequantize(*F.contrib.quantize_v2(
+        x, out_type="auto", min_calib_range=0.0, max_calib_range=0.9)), _both(_u(3, 7)), grad=False, tol=0.0),
+    *[Case(f"_contrib_quantized_conv, requantize {kw}", (lambda kw: lambda F, x, w, b: F.contrib.requantize(
+        *_int8_conv(F, x, w, b), **kw))(kw), _both(_u(2, 3, 6, 5, low=0), _u(4, 3, 3, 3), _u(4)), grad=False,
+           tol=0.0) for kw in ({}, {"min_calib_range": -9.0, "max_calib_range": 7.5},
+                               {"out_type": "auto", "min_calib_range": 0.0, "max_calib_range": 5.0})],
+    Case("_contrib_quantized_conv", lambda F, x, w, b: _int8_conv(F, x, w, b),
+         _both(_u(2, 3, 6, 5, low=0), _u(4, 3, 3, 3), _u(4)), grad=False, tol=0.0),
+    *[Case(f"_contrib_quantized_fully_connected {kind}", (lambda kind: lambda F, x, w, b: _int8_dense(F, x, w, b, kind))(
+        kind), _both(_u(3, 2, 4), _u(5, 8), _u(5)), grad=False, tol=0.0) for kind in ("int8", "uint8", "no bias")],
+    *[Case(f"_contrib_quantized_pooling {kw}", (lambda kw: lambda F, x: F.contrib.quantized_pooling(
+        *F.contrib.quantize_v2(x, out_type="int8"), **kw))(kw), _both(_u(2, 3, 6, 6)), grad=False, tol=0.0)
+      for kw in ({"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "pool_type": "max"},
+                 {"kernel": (2, 2), "stride": (2, 2), "pool_type": "avg"})],
+    Case("_contrib_quantized_act, flatten", lambda F, x: F.contrib.quantized_flatten(*F.contrib.quantized_act(
+        *F.contrib.quantize_v2(x, out_type="int8"), act_type="relu")), _both(_u(2, 3, 4)), grad=False, tol=0.0),
+    Case("_contrib_quantized_concat", lambda F, a, b: F.contrib.quantized_concat(
+        *(lambda qa, qb: (qa[0], qb[0], qa[1], qa[2], qb[1], qb[2]))(
+            F.contrib.quantize_v2(a, out_type="int8"),
+            F.contrib.quantize_v2(b, out_type="auto", min_calib_range=0.0, max_calib_range=2.5)), num_args=2, dim=1),
+         _both(_u(2, 3, 4), _u(2, 2, 4, low=0, high=2)), grad=False, tol=0.0),
     # creation and the numpy interface
     Case("_eye", lambda F, x: F.broadcast_mul(x, F.eye(3, 4, k=1)), _both(_u(2, 3, 4))),
     Case("_eye float64 k -1", lambda F, x: F.broadcast_add(x, F.eye(3, k=-1, dtype="float64")),
@@ -610,6 +662,65 @@ class TestROIAlignIgnoredROIs:
         assert np.array_equal(got[0][0], np.zeros_like(got[0][0])), "the ignored ROI's output should be 0"
         _assert_close(want[0][1:], got[0][1:], TOL, "output of the other ROIs")
         _assert_close(want_grads[0], got_grads[0], TOL, "gradient of the feature map")
+
+
+class _Residual(gluon.HybridBlock):
+    """conv-BN-ReLU, a block of two whose sum with its input is ReLU'd (a uint8 residual), a conv-BN summed with a
+    conv-BN downsample (an int8 residual), max pooling, a Dense: the layers MXNet's quantization fuses into
+    _sg_mkldnn_conv. (MXNet's quantized net crashes on a residual that is the same convolution's input, and on two
+    outputs.)"""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.convs = gluon.nn.HybridSequential()
+            for channels, in_channels in ((8, 3), (8, 8), (8, 8), (8, 8)):
+                self.convs.add(gluon.nn.Conv2D(channels, 3, padding=1, in_channels=in_channels))
+            self.norms = gluon.nn.HybridSequential()
+            for _ in range(5):
+                self.norms.add(gluon.nn.BatchNorm(in_channels=8))
+            self.down = gluon.nn.Conv2D(8, 1, in_channels=8, use_bias=False)
+            self.out = gluon.nn.Dense(5, in_units=8 * 2 * 2)
+
+    def hybrid_forward(self, F, x):
+        relu = lambda y: F.Activation(y, act_type="relu")  # noqa: E731
+        h = relu(self.norms[0](self.convs[0](x)))
+        h = relu(self.norms[2](self.convs[2](relu(self.norms[1](self.convs[1](h))))) + h)
+        h = relu(self.norms[3](self.convs[3](h)) + self.norms[4](self.down(h)))
+        return self.out(F.Pooling(h, kernel=(2, 2), stride=(2, 2), pool_type="max"))
+
+
+class TestQuantizedNetwork:
+    """A network quantized by MXNet's own quantize_net (calibrated, the Dense left float): _contrib_quantize_v2,
+    _sg_mkldnn_conv with BatchNorm, ReLU and uint8/int8 residual sums, _contrib_quantized_pooling,
+    _contrib_dequantize and the float _sg_mkldnn_fully_connected generate."""
+
+    def test_matches_mxnet(self, tmp_path):
+        """The output within 1e-6 of MXNet's (the float Dense's rounding; one int8 step of a feature moves it by
+        about 1e-2)."""
+        from mxnet.contrib import quantization
+        mx.random.seed(0)
+        rng = np.random.RandomState(0)
+        net = _Residual(prefix="res_")
+        net.initialize(mx.init.Xavier(magnitude=2.0))
+        net.hybridize()
+        for name, param in net.collect_params().items():
+            if name.endswith(("running_mean", "running_var", "gamma", "beta")):
+                low = 0.5 if name.endswith(("running_var", "gamma")) else -0.5
+                param.set_data(mx.nd.array(rng.uniform(low, low + 1.0, param.shape)))
+        x = rng.uniform(-1, 1, (2, 3, 4, 4)).astype(np.float32)
+        net(mx.nd.array(x))
+        calib = gluon.data.DataLoader(gluon.data.ArrayDataset(mx.nd.array(rng.uniform(-1, 1, (4, 3, 4, 4))),
+                                                              mx.nd.zeros(4)), batch_size=2)
+        qnet = quantization.quantize_net(net, quantized_dtype="auto", calib_mode="naive", calib_data=calib,
+                                         num_calib_examples=4, ctx=mx.cpu(), exclude_layers_match=["dense"])
+        want = qnet(mx.nd.array(x)).asnumpy()
+        model = generate_torch(qnet, x.shape, tmp_path / "int8.py").eval()
+        ops = set(re.findall(r"\b(mx_\w+)\(", (tmp_path / "int8.py").read_text()))
+        assert {"mx_quantize_v2", "mx_int8_convolution", "mx_dequantize"} <= ops, ops
+        with torch.no_grad():
+            got = model(torch.from_numpy(x)).numpy()
+        _assert_close(want, got, 1e-6, "output")
 
 
 def _mxnet_sample(fn, arrays, grad_head):
