@@ -31,8 +31,8 @@ from migrate.generate.ops.control_flow import subgraph_lines, value_prefix
 from migrate.generate.registry import OpNode, register, translator
 
 __all__ = ["mx_range_constant", "mx_max_abs", "mx_quantize_scale", "mx_saturate", "mx_quantize_v2", "mx_dequantize",
-           "mx_requantize", "mx_int8_product_range", "mx_quantized_conv", "mx_quantized_fully_connected", "mx_quantized_concat",
-           "mx_fold_batch_norm", "mx_int8_weights", "mx_int8_convolution"]
+           "mx_requantize", "mx_int8_product_range", "mx_quantized_conv", "mx_quantized_fully_connected",
+           "mx_quantized_concat", "mx_fold_batch_norm", "mx_int8_weights", "mx_int8_convolution"]
 
 def mx_max_abs(low, high):
     """MXNet's MaxAbs of a range's bounds (float32 tensors of shape (1,))."""

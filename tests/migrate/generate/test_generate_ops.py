@@ -286,7 +286,8 @@ CASES = [
     Case("_contrib_quantized_conv", lambda F, x, w, b: _int8_conv(F, x, w, b),
          _both(_u(2, 3, 6, 5, low=0), _u(4, 3, 3, 3), _u(4)), grad=False, tol=0.0),
     *[Case(f"_contrib_quantized_fully_connected {kind}",
-           (lambda kind: lambda F, x, w, b: _int8_dense(F, x, w, b, kind))(kind), _both(_u(3, 2, 4), _u(5, 8), _u(5)), grad=False, tol=0.0) for kind in ("int8", "uint8", "no bias")],
+           (lambda kind: lambda F, x, w, b: _int8_dense(F, x, w, b, kind))(kind), _both(_u(3, 2, 4), _u(5, 8), _u(5)),
+           grad=False, tol=0.0) for kind in ("int8", "uint8", "no bias")],
     *[Case(f"_contrib_quantized_pooling {kw}", (lambda kw: lambda F, x: F.contrib.quantized_pooling(
         *F.contrib.quantize_v2(x, out_type="int8"), **kw))(kw), _both(_u(2, 3, 6, 6)), grad=False, tol=0.0)
       for kw in ({"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "pool_type": "max"},
