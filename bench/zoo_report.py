@@ -180,6 +180,13 @@ own outputs of those models vary from run to run, while the generated module wri
 `bench/zoo_op_replay.py` runs each op's translation on MXNet's own inputs for that op: ROIAlign with such ROIs is
 the one op it finds apart from MXNet in the R-CNN, SSD, YOLOv3 and CenterNet models it was run on.
 
+The int8 models (MXNet's quantization with calibration, its convolutions fused into `_sg_mkldnn_conv`) run on
+the replay of MXNet's oneDNN integer arithmetic (`migrate/generate/ops/quantized.py`): mobilenet1.0_int8 and
+resnet50_v1_int8 give MXNet's integers node by node. The simple_pose int8 models end in float Deconvolution layers
+whose float32 rounding (1e-5) moves a value across a rounding tie of the final quantize: one int8 step (0.0076) in
+one or two of their 4352 outputs. MXNet's own int8 convolutions accumulate exactly on this CPU (AVX512-VNNI); on a
+CPU without VNNI oneDNN may sum them in 16 bits first, which the replay does not follow.
+
 """
 
 if __name__ == "__main__":

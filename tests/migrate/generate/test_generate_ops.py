@@ -994,3 +994,16 @@ def test_known_ops_cover_the_model_zoos():
               "log2", "broadcast_mod", "reshape_like", "_contrib_SyncBatchNorm",
               "_contrib_ModulatedDeformableConvolution"}
     assert wanted <= set(known_ops()), sorted(wanted - set(known_ops()))
+
+
+def test_known_ops_cover_gluonts_elmo_and_int8():
+    """The ops issue 40 lists (GluonTS's networks, ELMo's loop, the int8 zoo models) all have translators."""
+    from migrate.generate import known_ops
+    wanted = {"_eye", "_np_cumsum", "_linalg_potrf", "_linalg_potri", "_linalg_trsm", "_linalg_trmm", "_linalg_syrk",
+              "_linalg_gemm", "_linalg_gemm2", "_linalg_sumlogdiag", "_linalg_extractdiag", "_linalg_makediag",
+              "_linalg_extracttrian", "_linalg_maketrian", "_linalg_inverse", "_linalg_det", "_linalg_slogdet",
+              "_sample_gamma", "_sample_normal", "_sample_uniform", "_sample_exponential", "_sample_poisson",
+              "_sample_negative_binomial", "_sample_generalized_negative_binomial", "_foreach",
+              "_contrib_quantize_v2", "_contrib_dequantize", "_contrib_requantize", "_contrib_quantized_conv",
+              "_contrib_quantized_fully_connected", "_contrib_quantized_pooling", "_sg_mkldnn_conv"}
+    assert wanted <= set(known_ops()), sorted(wanted - set(known_ops()))
