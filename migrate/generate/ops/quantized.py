@@ -32,7 +32,8 @@ from migrate.generate.registry import OpNode, register, translator
 
 __all__ = ["mx_range_constant", "mx_max_abs", "mx_quantize_scale", "mx_saturate", "mx_quantize_v2", "mx_dequantize",
            "mx_requantize", "mx_int8_product_range", "mx_quantized_conv", "mx_quantized_fully_connected",
-           "mx_quantized_concat", "mx_fold_batch_norm", "mx_int8_weights", "mx_int8_convolution"]
+           "mx_quantized_concat", "mx_fold_batch_norm", "mx_int8_weights", "mx_int8_convolution",
+           "mx_integer_convolution"]
 
 def mx_max_abs(low, high):
     """MXNet's MaxAbs of a range's bounds (float32 tensors of shape (1,))."""
@@ -99,7 +100,7 @@ def mx_int8_product_range(a_low, a_high, b_low, b_high, a_levels, b_levels):
     return -high, high
 
 
-def _convolution(x, weight, stride, pad, dilate, groups):
+def mx_integer_convolution(x, weight, stride, pad, dilate, groups):
     """A convolution of integer-valued tensors, exact in float64 (1, 2 or 3 spatial axes)."""
     conv = (F.conv1d, F.conv2d, F.conv3d)[weight.dim() - 3]
     return conv(x.double(), weight.double(), None, stride, pad, dilate, groups)
@@ -108,7 +109,7 @@ def _convolution(x, weight, stride, pad, dilate, groups):
 def mx_quantized_conv(data, weight, bias, d_low, d_high, w_low, w_high, stride, pad, dilate, groups):
     """MXNet's quantized_conv (oneDNN, uint8 data, int8 weight and bias): the int32 convolution plus the raw int8
     bias, and the int32 range MXNet gives it."""
-    out = _convolution(data, weight, stride, pad, dilate, groups)
+    out = mx_integer_convolution(data, weight, stride, pad, dilate, groups)
     if bias is not None:
         out = out + bias.double().reshape((1, -1) + (1,) * (out.dim() - 2))
     return (mx_saturate(out, torch.int32), *mx_int8_product_range(d_low, d_high, w_low, w_high, 127.0, 127.0))
@@ -178,7 +179,7 @@ def mx_int8_convolution(data, d_low, d_high, weight, bias, bn, residual, conv, a
     data_scale = mx_quantize_scale(data.dtype == torch.uint8, d_low, d_high)
     q_weight, q_bias, w_scales = mx_int8_weights(weight, bias, data_scale)
     out_scale = mx_quantize_scale(out_range[2], out_low, out_high)
-    acc = _convolution(data, q_weight, *conv)
+    acc = mx_integer_convolution(data, q_weight, *conv)
     channel = (1, -1) + (1,) * (acc.dim() - 2)
     value = acc.float() if q_bias is None else acc.float() + q_bias.float().reshape(channel)
     value = value * (out_scale / data_scale / w_scales).reshape(channel)
