@@ -97,6 +97,12 @@ class OpNode:
         value = self.attr(key)
         return tuple(default) if value is None else as_tuple(value)
 
+    def torch_dtype(self, default: str = "float32") -> str:
+        """The ``dtype`` attribute as a torch dtype expression (``torch.int32``); ``default`` where the node has none
+        (absent, empty or ``None``)."""
+        value = self.attr("dtype")
+        return f"torch.{default if value in (None, '', 'None') else value}"
+
     def optional_input(self, index: int):
         """The expression of input ``index``, or None where the node has fewer inputs."""
         return self.inputs[index] if len(self.inputs) > index else None

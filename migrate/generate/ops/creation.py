@@ -17,10 +17,6 @@ from migrate.generate.registry import OpNode, register
 __all__ = ["mx_arange_like"]
 
 
-def _dtype(node: OpNode, default: str = "float32") -> str:
-    return f"torch.{node.attr('dtype', default) or default}"
-
-
 def _static_shape(node: OpNode) -> tuple:
     """The node's ``shape`` attribute with unknown (0) sizes taken from the shape MXNet inferred."""
     shape = node.tuple_attr("shape")
@@ -43,12 +39,12 @@ def _zeros(node: OpNode) -> str:
 
 @register("_ones", "ones")
 def _ones(node: OpNode) -> str:
-    return f"torch.ones({_static_shape(node)}, dtype={_dtype(node)}, device=self._device())"
+    return f"torch.ones({_static_shape(node)}, dtype={node.torch_dtype()}, device=self._device())"
 
 
 @register("_full", "full")
 def _full(node: OpNode) -> str:
-    return (f"torch.full({_static_shape(node)}, {float(node.attr('value'))}, dtype={_dtype(node)}, "
+    return (f"torch.full({_static_shape(node)}, {float(node.attr('value'))}, dtype={node.torch_dtype()}, "
             f"device=self._device())")
 
 
@@ -57,7 +53,7 @@ def _eye(node: OpNode) -> str:
     """N x M (M = 0: N) with ones on diagonal ``k``."""
     n, k = int(node.attr("N")), int(node.attr("k", 0))
     m = int(node.attr("M", 0)) or n
-    return f"torch.ones(({n}, {m}), dtype={_dtype(node)}, device=self._device()).tril({k}).triu({k})"
+    return f"torch.ones(({n}, {m}), dtype={node.torch_dtype()}, device=self._device()).tril({k}).triu({k})"
 
 
 @register("_linspace")
@@ -68,7 +64,7 @@ def _linspace(node: OpNode) -> str:
     endpoint = bool(node.attr("endpoint", True))
     step = (stop - start) / max(1, num - 1 if endpoint else num)
     return (f"(torch.arange({num}, dtype=torch.float64, device=self._device()) * {step} + {start})"
-            f".to({_dtype(node)})")
+            f".to({node.torch_dtype()})")
 
 
 @register("_arange", "arange")
@@ -80,7 +76,7 @@ def _arange(node: OpNode) -> str:
         start, stop = 0.0, start
     repeat = node.attr("repeat", 1)
     count = max(0, -int(-(float(stop) - start) // step))
-    expr = f"(torch.arange({count}, dtype={_dtype(node)}, device=self._device()) * {step} + {start})"
+    expr = f"(torch.arange({count}, dtype={node.torch_dtype()}, device=self._device()) * {step} + {start})"
     return f"{expr}.repeat_interleave({repeat})" if repeat > 1 else expr
 
 
@@ -117,13 +113,14 @@ def _sample_shape(node: OpNode) -> tuple:
 @register("_random_normal")
 def _random_normal(node: OpNode) -> str:
     return (f"torch.normal({float(node.attr('loc', 0.0))}, {float(node.attr('scale', 1.0))}, {_sample_shape(node)}, "
-            f"dtype={_dtype(node)}, device=self._device())")
+            f"dtype={node.torch_dtype()}, device=self._device())")
 
 
 @register("_random_uniform")
 def _random_uniform(node: OpNode) -> str:
     low, high = float(node.attr("low", 0.0)), float(node.attr("high", 1.0))
-    return f"torch.empty({_sample_shape(node)}, dtype={_dtype(node)}, device=self._device()).uniform_({low}, {high})"
+    return (f"torch.empty({_sample_shape(node)}, dtype={node.torch_dtype()}, device=self._device())"
+            f".uniform_({low}, {high})")
 
 
 @register("_random_uniform_like")

@@ -173,19 +173,13 @@ def mx_maketrian(v, offset, lower):
     return out if lower else out.transpose(-1, -2)
 
 
-@register("_linalg_inverse")
-def _linalg_inverse(node: OpNode) -> str:
-    return f"torch.linalg.inv({node.inputs[0]})"
+_TORCH_LINALG = {"_linalg_inverse": "inv", "_linalg_det": "det", "_linalg_slogdet": "slogdet"}
+"""The ops torch.linalg computes as MXNet does (slogdet: sign and log |det|, two outputs)."""
 
 
-@register("_linalg_det")
-def _linalg_det(node: OpNode) -> str:
-    return f"torch.linalg.det({node.inputs[0]})"
-
-
-@register("_linalg_slogdet")
-def _linalg_slogdet(node: OpNode) -> str:
-    return f"torch.linalg.slogdet({node.inputs[0]})"
+@register(*_TORCH_LINALG)
+def _linalg_torch(node: OpNode) -> str:
+    return f"torch.linalg.{_TORCH_LINALG[node.op]}({node.inputs[0]})"
 
 
 @register("diag")

@@ -13,6 +13,6 @@ __all__ = []
 def _np_cumsum(node: OpNode) -> str:
     """Running sums along ``axis`` (None: over the flattened input), in the node's ``dtype`` or else the input's
     (torch would sum integers as int64)."""
-    x, axis, dtype = node.inputs[0], node.attr("axis"), node.attr("dtype")
-    dtype = f"{x}.dtype" if dtype in (None, "None") else f"torch.{dtype}"
+    x, axis = node.inputs[0], node.attr("axis")
+    dtype = f"{x}.dtype" if node.attr("dtype") in (None, "None") else node.torch_dtype()
     return f"{x}.reshape(-1).cumsum(0, dtype={dtype})" if axis is None else f"{x}.cumsum({int(axis)}, dtype={dtype})"

@@ -23,16 +23,11 @@ __all__ = ["mx_sample_params", "mx_sample_normal", "mx_sample_uniform", "mx_samp
            "mx_sample_multinomial"]
 
 
-def _dtype(node: OpNode, default: str = "float32") -> str:
-    dtype = node.attr("dtype")
-    return f"torch.{default if dtype in (None, 'None') else dtype}"
-
-
 @register("_sample_normal", "_sample_uniform", "_sample_gamma", "_sample_exponential", "_sample_poisson",
           "_sample_negative_binomial", "_sample_generalized_negative_binomial")
 def _sample(node: OpNode) -> str:
     helper = _HELPERS[node.op]
-    return node.call(helper, *node.inputs, node.tuple_attr("shape"), _dtype(node))
+    return node.call(helper, *node.inputs, node.tuple_attr("shape"), node.torch_dtype())
 
 
 def mx_sample_params(params, shape):
@@ -98,7 +93,7 @@ _HELPERS = {"_sample_normal": mx_sample_normal, "_sample_uniform": mx_sample_uni
 @register("_sample_multinomial")
 def _sample_multinomial(node: OpNode) -> str:
     return node.call(mx_sample_multinomial, node.inputs[0], node.tuple_attr("shape"),
-                     bool(node.attr("get_prob", False)), _dtype(node, "int32"))
+                     bool(node.attr("get_prob", False)), node.torch_dtype("int32"))
 
 
 def mx_sample_multinomial(data, shape, get_prob, dtype):
