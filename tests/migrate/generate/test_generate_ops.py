@@ -955,6 +955,22 @@ def test_exporter_ops_generate_alike_without_mxnet(case, tmp_path):
     assert _from_files(case.fn, shapes, tmp_path, True) == _from_files(case.fn, shapes, tmp_path, False)
 
 
+_FILE_PATH_OPS = ("_foreach", "_contrib_quantize_v2 int8", "_contrib_quantized_conv", "_contrib_quantized_concat",
+                  "_contrib_quantized_fully_connected int8", "_linalg_trsm", "_linalg_maketrian", "_np_cumsum",
+                  "_eye", "sum exclude")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name.startswith(_FILE_PATH_OPS) and
+                                  all(a.dtype == np.float32 for a in c.inputs(np.random.RandomState(0)))],
+                         ids=lambda c: c.name)
+def test_loop_int8_linalg_ops_generate_alike_without_mxnet(case, tmp_path):
+    """A loop (its body's shapes from the translations), int8 ops (three outputs each), linalg and numpy-interface
+    ops: their files generate, read without MXNet, the same source as with MXNet. (Shapes without MXNet come from
+    running the translations on zeros: potrf or inverse of a graph input is refused there, naming the node.)"""
+    shapes = [a.shape for a in case.inputs(np.random.RandomState(0))]
+    assert _from_files(case.fn, shapes, tmp_path, True) == _from_files(case.fn, shapes, tmp_path, False)
+
+
 def test_random_op_without_a_shape_names_the_op_without_mxnet(tmp_path):
     """A _random_normal whose shape only MXNet's inference completes (from its consumer) is refused without MXNet,
     naming the node and saying that MXNet 1.9.1 completes it; nothing is written."""
