@@ -9,9 +9,9 @@ import math
 import numpy as np
 import torch
 
-from migrate.optim import _kernels
-from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, clip_, clips, decayed_grads, half_sum_sq, kernel_float,
-                                rounded_float32, state_buffers)
+from migrate.optim import compiled
+from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, by_dtype, clip_, clip_bound, clips, compiled_on,
+                                decayed_grads, half_sum_sq, kernel_float, pick, rounded_float32, state_buffers)
 from migrate.optim.registry import OptimizerRecord, register
 
 __all__ = ["FTML", "LAMB", "Adam", "Adamax", "Nadam"]
@@ -29,15 +29,15 @@ class Adam(MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         beta1, beta2 = kernel_float(group["beta1"]), kernel_float(group["beta2"])
-        wd = kernel_float(group["weight_decay"])
-        hyper = (wd, beta1, beta2, kernel_float(group["epsilon"]), kernel_float(group["rescale_grad"]),
-                 kernel_float(group["clip_gradient"]) if clips(group) else -1.0)
-        rows = [(p, g, s) for p, g, s in zip(params, grads, states)
-                if not _kernels.run_in_place(_kernels.adam_update, (p, g, s["mean"], s["var"]), _adam_lr(group, s),
-                                             *hyper)]
-        if not rows:
+        wd, eps, rescale = (kernel_float(group[key]) for key in ("weight_decay", "epsilon", "rescale_grad"))
+        clip = clip_bound(group)
+        rows = [(p, g, s["mean"], s["var"]) for p, g, s in zip(params, grads, states)]
+        left = compiled.update("adam", rows, [_adam_lr(group, s) for s in states], [wd] * len(rows),
+                               lambda kind: [kind(rescale), kind(clip), kind(beta1), kind(beta2), kind(1) - kind(beta1),
+                                             kind(1) - kind(beta2), kind(eps)], clip >= 0, compiled_on(group))
+        if not left:
             return
-        params, grads, states = (list(column) for column in zip(*rows))  # CUDA, strided, half: the torch path
+        params, grads, states = pick(params, left), pick(grads, left), pick(states, left)  # CUDA, strided, half
         if group["rescale_grad"] != 1.0 or clips(group):  # wd goes inside the clip: a pre-pass
             grads, wd = decayed_grads(grads, params, group), 0.0
         for step, index in _by_step(states).items():
@@ -46,8 +46,8 @@ class Adam(MXNetOptimizer):
             mx_step = _adam_lr(group, states[index[0]])
             root2 = math.sqrt(1.0 - beta2 ** step)
             torch._fused_adam_(
-                _pick(params, index), _pick(grads, index), _pick(state_buffers(states, "mean"), index),
-                _pick(state_buffers(states, "var"), index), [], [_step_tensor(step, params[0].device)] * len(index),
+                pick(params, index), pick(grads, index), pick(state_buffers(states, "mean"), index),
+                pick(state_buffers(states, "var"), index), [], [_step_tensor(step, params[0].device)] * len(index),
                 lr=mx_step * (1.0 - beta1 ** step) / root2, beta1=beta1, beta2=beta2, weight_decay=wd,
                 eps=kernel_float(group["epsilon"]) / root2, amsgrad=False, maximize=False)
 
@@ -64,11 +64,6 @@ def _by_step(states):
     for position, state in enumerate(states):
         out.setdefault(state["step"], []).append(position)
     return out
-
-
-def _pick(items, index):
-    """``items`` at positions ``index`` (the list itself when ``index`` covers all of it in order)."""
-    return items if len(index) == len(items) else [items[i] for i in index]
 
 
 def _step_tensor(step, device):
@@ -175,9 +170,14 @@ class LAMB(MXNetOptimizer):
     Note:
         Gluon's Trainer updates LAMB through ``multi_lamb_update`` (``aggregate_num`` 45 unless
         ``MXNET_OPTIMIZER_AGGREGATION_SIZE`` lowers it; 1 switches MXNet to ``lamb_update_phase1/2`` with
-        ``nd.norm``, 2e-9 from this class in float64). Its norms come from ``multi_sum_sq``: each tensor summed in
-        element order into a C ``float`` by one thread, so they do not depend on MXNet's thread count. Here float64
-        CPU tensors replay that sum exactly (numba); float32 and CUDA tensors use torch's norm (~1e-7 relative).
+        ``nd.norm``, 2e-9 from this class in float64). On contiguous CPU float32/float64 tensors its two steps run
+        as MXNet's kernels (``mxupdate.kernels.lamb_direction``/``lamb_apply``: moments and the float32 direction,
+        then ``w -= lr*r1/r2*d``). Its norms come from ``multi_sum_sq``: each tensor summed in element order into a
+        C ``float`` by one thread. float64 tensors replay that sum exactly (``mxupdate.kernels.sum_sq``); float32
+        tensors take the float64 sums that the direction's pass accumulates on the way (no extra pass over memory;
+        MXNet's float sum of a million squares is itself ~1e-4 relative from the true norm, this one ~1e-16). CUDA
+        (and ``compiled=False``) tensors take torch's fused Adam (adjusted constants) and norms, the trust ratios
+        computed on the device (no host sync), ~1e-7 relative from MXNet's.
 
     Examples:
         >>> opt = LAMB(model.parameters(), lr=1e-3, epsilon=1e-6)
@@ -187,26 +187,77 @@ class LAMB(MXNetOptimizer):
                        "bias_correction": True}
     state_names = ("mean", "var")
 
-    def _sharded_f32_norms(self, tensors, weights, square_in_float=False):
-        """``_f32_norms`` of ``tensors`` (this step's, standing for ``weights``); a DTensor's from the sum of squares
-        of its shards over the mesh (float32 sums per shard, added in float64)."""
-        if not self._sharded(weights):
-            return _f32_norms(tensors, square_in_float)
-        sums = [norm * norm for norm in _f32_norms(tensors, square_in_float)] if tensors[0].dtype != torch.float64 \
-            else _f32_sums(tensors, square_in_float)
-        return [rounded_float32(math.sqrt(total)) for total in self._mesh_sums(sums, weights)]
-
     def _update(self, group, params, grads, states):
-        grads = self._scaled(grads, group)
-        negated = self._negated_directions(group, params, grads, states)
-        torch._foreach_add_(negated, params, alpha=-rounded_float32(group["weight_decay"]))  # multi_lamb's wds tuple
-        if negated[0].dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
-            for buffer in negated:
-                buffer.copy_(buffer.to(torch.float32))
-        norms = (self._sharded_f32_norms(self._stored(params), params),
-                 self._sharded_f32_norms(negated, params, square_in_float=True))
-        torch._foreach_mul_(negated, [-step for step in _trust_steps(*norms, group)])
-        torch._foreach_add_(params, negated)
+        taken = [i for i, (p, g, s) in enumerate(zip(params, grads, states))
+                 if compiled_on(group) and compiled.available(p, g, s["mean"], s["var"])]
+        for index in by_dtype(pick(params, taken)).values():
+            rows = pick(taken, index)
+            self._compiled(group, pick(params, rows), pick(grads, rows), pick(states, rows))
+        left = sorted(set(range(len(params))) - set(taken))
+        if left:  # CUDA, strided, half (or compiled=False)
+            self._torch(group, pick(params, left), self._scaled(pick(grads, left), group), pick(states, left))
+
+    def _directions(self, params, dtype):
+        """A scratch buffer of ``dtype`` shaped like each of ``params`` (MXNet's ``temp_g``), kept across steps (out
+        of the state_dict)."""
+        scratch = self.__dict__.setdefault("_scratch", {})
+        out = []
+        for param in params:
+            key = (self._param_of(param), dtype)
+            if key not in scratch:
+                scratch[key] = torch.empty(param.shape, dtype=dtype, device=param.device)
+            out.append(scratch[key])
+        return out
+
+    def _compiled(self, group, params, grads, states):
+        """MXNet's multi_lamb_update on CPU tensors of one dtype with the compiled kernels."""
+        kind = np.float64 if params[0].dtype == torch.float64 else np.float32
+        beta1, beta2, eps = (kernel_float(group[key]) for key in ("beta1", "beta2", "epsilon"))
+        clip = clip_bound(group)
+        directions = self._directions(params, torch.float32)
+        rows = [(p, g, s["mean"], s["var"], d) for p, g, s, d in zip(params, grads, states, directions)]
+        corrections = [(kind(1) - np.power(kind(beta1), kind(s["step"])),
+                        kind(1) - np.power(kind(beta2), kind(s["step"]))) for s in states]
+        consts = [kind(kernel_float(group["rescale_grad"])), kind(clip), kind(beta1), kind(beta2),
+                  kind(1) - kind(beta1), kind(1) - kind(beta2), kind(eps)]
+        fast = kind is np.float32  # float32: the direction pass's own float64 sums
+        sums = compiled.lamb_direction(rows, [rounded_float32(group["weight_decay"])] * len(rows), corrections,
+                                       consts, clip >= 0, group["bias_correction"], sums=fast)
+        w_sums = sums[:, 0] if fast else compiled.sum_sqs(params)
+        d_sums = sums[:, 1] if fast else compiled.sum_sqs(directions)
+        w_sums = [half_sum_sq(t) if t.dtype in HALF_DTYPES else total  # multi_mp_lamb: the float16 weights' sums
+                  for t, total in zip(self._stored(params), w_sums.tolist())]
+        lr = kind(rounded_float32(group["lr"]))
+        ratios = _trust_ratios(self._mesh_sums(w_sums, params), self._mesh_sums(d_sums.tolist(), params), group)
+        compiled.lamb_apply(list(zip(params, directions)), [lr * kind(ratio) for ratio in ratios])
+
+    def _torch(self, group, params, grads, states):
+        """The update with torch's ops (fused Adam for the direction), the trust ratios on the device."""
+        by_kind = by_dtype(params)
+        for dtype, index in by_kind.items():
+            weights, moments = pick(params, index), pick(states, index)
+            negated = self._negated_directions(group, weights, pick(grads, index), moments)
+            torch._foreach_add_(negated, weights, alpha=-rounded_float32(group["weight_decay"]))  # wds tuple
+            if dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
+                torch._foreach_copy_(negated, [d.to(torch.float32) for d in negated])
+            r1 = self._device_norms(self._stored(weights), weights)
+            r2 = self._device_norms(negated, weights)
+            ratios = _device_trust_ratios(r1, r2, group).to(dtype) * rounded_float32(group["lr"])
+            torch._foreach_mul_(negated, list(ratios.unbind()))  # -lr*ratio*d: no host sync
+            torch._foreach_add_(weights, negated)
+
+    def _device_norms(self, tensors, weights):
+        """Float32 L2 norms of ``tensors`` as one tensor on their device (DTensor shards: sums over the mesh)."""
+        halves = [t.dtype in HALF_DTYPES for t in tensors]
+        norms = torch.stack(torch._foreach_norm([t.float() if half else t for t, half in zip(tensors, halves)]))
+        if any(halves):  # MXNet's float16 sums of squares (multi_mp_lamb), on the host
+            exact = [math.sqrt(half_sum_sq(t)) if half else 0.0 for t, half in zip(tensors, halves)]
+            norms = torch.where(torch.tensor(halves, device=norms.device),
+                                torch.tensor(exact, dtype=norms.dtype, device=norms.device), norms)
+        if self._sharded(weights):
+            squares = norms.double().square()
+            norms = torch.tensor(self._mesh_sums(squares.tolist(), weights), device=norms.device).sqrt()
+        return norms.float()
 
     def _negated_directions(self, group, params, grads, states):
         """Scratch buffers holding ``-m_hat/(sqrt(v_hat) + eps)``, the moments updated, by torch's fused Adam.
@@ -214,9 +265,7 @@ class LAMB(MXNetOptimizer):
         The kernel writes ``d -= lr_k/(1-b1^t) * m/(sqrt(v)/sqrt(1-b2^t) + eps_k)`` into zeroed buffers ``d``;
         lr_k and eps_k are chosen so that this is MXNet's (optionally bias-corrected) direction.
         """
-        scratch = self.__dict__.setdefault("_scratch", {})  # reused every step, kept out of the state_dict
-        keys = [self._param_of(p) for p in params]
-        negated = [scratch[k] if k in scratch else scratch.setdefault(k, torch.empty_like(p)) for k, p in zip(keys, params)]
+        negated = self._directions(params, params[0].dtype)
         torch._foreach_zero_(negated)
         beta1, beta2 = kernel_float(group["beta1"]), kernel_float(group["beta2"])
         for step, index in _by_step(states).items():
@@ -224,47 +273,41 @@ class LAMB(MXNetOptimizer):
             lr = 1.0 if group["bias_correction"] else (1.0 - beta1 ** step) / root2
             eps = kernel_float(group["epsilon"]) / (1.0 if group["bias_correction"] else root2)
             torch._fused_adam_(
-                _pick(negated, index), _pick(grads, index), _pick(state_buffers(states, "mean"), index),
-                _pick(state_buffers(states, "var"), index), [], [_step_tensor(step, params[0].device)] * len(index),
+                pick(negated, index), pick(grads, index), pick(state_buffers(states, "mean"), index),
+                pick(state_buffers(states, "var"), index), [], [_step_tensor(step, params[0].device)] * len(index),
                 lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
         return negated
 
 
-def _f32_norms(tensors, square_in_float=False):
-    """L2 norms as float32 values, as MXNet's multi_lamb_update takes them: ``sqrt`` of multi_sum_sq's float sums.
-
-    float64 CPU tensors replay multi_sum_sq exactly (one float accumulator per tensor, in element order; see
-    ``migrate.optim._kernels``); others take torch's norm rounded to float32, ~1e-7 relative from MXNet's, within
-    float32's own rounding. ``square_in_float``: the values are float32 numbers (MXNet's float32 direction buffer).
-    """
-    if any(t.dtype in HALF_DTYPES for t in tensors):
-        return [rounded_float32(math.sqrt(half_sum_sq(t))) if t.dtype in HALF_DTYPES
-                else _f32_norms([t], square_in_float)[0] for t in tensors]
-    if tensors[0].dtype == torch.float64 and _kernels.available(*tensors):
-        return [rounded_float32(math.sqrt(total)) for total in _f32_sums(tensors, square_in_float)]
-    return [rounded_float32(norm) for norm in torch.stack(torch._foreach_norm(tensors)).tolist()]
+def _bounded(norm, group):
+    """The weight norm ``norm`` bounded by the group's lower_bound and upper_bound (when set, >= 0), as MXNet's."""
+    lower, upper = group["lower_bound"], group["upper_bound"]
+    if lower is not None and lower >= 0:
+        norm = max(norm, kernel_float(lower))
+    if upper is not None and upper >= 0:
+        norm = min(norm, kernel_float(upper))
+    return norm
 
 
-def _f32_sums(tensors, square_in_float=False):
-    """MXNet's multi_sum_sq of float64 tensors (float sums, element order) where the compiled loop runs, else the
-    float64 sums of squares."""
-    if _kernels.available(*tensors):
-        return _kernels.sum_sqs([_kernels.flat(t) for t in tensors], square_in_float).tolist()
-    return torch.stack([t.square().sum() for t in tensors]).tolist() if tensors else []
+def _trust_ratios(w_sums, d_sums, group):
+    """Per tensor MXNet's ``r = r1/r2`` in float (1 when a norm is 0) from the sums of squares of the weight and of
+    the direction: ``r1 = sqrt(w_sum)`` (bounded), ``r2 = sqrt(d_sum)``, each a float."""
+    ratios = []
+    for w_sum, d_sum in zip(w_sums, d_sums):
+        r1 = _bounded(rounded_float32(math.sqrt(w_sum)), group)
+        r2 = rounded_float32(math.sqrt(d_sum))
+        ratios.append(1.0 if r1 == 0 or r2 == 0 else rounded_float32(r1 / r2))
+    return ratios
 
 
-def _trust_steps(r1, r2, group):
-    """Per-parameter ``-lr * r1/r2`` (or ``-lr`` when a norm is 0) from the weight norms ``r1`` and the direction
-    norms ``r2``, r1 bounded as MXNet's multi_lamb does."""
-    lr, lower, upper = rounded_float32(group["lr"]), group["lower_bound"], group["upper_bound"]  # lrs: a tuple
-    steps = []
-    for w_norm, g_norm in zip(r1, r2):
-        if lower is not None and lower >= 0:
-            w_norm = max(w_norm, kernel_float(lower))
-        if upper is not None and upper >= 0:
-            w_norm = min(w_norm, kernel_float(upper))
-        steps.append(-lr if w_norm == 0 or g_norm == 0 else -lr * rounded_float32(w_norm / g_norm))
-    return steps
+def _device_trust_ratios(r1, r2, group):
+    """``_trust_ratios`` on float32 norm tensors (on their device): ``r1/r2``, or 1 where a norm is 0."""
+    lower, upper = group["lower_bound"], group["upper_bound"]
+    if lower is not None and lower >= 0:
+        r1 = r1.clamp_min(kernel_float(lower))
+    if upper is not None and upper >= 0:
+        r1 = r1.clamp_max(kernel_float(upper))
+    return torch.where((r1 == 0) | (r2 == 0), torch.ones_like(r1), r1 / r2)
 
 
 class FTML(MXNetOptimizer):
@@ -284,19 +327,37 @@ class FTML(MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         grads = decayed_grads(grads, params, group)
-        for weight, grad, d, v, z, state in zip(params, grads, state_buffers(states, "d"), state_buffers(states, "v"),
-                                               state_buffers(states, "z"), states):
-            real = np.float64 if weight.dtype == torch.float64 else np.float32
-            lr, beta1, beta2, eps = (real(kernel_float(group[key])) for key in ("lr", "beta1", "beta2", "epsilon"))
-            t = real(state["step"])
-            one = real(1.0)
-            scale_d = float((one - beta1 ** t) / lr)
-            correction2 = float(one - beta2 ** t)
-            v.mul_(float(beta2)).add_(grad.square().mul_(float(one - beta2)))
-            d_t = v.div(correction2).sqrt_().add_(float(eps)).mul_(scale_d)
-            z.mul_(float(beta1)).add_(grad.mul(float(one - beta1))).sub_(d_t.sub(d, alpha=float(beta1)).mul_(weight))
-            d.copy_(d_t)
-            torch.div(z, d_t, out=weight).neg_()
+        for index in by_dtype(params).values():
+            steps = [states[i]["step"] for i in index]
+            for step in sorted(set(steps)):  # the scalars depend on the update count: one pass per count
+                rows = [i for i, t in zip(index, steps) if t == step]
+                _ftml_update(group, step, pick(params, rows), pick(grads, rows),
+                             *(state_buffers(pick(states, rows), name) for name in self.state_names))
+
+
+def _ftml_update(group, step, weights, grads, ds, vs, zs):
+    """MXNet's ftml_update on lists of one dtype and one update count ``step``, with torch's multi-tensor ops; the
+    scalars in the weights' dtype from float32 hyperparameters, as MXNet's kernel computes them."""
+    real = np.float64 if weights[0].dtype == torch.float64 else np.float32
+    lr, beta1, beta2, eps = (real(kernel_float(group[key])) for key in ("lr", "beta1", "beta2", "epsilon"))
+    t, one = real(step), real(1.0)
+    scale_d, correction2 = float((one - beta1 ** t) / lr), float(one - beta2 ** t)
+    torch._foreach_mul_(vs, float(beta2))  # v = b2*v + (1-b2)*g^2
+    squares = torch._foreach_mul(grads, grads)
+    torch._foreach_mul_(squares, float(one - beta2))
+    torch._foreach_add_(vs, squares)
+    d_t = torch._foreach_div(vs, correction2)  # d_t = (1-b1^t)/lr * (sqrt(v/(1-b2^t)) + eps)
+    torch._foreach_sqrt_(d_t)
+    torch._foreach_add_(d_t, float(eps))
+    torch._foreach_mul_(d_t, scale_d)
+    torch._foreach_mul_(zs, float(beta1))  # z = b1*z + (1-b1)*g - (d_t - b1*d)*w
+    torch._foreach_add_(zs, torch._foreach_mul(grads, float(one - beta1)))
+    change = torch._foreach_sub(d_t, ds, alpha=float(beta1))
+    torch._foreach_mul_(change, weights)
+    torch._foreach_sub_(zs, change)
+    torch._foreach_copy_(ds, d_t)
+    torch._foreach_copy_(weights, torch._foreach_div(zs, d_t))  # w = -z/d_t
+    torch._foreach_neg_(weights)
 
 
 # ---------------------------------------------------------------- MXNet's optimizer-wide state
@@ -371,10 +432,11 @@ def _ftml_stock_state(given):
                 "from zero"]
 
 
-register(OptimizerRecord("adam", Adam, _kernels.adam_update, torch.optim.Adam, _adam_stock_optimizer,
+register(OptimizerRecord("adam", Adam, ("adam",), torch.optim.Adam, _adam_stock_optimizer,
                          _adam_stock_state))
-register(OptimizerRecord("adamax", Adamax, None, torch.optim.Adamax, _adamax_stock_optimizer, _adamax_stock_state))
-register(OptimizerRecord("nadam", Nadam, None, torch.optim.NAdam, _nadam_stock_optimizer, _nadam_stock_state,
+register(OptimizerRecord("adamax", Adamax, (), torch.optim.Adamax, _adamax_stock_optimizer, _adamax_stock_state))
+register(OptimizerRecord("nadam", Nadam, (), torch.optim.NAdam, _nadam_stock_optimizer, _nadam_stock_state,
                          extra_state=_nadam_extra_state))
-register(OptimizerRecord("lamb", LAMB, _kernels.sum_sqs, torch.optim.AdamW, _lamb_stock_optimizer, _adam_stock_state))
-register(OptimizerRecord("ftml", FTML, None, torch.optim.Adam, _ftml_stock_optimizer, _ftml_stock_state))
+register(OptimizerRecord("lamb", LAMB, ("lamb_direction", "lamb_apply", "sum_sq"), torch.optim.AdamW,
+                         _lamb_stock_optimizer, _adam_stock_state))
+register(OptimizerRecord("ftml", FTML, (), torch.optim.Adam, _ftml_stock_optimizer, _ftml_stock_state))
