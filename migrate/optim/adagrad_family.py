@@ -25,6 +25,7 @@ class RMSProp(MXNetOptimizer):
 
     hyperparameters = {"gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8, "centered": False, "clip_weights": None}
     state_names = ("n", "g", "delta")
+    capturable_supported = True
     state_layouts = (("n",), ("n", "g", "delta"))  # plain, centered
 
     def _new_state(self, param, group):
@@ -84,6 +85,7 @@ class AdaGrad(MXNetOptimizer):
 
     hyperparameters = {"eps": 1e-7}
     state_names = ("history",)
+    capturable_counterpart = "torch.optim.Adagrad"
 
     def _update(self, group, params, grads, states):
         grads, hyper = self._scaled(grads, group), (group["lr"], group["weight_decay"], group["eps"])
@@ -132,6 +134,7 @@ class GroupAdaGrad(MXNetOptimizer):
 
     hyperparameters = {"eps": 1e-5}
     state_names = ("history",)
+    capturable_counterpart = "torch.optim.Adagrad"
 
     def __init__(self, params, lr, **kwargs):
         super().__init__(params, lr, **kwargs)
@@ -174,6 +177,7 @@ class AdaDelta(MXNetOptimizer):
 
     hyperparameters = {"rho": 0.9, "epsilon": 1e-5}
     state_names = ("acc_g", "acc_delta")
+    capturable_supported = True
 
     def _update(self, group, params, grads, states):
         grads, hyper = self._scaled(grads, group), (group["rho"], group["epsilon"], group["weight_decay"])
@@ -216,6 +220,7 @@ class Ftrl(MXNetOptimizer):
 
     hyperparameters = {"lamda1": 0.01, "beta": 1.0}
     state_names = ("z", "n")
+    capturable_counterpart = "torch.optim.Adagrad"
 
     def _update(self, group, params, grads, states):
         lr, wd, lamda1, beta = (kernel_float(group[key]) for key in ("lr", "weight_decay", "lamda1", "beta"))

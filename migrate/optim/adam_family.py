@@ -10,8 +10,9 @@ import numpy as np
 import torch
 
 from migrate.optim import compiled
-from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, by_dtype, clip_, clip_bound, clips, compiled_on,
-                                decayed_grads, half_sum_sq, kernel_float, pick, rounded_float32, state_buffers)
+from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, addcdiv_, by_dtype, clip_, clip_bound, clips,
+                                compiled_on, decayed_grads, half_sum_sq, kernel_float, per_tensor, pick,
+                                rounded_float32, state_buffers)
 from migrate.optim.registry import OptimizerRecord, register
 
 __all__ = ["FTML", "LAMB", "Adam", "Adamax", "Nadam"]
@@ -26,8 +27,12 @@ class Adam(MXNetOptimizer):
 
     hyperparameters = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "lazy_update": True}
     state_names = ("mean", "var")
+    capturable_supported = True
 
     def _update(self, group, params, grads, states):
+        if group["capturable"]:
+            _adam_on_device(group, params, grads, states)
+            return
         beta1, beta2 = kernel_float(group["beta1"]), kernel_float(group["beta2"])
         wd, eps, rescale = (kernel_float(group[key]) for key in ("weight_decay", "epsilon", "rescale_grad"))
         clip = clip_bound(group)
@@ -50,6 +55,24 @@ class Adam(MXNetOptimizer):
                 pick(state_buffers(states, "var"), index), [], [_step_tensor(step, params[0].device)] * len(index),
                 lr=mx_step * (1.0 - beta1 ** step) / root2, beta1=beta1, beta2=beta2, weight_decay=wd,
                 eps=kernel_float(group["epsilon"]) / root2, amsgrad=False, maximize=False)
+
+
+def _adam_on_device(group, params, grads, states):
+    """MXNet's adam_update in its order with torch's multi-tensor ops, the bias-corrected lr computed from the device
+    update counts (``capturable``; rounded to float32 there, where MXNet parses its decimal: within one unit in the
+    last place of it)."""
+    beta1, beta2, eps = (kernel_float(group[key]) for key in ("beta1", "beta2", "epsilon"))
+    lr, b1, b2 = group["lr"], group["beta1"], group["beta2"]
+    steps = per_tensor(lambda t: -(lr * (1.0 - b2 ** t) ** 0.5 / (1.0 - b1 ** t)).float(), states, group, params[0])
+    grads = decayed_grads(grads, params, group)
+    means, variances = state_buffers(states, "mean"), state_buffers(states, "var")
+    torch._foreach_mul_(means, beta1)
+    torch._foreach_add_(means, grads, alpha=1.0 - beta1)
+    torch._foreach_mul_(variances, beta2)
+    torch._foreach_addcmul_(variances, grads, grads, value=1.0 - beta2)
+    denom = torch._foreach_sqrt(variances)
+    torch._foreach_add_(denom, eps)
+    addcdiv_(params, means, denom, steps)
 
 
 def _adam_lr(group, state):
@@ -81,6 +104,7 @@ class Adamax(MXNetOptimizer):
 
     hyperparameters = {"beta1": 0.9, "beta2": 0.999}
     state_names = ("mean", "var")
+    capturable_supported = True
 
     def _update(self, group, params, grads, states):
         beta1 = group["beta1"]
@@ -90,8 +114,8 @@ class Adamax(MXNetOptimizer):
         torch._foreach_add_(means, grads, alpha=1.0 - beta1)
         torch._foreach_mul_(norms, group["beta2"])
         torch._foreach_maximum_(norms, torch._foreach_abs(grads))
-        steps = [-(group["lr"] / (1.0 - beta1 ** s["step"])) for s in states]
-        torch._foreach_addcdiv_(params, means, norms, steps)
+        lr = group["lr"]
+        addcdiv_(params, means, norms, per_tensor(lambda t: -(lr / (1.0 - beta1 ** t)), states, group, params[0]))
 
 
 def _python_decayed(grads, params, group):
@@ -117,19 +141,33 @@ class Nadam(MXNetOptimizer):
 
     hyperparameters = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "schedule_decay": 0.004}
     state_names = ("mean", "var")
+    capturable_supported = True
 
     def _schedule(self, entries):
         """Per-parameter (momentum_t, momentum_t_1, m_schedule, m_schedule_next), advancing the shared product
-        (``state["m_schedule"]``, 1 before the first update)."""
+        (``state["m_schedule"]``, 1 before the first update; under ``capturable`` all on the device)."""
+        if entries[0][1]["capturable"]:
+            return self._device_schedule(entries)
         out, m_schedule = [], self.state.get("m_schedule", 1.0)
         for _, group, _, _, state in entries:
-            t, beta1, decay = state["step"], group["beta1"], group["schedule_decay"]
-            momentum_t = beta1 * (1.0 - 0.5 * (pow(0.96, t * decay)))
-            momentum_t_1 = beta1 * (1.0 - 0.5 * (pow(0.96, (t + 1) * decay)))
+            momentum_t, momentum_t_1 = _nadam_momenta(state["step"], group)
             m_schedule = m_schedule * momentum_t
             out.append((momentum_t, momentum_t_1, m_schedule, m_schedule * momentum_t_1))
         self.state["m_schedule"] = m_schedule
         return out
+
+    def _device_schedule(self, entries):
+        """``_schedule`` from the device update counts: the shared product as a cumulative product (float64), each
+        column one tensor (a value per parameter)."""
+        device = entries[0][2].device
+        counts = torch.stack([entry[4]["step"] for entry in entries]).to(device=device, dtype=torch.float64)
+        hyper = torch.tensor([(entry[1]["beta1"], entry[1]["schedule_decay"]) for entry in entries],
+                             dtype=torch.float64, device=device)
+        momentum_t, momentum_t_1 = _nadam_momenta(counts, {"beta1": hyper[:, 0], "schedule_decay": hyper[:, 1]})
+        previous = torch.as_tensor(self.state.get("m_schedule", 1.0), dtype=torch.float64, device=device)
+        m_schedule = previous * torch.cumprod(momentum_t, 0)
+        self.state["m_schedule"] = m_schedule[-1]
+        return momentum_t, momentum_t_1, m_schedule, m_schedule * momentum_t_1
 
     def _step_all(self):
         """One update of every parameter that has a gradient, in MXNet's order (the schedule is shared)."""
@@ -138,15 +176,27 @@ class Nadam(MXNetOptimizer):
             self._update_all(entries, self._schedule(entries))
 
     def _update_all(self, entries, schedule):
-        """Apply the update group by group (foreach), each parameter with its own schedule values."""
+        """Apply the update group by group (foreach), each parameter with its own schedule values (a tuple per
+        parameter, or under capturable four tensors of one value per parameter)."""
         by_group = {}
-        for (_, group, param, grad, state), values in zip(entries, schedule):
-            by_group.setdefault(id(group), (group, []))[1].append((param, grad, state, values))
+        for position, (_, group, param, grad, state) in enumerate(entries):
+            by_group.setdefault(id(group), (group, []))[1].append((position, param, grad, state))
         for group, items in by_group.values():
-            self._update_group(group, *(list(column) for column in zip(*items)))
+            positions, params, grads, states = (list(column) for column in zip(*items))
+            lr = group["lr"]
+            if torch.is_tensor(schedule[0]):
+                index = torch.tensor(positions, device=schedule[0].device)
+                momentum_t, momentum_t_1, m_schedule, m_next = (column[index] for column in schedule)
+                scalars = [list((-lr * value).to(params[0].dtype).unbind()) for value in
+                           ((1.0 - momentum_t) / (1.0 - m_schedule), momentum_t_1 / (1.0 - m_next))]
+            else:
+                values = [schedule[p] for p in positions]
+                scalars = [[-lr * (1.0 - m[0]) / (1.0 - m[2]) for m in values],
+                           [-lr * m[1] / (1.0 - m[3]) for m in values]]
+            self._update_group(group, params, grads, states, *scalars)
 
     @staticmethod
-    def _update_group(group, params, grads, states, schedule):
+    def _update_group(group, params, grads, states, grad_steps, mean_steps):
         beta1, beta2 = group["beta1"], group["beta2"]
         grads = _python_decayed(grads, params, group)
         means, variances = state_buffers(states, "mean"), state_buffers(states, "var")
@@ -154,12 +204,20 @@ class Nadam(MXNetOptimizer):
         torch._foreach_add_(means, grads, alpha=1.0 - beta1)
         torch._foreach_mul_(variances, beta2)
         torch._foreach_addcmul_(variances, grads, grads, value=1.0 - beta2)
-        denom = torch._foreach_div(variances, [1.0 - pow(beta2, s["step"]) for s in states])
+        denom = torch._foreach_div(variances, per_tensor(lambda t: 1.0 - beta2 ** t, states, group, params[0]))
         torch._foreach_sqrt_(denom)
         torch._foreach_add_(denom, group["epsilon"])
-        lr = group["lr"]  # w -= lr*((1-mu_t)*g/(1-m_sched) + mu_t1*m/(1-m_sched_next)) / denom, as two addcdiv_
-        torch._foreach_addcdiv_(params, grads, denom, [-lr * (1.0 - m[0]) / (1.0 - m[2]) for m in schedule])
-        torch._foreach_addcdiv_(params, means, denom, [-lr * m[1] / (1.0 - m[3]) for m in schedule])
+        # w -= lr*((1-mu_t)*g/(1-m_sched) + mu_t1*m/(1-m_sched_next)) / denom, as two addcdiv_
+        addcdiv_(params, grads, denom, grad_steps)
+        addcdiv_(params, means, denom, mean_steps)
+
+
+def _nadam_momenta(t, group):
+    """MXNet's Nadam (momentum_t, momentum_t_1) at update count ``t`` (python numbers, or float64 tensors of one value
+    per parameter: ``t`` and the group's beta1 and schedule_decay)."""
+    beta1, decay = group["beta1"], group["schedule_decay"]
+    return beta1 * (1.0 - 0.5 * (0.96 ** (t * decay))), beta1 * (1.0 - 0.5 * (0.96 ** ((t + 1) * decay)))
+
 
 
 class LAMB(MXNetOptimizer):
@@ -186,6 +244,7 @@ class LAMB(MXNetOptimizer):
     hyperparameters = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "lower_bound": None, "upper_bound": None,
                        "bias_correction": True}
     state_names = ("mean", "var")
+    capturable_supported = True
 
     def _update(self, group, params, grads, states):
         taken = [i for i, (p, g, s) in enumerate(zip(params, grads, states))
@@ -239,7 +298,9 @@ class LAMB(MXNetOptimizer):
             negated = self._negated_directions(group, weights, pick(grads, index), moments)
             torch._foreach_add_(negated, weights, alpha=-rounded_float32(group["weight_decay"]))  # wds tuple
             if dtype != torch.float32:  # MXNet keeps the direction in a float32 buffer
-                torch._foreach_copy_(negated, [d.to(torch.float32) for d in negated])
+                rounded = self._directions(weights, torch.float32)
+                torch._foreach_copy_(rounded, negated)
+                torch._foreach_copy_(negated, rounded)
             r1 = self._device_norms(self._stored(weights), weights)
             r2 = self._device_norms(negated, weights)
             ratios = _device_trust_ratios(r1, r2, group).to(dtype) * rounded_float32(group["lr"])
@@ -265,9 +326,11 @@ class LAMB(MXNetOptimizer):
         The kernel writes ``d -= lr_k/(1-b1^t) * m/(sqrt(v)/sqrt(1-b2^t) + eps_k)`` into zeroed buffers ``d``;
         lr_k and eps_k are chosen so that this is MXNet's (optionally bias-corrected) direction.
         """
+        beta1, beta2 = kernel_float(group["beta1"]), kernel_float(group["beta2"])
+        if group["capturable"]:
+            return _negated_directions_on_device(group, params, grads, states, beta1, beta2)
         negated = self._directions(params, params[0].dtype)
         torch._foreach_zero_(negated)
-        beta1, beta2 = kernel_float(group["beta1"]), kernel_float(group["beta2"])
         for step, index in _by_step(states).items():
             root2 = math.sqrt(1.0 - beta2 ** step)
             lr = 1.0 if group["bias_correction"] else (1.0 - beta1 ** step) / root2
@@ -277,6 +340,24 @@ class LAMB(MXNetOptimizer):
                 pick(state_buffers(states, "var"), index), [], [_step_tensor(step, params[0].device)] * len(index),
                 lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps, amsgrad=False, maximize=False)
         return negated
+
+
+def _negated_directions_on_device(group, params, grads, states, beta1, beta2):
+    """New tensors ``-m_hat/(sqrt(v_hat) + eps)`` (the moments updated) in MXNet's order with torch's multi-tensor
+    ops, the bias corrections from the device update counts (``capturable``)."""
+    means, variances = state_buffers(states, "mean"), state_buffers(states, "var")
+    torch._foreach_mul_(means, beta1)
+    torch._foreach_add_(means, grads, alpha=1.0 - beta1)
+    torch._foreach_mul_(variances, beta2)
+    torch._foreach_addcmul_(variances, grads, grads, value=1.0 - beta2)
+    if group["bias_correction"]:
+        means = torch._foreach_div(means, per_tensor(lambda t: 1.0 - beta1 ** t, states, group, params[0]))
+        variances = torch._foreach_div(variances, per_tensor(lambda t: 1.0 - beta2 ** t, states, group, params[0]))
+    denom = torch._foreach_sqrt(variances)
+    torch._foreach_add_(denom, kernel_float(group["epsilon"]))
+    negated = torch._foreach_div(means, denom)
+    torch._foreach_neg_(negated)
+    return negated
 
 
 def _bounded(norm, group):
@@ -324,24 +405,40 @@ class FTML(MXNetOptimizer):
 
     hyperparameters = {"beta1": 0.6, "beta2": 0.999, "epsilon": 1e-8}
     state_names = ("d", "v", "z")
+    capturable_supported = True
 
     def _update(self, group, params, grads, states):
         grads = decayed_grads(grads, params, group)
         for index in by_dtype(params).values():
+            columns = [state_buffers(pick(states, index), name) for name in self.state_names]
+            if group["capturable"]:
+                lr, beta1, beta2 = (kernel_float(group[key]) for key in ("lr", "beta1", "beta2"))
+                scalars = [per_tensor(formula, pick(states, index), group, params[index[0]])
+                           for formula in (lambda t: (1.0 - beta1 ** t) / lr, lambda t: 1.0 - beta2 ** t)]
+                _ftml_update(group, *scalars, pick(params, index), pick(grads, index), *columns)
+                continue
             steps = [states[i]["step"] for i in index]
             for step in sorted(set(steps)):  # the scalars depend on the update count: one pass per count
                 rows = [i for i, t in zip(index, steps) if t == step]
-                _ftml_update(group, step, pick(params, rows), pick(grads, rows),
-                             *(state_buffers(pick(states, rows), name) for name in self.state_names))
+                _ftml_update(group, *_ftml_scalars(group, step, params[rows[0]].dtype), pick(params, rows),
+                             pick(grads, rows), *(state_buffers(pick(states, rows), name) for name in self.state_names))
 
 
-def _ftml_update(group, step, weights, grads, ds, vs, zs):
-    """MXNet's ftml_update on lists of one dtype and one update count ``step``, with torch's multi-tensor ops; the
-    scalars in the weights' dtype from float32 hyperparameters, as MXNet's kernel computes them."""
-    real = np.float64 if weights[0].dtype == torch.float64 else np.float32
-    lr, beta1, beta2, eps = (real(kernel_float(group[key])) for key in ("lr", "beta1", "beta2", "epsilon"))
+def _ftml_scalars(group, step, dtype):
+    """(``(1 - b1^t)/lr``, ``1 - b2^t``) in the weights' dtype from float32 hyperparameters, as MXNet's kernel
+    computes them."""
+    real = np.float64 if dtype == torch.float64 else np.float32
+    lr, beta1, beta2 = (real(kernel_float(group[key])) for key in ("lr", "beta1", "beta2"))
     t, one = real(step), real(1.0)
-    scale_d, correction2 = float((one - beta1 ** t) / lr), float(one - beta2 ** t)
+    return float((one - beta1 ** t) / lr), float(one - beta2 ** t)
+
+
+def _ftml_update(group, scale_d, correction2, weights, grads, ds, vs, zs):
+    """MXNet's ftml_update on lists of one dtype with torch's multi-tensor ops; ``scale_d`` and ``correction2``
+    python floats (one update count) or per-tensor device scalars (``capturable``)."""
+    real = np.float64 if weights[0].dtype == torch.float64 else np.float32
+    beta1, beta2, eps = (real(kernel_float(group[key])) for key in ("beta1", "beta2", "epsilon"))
+    one = real(1.0)
     torch._foreach_mul_(vs, float(beta2))  # v = b2*v + (1-b2)*g^2
     squares = torch._foreach_mul(grads, grads)
     torch._foreach_mul_(squares, float(one - beta2))

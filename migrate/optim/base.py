@@ -30,12 +30,14 @@ import torch
 from migrate.optim.dmlc_float import mx_float32
 from migrate.optim.sharded import is_dtensor, like_param, local, mesh_sums
 
-__all__ = ["HALF_DTYPES", "MXNetOptimizer", "by_dtype", "cache_pieces", "clip_", "clip_bound", "clips",
-           "compiled_on", "decayed_grads", "half_sum_sq", "kernel_float", "momentum_state", "pick", "python_scaled",
-           "python_scaled_all", "rounded_float32", "state_buffers"]
+__all__ = ["CAPTURABLE", "HALF_DTYPES", "MXNetOptimizer", "addcdiv_", "by_dtype", "cache_pieces", "clip_",
+           "clip_bound", "clips", "compiled_on", "decayed_grads", "half_sum_sq", "kernel_float", "momentum_state",
+           "per_tensor", "pick", "python_scaled", "python_scaled_all", "rounded_float32", "state_buffers"]
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 """Parameter dtypes that keep a float32 master copy under ``multi_precision``."""
+CAPTURABLE = ("adadelta", "adam", "adamax", "ftml", "lamb", "nadam", "rmsprop")
+"""The exact optimizers that offer ``capturable=True`` (those whose torch counterpart offers it)."""
 
 
 def kernel_float(value):
@@ -165,7 +167,7 @@ class MXNetOptimizer(torch.optim.Optimizer):
         tensors are the same (local) tensors; ``_finish_entries`` rounds masters into their parameters and writes
         DTensor states back after the step.
         """
-        entries = []
+        entries, counts = [], []
         if group.get("frozen"):  # frozen parameters: no update, state and count untouched
             return entries
         for param in group["params"]:
@@ -174,8 +176,15 @@ class MXNetOptimizer(torch.optim.Optimizer):
             if param.grad.is_sparse:
                 raise TypeError(f"{type(self).__name__} does not support sparse gradients; use a dense embedding")
             state = self._fresh_state(param, group)
-            state["step"] += 1
+            if group.get("capturable"):  # the count on the device, all counts advanced in one operation
+                if not torch.is_tensor(state["step"]):
+                    state["step"] = torch.tensor(float(state["step"]), device=local(param).device)
+                counts.append(state["step"])
+            else:
+                state["step"] += 1
             entries.append(self._entry(param, state, group))
+        if counts:
+            torch._foreach_add_(counts, 1.0)
         return entries
 
     def _entry(self, param, state, group):
@@ -406,6 +415,32 @@ def compiled_on(group) -> bool:
         (True, False, False)
     """
     return group.get("compiled", True) and not group.get("capturable", False)
+
+
+def per_tensor(formula, states, group, like) -> list:
+    """``formula(t)`` of each state's update count ``t``: python floats, or under ``capturable`` 0-dim tensors of
+    ``like``'s dtype on its device, computed there in float64 from the device counts (no host sync). ``formula`` is
+    written once for both (``beta ** t``, ``x ** 0.5``, arithmetic).
+
+    Examples:
+        >>> per_tensor(lambda t: 1 - 0.9 ** t, [{"step": 1}, {"step": 2}], {}, torch.zeros(1))
+        [0.09999999999999998, 0.18999999999999995]
+    """
+    if not group.get("capturable"):
+        return [formula(state["step"]) for state in states]
+    counts = torch.stack([state["step"] for state in states]).to(device=like.device, dtype=torch.float64)
+    return list(formula(counts).to(like.dtype).unbind())
+
+
+def addcdiv_(tensors, numerators, denominators, scalars) -> None:
+    """``tensors[i] += scalars[i] * numerators[i] / denominators[i]`` with torch's multi-tensor ops; ``scalars``
+    python floats (one addcdiv) or 0-dim device tensors (``per_tensor`` under capturable: divide, scale, add)."""
+    if not scalars or not torch.is_tensor(scalars[0]):
+        torch._foreach_addcdiv_(tensors, numerators, denominators, scalars)
+        return
+    quotients = torch._foreach_div(numerators, denominators)
+    torch._foreach_mul_(quotients, scalars)
+    torch._foreach_add_(tensors, quotients)
 
 
 def pick(items, positions):

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from migrate.optim import compiled
-from migrate.optim.base import HALF_DTYPES, MXNetOptimizer, half_sum_sq, kernel_float, momentum_state, rounded_float32
+from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, compiled_on, half_sum_sq, kernel_float, momentum_state,
+                                rounded_float32)
 from migrate.optim.mx_states import state_tensor
 from migrate.optim.registry import OptimizerRecord, register
 from migrate.optim.sgd_family import sgd_stock_optimizer, sgd_stock_state
@@ -65,8 +66,9 @@ class LARS(MXNetOptimizer):
         scaled = {}
         if lars:
             weights = [row[2] for row in lars]
-            w_sums = self._mesh_sums(_sums_sq(self._stored(weights)), weights)
-            g_sums = self._mesh_sums(_sums_sq(self._stored(weights, [row[3] for row in lars])), weights)
+            on = compiled_on(group)
+            w_sums = self._mesh_sums(_sums_sq(self._stored(weights), on), weights)
+            g_sums = self._mesh_sums(_sums_sq(self._stored(weights, [row[3] for row in lars]), on), weights)
             for row, w_sum, g_sum in zip(lars, w_sums, g_sums):
                 scaled[id(row[2])] = _lars_lr(row[1], w_sum, g_sum)
         for _, grp, param, grad, state, _ in rows:
@@ -90,13 +92,14 @@ def _multi_sgd_update(optimizer, group, param, grad, state):
         param.add_(step)
 
 
-def _sums_sq(tensors):
-    """MXNet's multi_sum_sq (float sums of squares) of ``tensors``, as numpy float32 values."""
+def _sums_sq(tensors, on=True):
+    """MXNet's multi_sum_sq (float sums of squares) of ``tensors``: replayed by the compiled kernel where it can
+    run (and ``on``: the group's ``compiled_on``), else float64 sums rounded to float32."""
     if any(t.dtype in HALF_DTYPES for t in tensors):
-        return [half_sum_sq(t) if t.dtype in HALF_DTYPES else _sums_sq([t])[0] for t in tensors]
-    if compiled.available(*tensors):
+        return [half_sum_sq(t) if t.dtype in HALF_DTYPES else _sums_sq([t], on)[0] for t in tensors]
+    if on and compiled.available(*tensors):
         return compiled.sum_sqs(tensors).tolist()
-    return [rounded_float32(torch.sum(t.double() ** 2).item()) for t in tensors]
+    return [rounded_float32(total) for total in torch.stack([t.double().square().sum() for t in tensors]).tolist()]
 
 
 def _lars_lr(group, w_sum, g_sum):
