@@ -5,7 +5,8 @@ compiled kernels that class runs on CPU (``mxupdate.kernels``), its closest stoc
 the builder that lists what differs, and the converters of MXNet's saved state into either. The family modules
 (``sgd_family``, ``large_batch``, ``adam_family``, ``adagrad_family``) each register their records;
 ``migrate.optim`` imports them all, so the registry is full once ``migrate.optim`` is imported. Adding an optimizer
-is one record in one family module (and its test). Registering a name twice is an error; looking up an unknown name names the nearest ones.
+is one record in one family module (and its test). Registering a name twice is an error; looking up an unknown
+name names the nearest ones.
 """
 from __future__ import annotations
 
