@@ -161,12 +161,13 @@ class Nadam(MXNetOptimizer):
         column one tensor (a value per parameter)."""
         device = entries[0][2].device
         counts = torch.stack([entry[4]["step"] for entry in entries]).to(device=device, dtype=torch.float64)
-        hyper = torch.tensor([(entry[1]["beta1"], entry[1]["schedule_decay"]) for entry in entries],
-                             dtype=torch.float64, device=device)
+        hyper = self._constant([(entry[1]["beta1"], entry[1]["schedule_decay"]) for entry in entries], device)
         momentum_t, momentum_t_1 = _nadam_momenta(counts, {"beta1": hyper[:, 0], "schedule_decay": hyper[:, 1]})
-        previous = torch.as_tensor(self.state.get("m_schedule", 1.0), dtype=torch.float64, device=device)
+        previous = self.state.get("m_schedule", 1.0)
+        if not torch.is_tensor(previous):  # kept on the device and written in place: a CUDA graph replays the step
+            previous = self.state["m_schedule"] = torch.tensor(float(previous), dtype=torch.float64, device=device)
         m_schedule = previous * torch.cumprod(momentum_t, 0)
-        self.state["m_schedule"] = m_schedule[-1]
+        previous.copy_(m_schedule[-1])
         return momentum_t, momentum_t_1, m_schedule, m_schedule * momentum_t_1
 
     def _step_all(self):
@@ -185,7 +186,7 @@ class Nadam(MXNetOptimizer):
             positions, params, grads, states = (list(column) for column in zip(*items))
             lr = group["lr"]
             if torch.is_tensor(schedule[0]):
-                index = torch.tensor(positions, device=schedule[0].device)
+                index = self._constant(positions, schedule[0].device, torch.int64)
                 momentum_t, momentum_t_1, m_schedule, m_next = (column[index] for column in schedule)
                 scalars = [list((-lr * value).to(params[0].dtype).unbind()) for value in
                            ((1.0 - momentum_t) / (1.0 - m_schedule), momentum_t_1 / (1.0 - m_next))]

@@ -339,6 +339,15 @@ class MXNetOptimizer(torch.optim.Optimizer):
             return [half[0] if half is not None else p for p, half in zip(params, halves)]
         return [half[1] if half is not None else g for g, half in zip(grads, halves)]
 
+    def _constant(self, values, device, dtype=torch.float64):
+        """``values`` as a tensor on ``device``, made once (kept out of the state_dict): a step under capturable
+        copies nothing from the host, so it can be captured in a CUDA graph after its first steps."""
+        cache = self.__dict__.setdefault("_constants", {})
+        key = (tuple(values), str(device), dtype)
+        if key not in cache:
+            cache[key] = torch.tensor(values, dtype=dtype, device=device)
+        return cache[key]
+
     def _mesh_sums(self, sums, weights):
         """Per-tensor sums over the local shards of ``weights`` (this step's) added over the ranks of each DTensor
         parameter (``sharded.mesh_sums``); the sums themselves where no parameter is a DTensor."""
