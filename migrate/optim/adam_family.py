@@ -15,7 +15,7 @@ from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, addcdiv_, by_dtype,
                                 rounded_float32, state_buffers)
 from migrate.optim.registry import OptimizerRecord, register
 
-__all__ = ["FTML", "LAMB", "Adam", "Adamax", "Nadam"]
+__all__ = ["FTML", "LAMB", "Adam", "Adamax", "Nadam", "moments_"]
 
 
 class Adam(MXNetOptimizer):
@@ -66,13 +66,19 @@ def _adam_on_device(group, params, grads, states):
     steps = per_tensor(lambda t: -(lr * (1.0 - b2 ** t) ** 0.5 / (1.0 - b1 ** t)).float(), states, group, params[0])
     grads = decayed_grads(grads, params, group)
     means, variances = state_buffers(states, "mean"), state_buffers(states, "var")
+    moments_(means, variances, grads, beta1, beta2)
+    denom = torch._foreach_sqrt(variances)
+    torch._foreach_add_(denom, eps)
+    addcdiv_(params, means, denom, steps)
+
+
+def moments_(means, variances, grads, beta1, beta2) -> None:
+    """Adam's moments in place, in MXNet's order: ``m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g`` (torch's
+    multi-tensor ops)."""
     torch._foreach_mul_(means, beta1)
     torch._foreach_add_(means, grads, alpha=1.0 - beta1)
     torch._foreach_mul_(variances, beta2)
     torch._foreach_addcmul_(variances, grads, grads, value=1.0 - beta2)
-    denom = torch._foreach_sqrt(variances)
-    torch._foreach_add_(denom, eps)
-    addcdiv_(params, means, denom, steps)
 
 
 def _adam_lr(group, state):
@@ -201,10 +207,7 @@ class Nadam(MXNetOptimizer):
         beta1, beta2 = group["beta1"], group["beta2"]
         grads = _python_decayed(grads, params, group)
         means, variances = state_buffers(states, "mean"), state_buffers(states, "var")
-        torch._foreach_mul_(means, beta1)
-        torch._foreach_add_(means, grads, alpha=1.0 - beta1)
-        torch._foreach_mul_(variances, beta2)
-        torch._foreach_addcmul_(variances, grads, grads, value=1.0 - beta2)
+        moments_(means, variances, grads, beta1, beta2)
         denom = torch._foreach_div(variances, per_tensor(lambda t: 1.0 - beta2 ** t, states, group, params[0]))
         torch._foreach_sqrt_(denom)
         torch._foreach_add_(denom, group["epsilon"])
@@ -347,10 +350,7 @@ def _negated_directions_on_device(group, params, grads, states, beta1, beta2):
     """New tensors ``-m_hat/(sqrt(v_hat) + eps)`` (the moments updated) in MXNet's order with torch's multi-tensor
     ops, the bias corrections from the device update counts (``capturable``)."""
     means, variances = state_buffers(states, "mean"), state_buffers(states, "var")
-    torch._foreach_mul_(means, beta1)
-    torch._foreach_add_(means, grads, alpha=1.0 - beta1)
-    torch._foreach_mul_(variances, beta2)
-    torch._foreach_addcmul_(variances, grads, grads, value=1.0 - beta2)
+    moments_(means, variances, grads, beta1, beta2)
     if group["bias_correction"]:
         means = torch._foreach_div(means, per_tensor(lambda t: 1.0 - beta1 ** t, states, group, params[0]))
         variances = torch._foreach_div(variances, per_tensor(lambda t: 1.0 - beta2 ** t, states, group, params[0]))
