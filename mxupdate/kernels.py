@@ -297,13 +297,13 @@ def signsgd(addresses, lengths, lrs, wds, consts, use_clip):
 BLOCK = 4096
 
 
-@numba.njit(inline="always")
-def _block_sum_sq(values, start, stop):
-    """The float64 sum of squares of ``values[start:stop]`` in 8 interleaved lanes (lane k: elements k, k+8, ...),
+@_jit
+def _block_sum_sq(values):
+    """The float64 sum of squares of ``values`` (a block) in 8 interleaved lanes (lane k: elements k, k+8, ...),
     then the lanes in order."""
     l0 = l1 = l2 = l3 = l4 = l5 = l6 = l7 = 0.0
-    i = start
-    while i + 8 <= stop:
+    n, i = values.size, 0
+    while i + 8 <= n:
         l0 += np.float64(values[i]) * np.float64(values[i])
         l1 += np.float64(values[i + 1]) * np.float64(values[i + 1])
         l2 += np.float64(values[i + 2]) * np.float64(values[i + 2])
@@ -313,14 +313,15 @@ def _block_sum_sq(values, start, stop):
         l6 += np.float64(values[i + 6]) * np.float64(values[i + 6])
         l7 += np.float64(values[i + 7]) * np.float64(values[i + 7])
         i += 8
-    while i < stop:
+    while i < n:
         l0 += np.float64(values[i]) * np.float64(values[i])
         i += 1
     return ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))
 
 
 @_jit
-def lamb_direction(addresses, lengths, wds, corrections, consts, use_clip, bias_correction, blocks, sums, like32):
+def lamb_direction(addresses, lengths, wds, corrections, consts, use_clip, bias_correction, exact, blocks, sums,
+                   like32):
     """``multi_lamb_update``'s step 1 (``MultiLAMB_step1_kernel``); rows (weight, grad, mean, var, direction), the
     direction a float32 buffer (MXNet's ``temp_g``); consts = (rescale, clip, b1, b2, 1 - b1, 1 - b2, eps);
     ``corrections[s]`` = (1 - b1^t, 1 - b2^t) in the data's dtype:
@@ -330,36 +331,57 @@ def lamb_direction(addresses, lengths, wds, corrections, consts, use_clip, bias_
     + wd * w``), stored as float32. MXNet's ``sqrt`` of a float is C's double ``sqrt``: the quotient and the sum
     are double (``wd * w`` in the data's dtype) for float32 data too.
 
+    ``exact`` False: the direction in the data's dtype as ``m * (sqrt(1 - b2^t)/(1 - b1^t)) / (sqrt(v) +
+    eps*sqrt(1 - b2^t)) + wd * w`` (one division instead of three, double ones for float32 data: a few units in
+    the last place of float32 from MXNet's, ~3x faster).
+
     Where ``blocks[s] >= 0`` the segment starts block ``blocks[s]`` of ``BLOCK`` elements (a segment covers whole
     blocks but for a tensor's last): ``sums[b]`` receives block b's float64 sums of squares of the weight and of
     the float32 direction (``_block_sum_sq``).
     """
-    rescale, bound, b1, b2, one_b1, one_b2, eps = consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], \
-        consts[6]
+    rescale, bound, b1, b2, one_b1, one_b2 = consts[0], consts[1], consts[2], consts[3], consts[4], consts[5]
+    epsilon, size = np.float64(consts[6]), wds.itemsize
     for s in range(lengths.size):
         wd, n, bc1, bc2 = wds[s], lengths[s], corrections[s, 0], corrections[s, 1]
-        ws, gs = _at(addresses[s, 0], n, wds), _at(addresses[s, 1], n, wds)
-        ms, vs = _at(addresses[s, 2], n, wds), _at(addresses[s, 3], n, wds)
-        ds = _at(addresses[s, 4], n, like32)
-        for start in range(0, n, BLOCK):
-            stop = min(n, start + BLOCK)
-            for i in range(start, stop):
-                grad = gs[i] * rescale
-                if use_clip:
-                    grad = _clip(grad, bound)
-                mean = b1 * ms[i] + one_b1 * grad
-                var = b2 * vs[i] + one_b2 * grad * grad
-                ms[i] = mean
-                vs[i] = var
-                if bias_correction:  # the sqrt is C's double sqrt: the quotient and the sum in double
-                    ratio = np.float64(mean / bc1) / (np.sqrt(np.float64(var / bc2)) + np.float64(eps))
-                else:
-                    ratio = np.float64(mean) / (np.sqrt(np.float64(var)) + np.float64(eps))
-                ds[i] = np.float32(ratio + np.float64(wd * ws[i]))
+        for start in range(0, n, BLOCK):  # per block (its own arrays: loops from 0 vectorize), moments then direction
+            m = min(n - start, BLOCK)
+            ws, gs = _at(addresses[s, 0] + start * size, m, wds), _at(addresses[s, 1] + start * size, m, wds)
+            ms, vs = _at(addresses[s, 2] + start * size, m, wds), _at(addresses[s, 3] + start * size, m, wds)
+            ds = _at(addresses[s, 4] + start * 4, m, like32)
+            _lamb_moments(gs, ms, vs, rescale, bound, b1, b2, one_b1, one_b2, use_clip)
+            if not exact:  # in the data's dtype, the corrections folded into two constants (torch's fused Adam's form)
+                scale = np.sqrt(bc2) / bc1 if bias_correction else bc1 / bc1
+                shifted = consts[6] * np.sqrt(bc2) if bias_correction else consts[6]
+                for i in range(m):
+                    ds[i] = ms[i] * scale / (np.sqrt(vs[i]) + shifted) + wd * ws[i]
+            elif bias_correction:  # C's sqrt of a float is the double sqrt: the quotient and the sum in double
+                for i in range(m):
+                    mean, var = ms[i] / bc1, vs[i] / bc2
+                    ds[i] = np.float32(np.float64(mean) / (np.sqrt(np.float64(var)) + epsilon)
+                                       + np.float64(wd * ws[i]))
+            else:
+                for i in range(m):
+                    ds[i] = np.float32(np.float64(ms[i]) / (np.sqrt(np.float64(vs[i])) + epsilon)
+                                       + np.float64(wd * ws[i]))
             if blocks[s] >= 0:
                 b = blocks[s] + start // BLOCK
-                sums[b, 0] = _block_sum_sq(ws, start, stop)
-                sums[b, 1] = _block_sum_sq(ds, start, stop)
+                sums[b, 0] = _block_sum_sq(ws)
+                sums[b, 1] = _block_sum_sq(ds)
+
+
+@numba.njit(inline="always")
+def _lamb_moments(gs, ms, vs, rescale, bound, b1, b2, one_b1, one_b2, use_clip):
+    """``m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g * g`` with ``g = clip(grad * rescale)``."""
+    if use_clip:
+        for i in range(gs.size):
+            grad = _clip(gs[i] * rescale, bound)
+            ms[i] = b1 * ms[i] + one_b1 * grad
+            vs[i] = b2 * vs[i] + one_b2 * grad * grad
+    else:
+        for i in range(gs.size):
+            grad = gs[i] * rescale
+            ms[i] = b1 * ms[i] + one_b1 * grad
+            vs[i] = b2 * vs[i] + one_b2 * grad * grad
 
 
 @_jit

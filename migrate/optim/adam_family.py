@@ -235,11 +235,12 @@ class LAMB(MXNetOptimizer):
         ``nd.norm``, 2e-9 from this class in float64). On contiguous CPU float32/float64 tensors its two steps run
         as MXNet's kernels (``mxupdate.kernels.lamb_direction``/``lamb_apply``: moments and the float32 direction,
         then ``w -= lr*r1/r2*d``). Its norms come from ``multi_sum_sq``: each tensor summed in element order into a
-        C ``float`` by one thread. float64 tensors replay that sum exactly (``mxupdate.kernels.sum_sq``); float32
-        tensors take the float64 sums that the direction's pass accumulates on the way (no extra pass over memory;
-        MXNet's float sum of a million squares is itself ~1e-4 relative from the true norm, this one ~1e-16). CUDA
-        (and ``compiled=False``) tensors take torch's fused Adam (adjusted constants) and norms, the trust ratios
-        computed on the device (no host sync), ~1e-7 relative from MXNet's.
+        C ``float`` by one thread. float64 tensors replay it all bit for bit (``mxupdate.kernels.sum_sq`` for the
+        sums). float32 tensors take the fast form: the direction in float32 arithmetic (MXNet divides in double;
+        within 8 units in the last place of its terms) and the float64 sums that the direction's pass accumulates
+        on the way (no extra pass over memory; MXNet's float sum of a million squares is itself ~1e-4 relative from
+        the true norm). CUDA (and ``compiled=False``) tensors take torch's fused Adam (adjusted constants) and
+        norms, the trust ratios computed on the device (no host sync), ~1e-7 relative from MXNet's.
 
     Examples:
         >>> opt = LAMB(model.parameters(), lr=1e-3, epsilon=1e-6)
@@ -283,7 +284,7 @@ class LAMB(MXNetOptimizer):
                         kind(1) - np.power(kind(beta2), kind(s["step"]))) for s in states]
         consts = [kind(kernel_float(group["rescale_grad"])), kind(clip), kind(beta1), kind(beta2),
                   kind(1) - kind(beta1), kind(1) - kind(beta2), kind(eps)]
-        fast = kind is np.float32  # float32: the direction pass's own float64 sums
+        fast = kind is np.float32  # float32: the direction in float32, the direction pass's own float64 sums
         sums = compiled.lamb_direction(rows, [rounded_float32(group["weight_decay"])] * len(rows), corrections,
                                        consts, clip >= 0, group["bias_correction"], sums=fast)
         w_sums = sums[:, 0] if fast else compiled.sum_sqs(params)

@@ -115,7 +115,8 @@ def sum_sqs(tensors: list) -> np.ndarray:
 def lamb_direction(rows: list, wds: list, corrections: list, consts: list, use_clip: bool, bias_correction: bool,
                    sums: bool) -> np.ndarray:
     """MXNet's ``multi_lamb_update`` step 1 on ``rows`` (weight, grad, mean, var, float32 direction; ``available``
-    but for the direction), and, when ``sums``, the float64 sums of squares of each weight and direction.
+    but for the direction), and, when ``sums``, the float64 sums of squares of each weight and direction; when
+    ``sums``, also the direction in the data's dtype (``mxupdate.kernels.lamb_direction``'s ``exact`` off).
 
     Args:
         wds: Per row, its wd (a float32 value). corrections: per row (1 - b1^t, 1 - b2^t) in the data's dtype.
@@ -135,7 +136,7 @@ def lamb_direction(rows: list, wds: list, corrections: list, consts: list, use_c
     piece_corrections = np.array(corrections, dtype=kind).reshape(-1, 2)[rows_of]
     constants = np.array(consts, dtype=kind)
     launch("lamb_direction", [(addresses[a:b], sizes[a:b], piece_wds[a:b], piece_corrections[a:b], constants,
-                               bool(use_clip), bool(bias_correction), blocks[a:b], block_sums, _LIKE32)
+                               bool(use_clip), bool(bias_correction), not sums, blocks[a:b], block_sums, _LIKE32)
                               for a, b in bounds], threads)
     out = np.zeros((len(rows), 2), dtype=np.float64)
     filled = counts > 0  # each tensor's blocks added by numpy (the same sum whatever the cut into shares)

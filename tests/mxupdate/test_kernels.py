@@ -160,7 +160,7 @@ def test_lamb_equals_multi_lamb_update(dtype, clip, bias_correction):
                              kind(1) - np.power(kind(mx_float32(0.999)), kind(t))] for t in steps], dtype=dtype)
     consts = np.array(_consts(dtype, 0.5, clip or -1.0, 0.9, 0.999, (1, 0.9), (1, 0.999), 1e-6), dtype=dtype)
     kernels.lamb_direction(table, lengths, np.array(WDS, dtype=np.float32).astype(dtype), corrections, consts,
-                           clip is not None, bias_correction, np.full(3, -1, dtype=np.int64), np.zeros((1, 2)),
+                           clip is not None, bias_correction, True, np.full(3, -1, dtype=np.int64), np.zeros((1, 2)),
                            np.empty(0, dtype=np.float32))
     r1 = np.sqrt(_sum_sq([row[0] for row in rows])).clip(np.float32(0.1), np.float32(30.0))
     r2 = np.sqrt(_sum_sq(directions))
@@ -185,7 +185,8 @@ def _block_sums(rows, cut):
     blocks = np.array([first[t] + start // kernels.BLOCK for t, start, _ in segments], dtype=np.int64)
     sums = np.zeros((sum(blocks_of), 2))
     kernels.lamb_direction(table, lengths, np.zeros(len(segments), dtype), np.ones((len(segments), 2), dtype),
-                           np.array([1, -1, 0.9, 0.999, 0.1, 0.001, 1e-6], dtype=dtype), False, False, blocks, sums,
+                           np.array([1, -1, 0.9, 0.999, 0.1, 0.001, 1e-6], dtype=dtype), False, False, True, blocks,
+                           sums,
                            np.empty(0, dtype=np.float32))
     return [sums[first[t]:first[t] + blocks_of[t]].sum(axis=0) for t in range(len(rows))], directions
 
@@ -215,3 +216,29 @@ def test_sum_sq_equals_multi_sum_sq(dtype):
     got = _sum_sq(arrays)
     assert np.array_equal(got, expected), f"{dtype}: {got} != MXNet's {expected}"
     assert np.float32(np.sum(arrays[-2].astype(np.float64) ** 2)) != expected[-2]
+
+
+@pytest.mark.parametrize("bias_correction", [True, False])
+def test_lamb_fast_direction_within_float32_rounding(bias_correction):
+    """lamb_direction with exact off (float32 arithmetic, the corrections folded into two constants) gives MXNet's
+    float32 direction within 8 units in the last place of its terms (2**-20 of |m_hat/(sqrt(v_hat) + eps)| +
+    |wd*w|; relative to the direction itself where the terms cancel): the float32 roundings of the quotient, the
+    folded constants and the sum against MXNet's double quotient rounded once; the moments are the same."""
+    rows = _finite_arrays("float32", 2, seed=9, positive=(1,))
+    copies = [[a.copy() for a in row] for row in rows]
+    directions = []
+    for exact, arrays in ((True, rows), (False, copies)):
+        outs = [np.empty(row[0].size, dtype=np.float32) for row in arrays]
+        table = np.array([[a.ctypes.data for a in row] + [d.ctypes.data] for row, d in zip(arrays, outs)])
+        kernels.lamb_direction(table, np.array([row[0].size for row in arrays], dtype=np.int64),
+                               np.array(WDS, dtype=np.float32), np.array([[0.271, 0.00299]] * 3, dtype=np.float32),
+                               np.array(_consts("float32", 0.5, -1.0, 0.9, 0.999, (1, 0.9), (1, 0.999), 1e-6),
+                                        dtype=np.float32), False, bias_correction, exact,
+                               np.full(3, -1, dtype=np.int64), np.zeros((1, 2)), np.empty(0, dtype=np.float32))
+        directions.append(outs)
+    for row, copy in zip(rows, copies):
+        assert np.array_equal(row[2], copy[2]) and np.array_equal(row[3], copy[3])
+    for row, wd, exact, fast in zip(rows, WDS, *directions):
+        terms = np.abs(exact.astype(np.float64)) + np.abs(np.float32(wd) * row[0].astype(np.float64))
+        relative = np.abs(fast.astype(np.float64) - exact) / terms.clip(1e-30)
+        assert relative.max() <= 2.0 ** -20, relative.max()
