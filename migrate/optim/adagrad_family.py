@@ -9,8 +9,8 @@ import torch
 
 from migrate.errors import UnsupportedOptimizerError
 from migrate.optim import compiled
-from migrate.optim.base import (MXNetOptimizer, cache_pieces, clip_bound, compiled_on, decayed_grads, kernel_float,
-                                pick, python_scaled, state_buffers)
+from migrate.optim.base import (MXNetOptimizer, cache_pieces, cached_on_cpu, clip_bound, compiled_on, decayed_grads,
+                                kernel_float, pick, python_scaled, state_buffers)
 from migrate.optim.registry import OptimizerRecord, register
 
 __all__ = ["AdaDelta", "AdaGrad", "Ftrl", "GroupAdaGrad", "RMSProp"]
@@ -95,12 +95,6 @@ class AdaGrad(MXNetOptimizer):
                 _adagrad_update([[tensor] for tensor in piece], *hyper)
         else:
             _adagrad_update(columns, *hyper)
-
-
-def cached_on_cpu(params, group) -> bool:
-    """Whether a CPU group runs its torch ops piece by piece in cache (``cache_pieces``), not on whole lists: CPU
-    tensors and the ``compiled`` option (off: the multi-tensor path CUDA takes, on CPU too)."""
-    return params[0].device.type == "cpu" and compiled_on(group)
 
 
 def _adagrad_update(columns, lr, wd, eps):

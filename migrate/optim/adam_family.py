@@ -10,9 +10,9 @@ import numpy as np
 import torch
 
 from migrate.optim import compiled
-from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, addcdiv_, by_dtype, clip_, clip_bound, clips,
-                                compiled_on, decayed_grads, half_sum_sq, kernel_float, per_tensor, pick,
-                                rounded_float32, state_buffers)
+from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, addcdiv_, by_dtype, cache_pieces, cached_on_cpu, clip_,
+                                clip_bound, clips, compiled_on, decayed_grads, half_sum_sq, kernel_float, per_tensor,
+                                pick, rounded_float32, state_buffers)
 from migrate.optim.registry import OptimizerRecord, register
 
 __all__ = ["FTML", "LAMB", "Adam", "Adamax", "Nadam", "moments_"]
@@ -422,8 +422,14 @@ class FTML(MXNetOptimizer):
             steps = [states[i]["step"] for i in index]
             for step in sorted(set(steps)):  # the scalars depend on the update count: one pass per count
                 rows = [i for i, t in zip(index, steps) if t == step]
-                _ftml_update(group, *_ftml_scalars(group, step, params[rows[0]].dtype), pick(params, rows),
-                             pick(grads, rows), *(state_buffers(pick(states, rows), name) for name in self.state_names))
+                scalars = _ftml_scalars(group, step, params[rows[0]].dtype)
+                columns = [pick(params, rows), pick(grads, rows)] + [state_buffers(pick(states, rows), name)
+                                                                     for name in self.state_names]
+                if not cached_on_cpu(params, group):
+                    _ftml_update(group, *scalars, *columns)
+                    continue
+                for piece in cache_pieces(columns):  # every pass over a cache-sized piece while it is in cache
+                    _ftml_update(group, *scalars, *([tensor] for tensor in piece))
 
 
 def _ftml_scalars(group, step, dtype):

@@ -31,7 +31,7 @@ from migrate.optim.dmlc_float import mx_float32
 from migrate.optim.sharded import is_dtensor, like_param, local, mesh_sums
 
 __all__ = ["CAPTURABLE", "HALF_DTYPES", "MXNetOptimizer", "addcdiv_", "by_dtype", "cache_pieces", "clip_",
-           "clip_bound", "clips", "compiled_on", "decayed_grads", "half_sum_sq", "kernel_float", "momentum_state",
+           "cached_on_cpu", "clip_bound", "clips", "compiled_on", "decayed_grads", "half_sum_sq", "kernel_float", "momentum_state",
            "per_tensor", "pick", "python_scaled", "python_scaled_all", "rounded_float32", "state_buffers"]
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
@@ -450,6 +450,17 @@ def addcdiv_(tensors, numerators, denominators, scalars) -> None:
     quotients = torch._foreach_div(numerators, denominators)
     torch._foreach_mul_(quotients, scalars)
     torch._foreach_add_(tensors, quotients)
+
+
+def cached_on_cpu(params, group) -> bool:
+    """Whether a CPU group runs its torch ops piece by piece in cache (``cache_pieces``), not on whole lists: CPU
+    tensors and the ``compiled`` option (off: the multi-tensor path CUDA takes, on CPU too).
+
+    Examples:
+        >>> cached_on_cpu([torch.zeros(1)], {"compiled": True}), cached_on_cpu([torch.zeros(1)], {"compiled": False})
+        (True, False)
+    """
+    return params[0].device.type == "cpu" and compiled_on(group)
 
 
 def pick(items, positions):
