@@ -112,6 +112,14 @@ class MXNetOptimizer(torch.optim.Optimizer):
                             f"({self.capturable_counterpart}) offers none; the optimizers that do: "
                             f"{', '.join(CAPTURABLE)}")
 
+    def __setstate__(self, state):
+        """``torch.optim.Optimizer.__setstate__`` (what ``load_state_dict`` ends with), giving groups saved before the
+        ``compiled`` and ``capturable`` options existed their defaults."""
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("compiled", True)
+            group.setdefault("capturable", False)
+
     def state_dict(self):
         """``torch.optim.Optimizer.state_dict``, with the optimizer-wide entries (string keys of ``self.state``:
         Nadam's ``m_schedule``, LARS's ``lars_last_lr``) in every param group under ``"optimizer_state"``.

@@ -5,6 +5,7 @@ synchronisation).
 The same op sequence runs on CUDA (``tests/migrate/optim/test_gpu.py`` checks it there when a GPU is at hand).
 """
 import collections
+import copy
 
 import pytest
 import torch
@@ -144,3 +145,28 @@ def test_capturable_refused_where_torch_has_none(name, error, pattern):
     """capturable=True on an optimizer whose torch counterpart has no capturable: a TypeError naming those that do."""
     with pytest.raises(error, match=pattern):
         OPTIMIZERS[name]([torch.nn.Parameter(torch.zeros(2))], lr=0.1, capturable=True)
+
+
+@pytest.mark.parametrize("case", ["adam", "lamb", "ftml", "nadam"])
+def test_state_dict_saved_without_the_options_loads(case):
+    """A state_dict saved before the compiled and capturable options existed (its groups lack them) loads, and the
+    next steps equal those of the optimizer that saved it."""
+    saved_params = [torch.nn.Parameter(t.clone()) for t in C.start()]
+    optimizer = C.make(case, saved_params)
+    for step in range(3):
+        for param, grad in zip(saved_params, C.gradients(step)):
+            param.grad = grad
+        optimizer.step()
+    old = copy.deepcopy(optimizer.state_dict())  # as torch.load gives it: no tensor shared with the optimizer
+    for group in old["param_groups"]:
+        del group["compiled"], group["capturable"]
+    resumed = [torch.nn.Parameter(p.detach().clone()) for p in saved_params]
+    again = C.make(case, resumed)
+    again.load_state_dict(old)
+    assert all(g["compiled"] and not g["capturable"] for g in again.param_groups)
+    for step in range(3, 5):
+        for first, second, grad in zip(saved_params, resumed, C.gradients(step)):
+            first.grad, second.grad = grad, grad.clone()
+        optimizer.step()
+        again.step()
+    assert all(torch.equal(a, b) for a, b in zip(saved_params, resumed)), case
