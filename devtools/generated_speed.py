@@ -3,7 +3,10 @@
 The GPU table (issue 35's targets: within 1.03x of the twin, batch 64, float32 and bf16 autocast, cudnn.benchmark):
 
     here (./.venv, MXNet):  python -m devtools.generated_speed prepare build/generated_speed
-    there (a GPU, torch):   python -m devtools.generated_speed run build/generated_speed [--batch 64] [--repeat 20]
+    there (a GPU, torch):   python3 -m devtools.generated_speed run build/generated_speed [--batch 64] [--repeat 20]
+
+(``build/`` is ignored by git: a device run carries ``build/generated_speed``; torch and torchvision are all the run
+needs, about 3 minutes on an H100.)
 
 ``prepare`` writes the modules ``generate_torch`` makes for model-zoo resnet18_v1 and resnet50_v1 (files only: the
 timing needs no weights, each module starts with torch's initialization); ``run`` imports them (torch only) and times

@@ -248,6 +248,8 @@ class _Walk:
                              [self._shape(e) for e in entries], self._shape([i, 0]),
                              in_ops=[(self.nodes[e[0]]["op"], self.nodes[e[0]].get("attrs", {})) for e in entries],
                              param_keys=[self._key(e) for e in entries], block=blocks.get(node["name"]),
+                             last_read=[last[e[0]] == i and self.nodes[e[0]]["op"] != "null"
+                                        and e[0] not in self.multi for e in entries],
                              site=self.tree)
             expression = translator(node["op"], node["name"])(op_node)
             done = sorted({name for name, j in live.items() if last[j] <= i}, key=_number)

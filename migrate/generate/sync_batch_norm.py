@@ -51,13 +51,29 @@ class SyncBatchNorm(BatchNorm):
         return y.movedim(1, axis) if axis != 1 else y
 
 
+class _Summed(torch.autograd.Function):
+    """The sum of a tensor over the ranks of a process group; its gradient is the sum of the ranks' gradients."""
+
+    @staticmethod
+    def forward(ctx, tensor, group):
+        ctx.group = group
+        total = tensor.clone()
+        torch.distributed.all_reduce(total, group=group)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad):
+        total = grad.clone()
+        torch.distributed.all_reduce(total, group=ctx.group)
+        return total, None
+
+
 def synced_batch_norm(x, gamma, beta, running_mean, running_var, momentum, eps, group):
     """Batch norm of ``x`` (channels on axis 1) with the mean and biased variance of every rank's values, running
     statistics updated as MXNet does (``momentum``: MXNet's, a float32)."""
-    from torch.distributed.nn.functional import all_reduce  # differentiable: the backward adds every rank's gradient
     dims = [d for d in range(x.dim()) if d != 1]
     count = torch.full_like(running_mean, x.numel() // x.shape[1], dtype=x.dtype)
-    sums = all_reduce(torch.stack([x.sum(dims), (x * x).sum(dims), count]), group=group)
+    sums = _Summed.apply(torch.stack([x.sum(dims), (x * x).sum(dims), count]), group)
     mean, total = sums[0] / sums[2], sums[2]
     var = (sums[1] / total - mean * mean).clamp(min=0)
     with torch.no_grad():

@@ -19,12 +19,20 @@ _ACTIVATIONS = {"relu": (nn.ReLU, "F.relu({})"), "sigmoid": (nn.Sigmoid, "torch.
                 "mish": (nn.Mish, "F.mish({})")}
 
 
+# ops whose backward does not read their output: a ReLU may overwrite it when nothing else reads it (torchvision's
+# ReLU(inplace=True) after its batch norms and residual additions)
+_IN_PLACE_AFTER = {"Convolution", "Deconvolution", "FullyConnected", "BatchNorm", "_contrib_SyncBatchNorm",
+                   "elemwise_add", "_plus", "_Plus", "broadcast_add", "broadcast_plus"}
+
+
 @register("Activation")
 def _activation(node: OpNode) -> str:
     kind = node.attr("act_type")
     if kind not in _ACTIVATIONS:
         raise node.unsupported(f"act_type {kind!r} (known: {sorted(_ACTIVATIONS)})")
     layer, form = _ACTIVATIONS[kind]
+    if kind == "relu" and node.last_read[:1] == [True] and node.in_ops[0][0] in _IN_PLACE_AFTER:
+        return node.layer(nn.ReLU, inplace=True) or f"F.relu({node.inputs[0]}, inplace=True)"
     return node.layer(layer) or form.format(node.inputs[0])
 
 

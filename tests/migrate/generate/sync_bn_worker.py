@@ -33,6 +33,7 @@ def main(folder: str) -> None:
     arrays.update({f"grad:{k}": p.grad.numpy() for k, p in model.named_parameters() if p.grad is not None})
     arrays.update({f"state:{k}": v.numpy() for k, v in model.state_dict().items()})
     np.savez(os.path.join(folder, f"rank{rank}.npz"), **arrays)
+    torch.distributed.barrier()  # both ranks are done communicating before either tears its process group down
     torch.distributed.destroy_process_group()
 
 

@@ -41,12 +41,13 @@ def _count(model, kind) -> int:
 class TestModuleTree:
     def test_layers_as_in_torchvision(self, resnet18):
         """The generated resnet18_v1 holds as many convolutions, batch norms and linear layers as torchvision's
-        resnet18, each a torch layer of the right size, and max/average pooling layers."""
+        resnet18, each a torch layer of the right size, max/average pooling layers and an in-place ReLU."""
         _, model = resnet18
         twin = torchvision.models.resnet18()
         for kind in (nn.Conv2d, _BatchNorm, nn.Linear, nn.MaxPool2d):
             assert _count(model, kind) == _count(twin, kind), kind.__name__
         assert _count(model, nn.AdaptiveAvgPool2d) == 1 and _count(model, nn.ReLU) >= 1
+        assert model.features[2].inplace  # after a batch norm whose output nothing else reads, as torchvision's
         conv = model.features[0]
         assert (type(conv), conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding) == (
             nn.Conv2d, 3, 64, (7, 7), (2, 2), (3, 3))
