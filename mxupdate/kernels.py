@@ -15,9 +15,9 @@ the data's precision (float32 in float32, float64 in float64; no fastmath, so LL
   v = b2 * v + (1 - b2) * x * x; w = w - lr * m / (sqrt(v) + eps)``;
 - ``rmsprop``/``rmspropalex``: ``RMSPropUpdateKernel``/``RMSPropAlexUpdateKernel`` (plain and centered);
 - ``ftrl``: ``FtrlUpdateKernel``; ``signum``/``signsgd``: ``SignumKernel``/``SignSGDKernel``;
-- ``lamb_direction``/``lamb_apply``: ``multi_lamb_update``'s step 1 (moments, the float32 direction) and step 2
-  (``w -= lr * ratio * direction``); ``sum_sq``: ``multi_sum_sq``'s CPU loop (one float accumulator per tensor,
-  element order).
+- ``lamb``: ``multi_lamb_update`` (moments, the float32 direction, ``multi_sum_sq``'s float sums of the weights and
+  directions, ``w -= lr * ratio * direction``), 4 tensors at a time; ``lamb_apply``: its step 2 alone (for ratios
+  the caller computes); ``sum_sq``: ``multi_sum_sq``'s CPU loop (one float accumulator per tensor, element order).
 
 Where clipping is on, ``clip`` replaces the scaled gradient by MXNet's ``clip::Map``: NaN passes. Constants arrive as
 an array of the data's dtype (values already rounded to float32 as MXNet's float parameters are; differences such as
@@ -36,10 +36,8 @@ from numba import types
 from numba.extending import intrinsic
 
 _JIT = {"nogil": True, "error_model": "numpy", "boundscheck": False}
-#: Elements per block of the kernels that work block by block (rmspropalex, lamb_direction): a block's arrays stay in
-#: cache between its loops. lamb_direction's sum of squares of a tensor is the float64 sum, in order, of its
-#: blocks' sums, each block summed in 8 interleaved lanes (so neither the thread count nor the cut into shares
-#: changes it).
+#: Elements per block of the kernels that work block by block (rmspropalex, lamb): a block's arrays stay in cache
+#: between its loops.
 BLOCK = 4096
 
 
@@ -304,83 +302,112 @@ def signsgd(addresses, lengths, lrs, wds, consts, use_clip):
             ws[i] = keep * ws[i] - lr * _sign(gs[i], one, zero)
 
 
-
-
 @_jit
-def _block_sum_sq(values):
-    """The float64 sum of squares of ``values`` (a block) in 8 interleaved lanes (lane k: elements k, k+8, ...),
-    then the lanes in order."""
-    l0 = l1 = l2 = l3 = l4 = l5 = l6 = l7 = 0.0
-    n, i = values.size, 0
-    while i + 8 <= n:
-        l0 += np.float64(values[i]) * np.float64(values[i])
-        l1 += np.float64(values[i + 1]) * np.float64(values[i + 1])
-        l2 += np.float64(values[i + 2]) * np.float64(values[i + 2])
-        l3 += np.float64(values[i + 3]) * np.float64(values[i + 3])
-        l4 += np.float64(values[i + 4]) * np.float64(values[i + 4])
-        l5 += np.float64(values[i + 5]) * np.float64(values[i + 5])
-        l6 += np.float64(values[i + 6]) * np.float64(values[i + 6])
-        l7 += np.float64(values[i + 7]) * np.float64(values[i + 7])
-        i += 8
-    while i < n:
-        l0 += np.float64(values[i]) * np.float64(values[i])
-        i += 1
-    return ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))
+def lamb(addresses, lengths, lanes, wds, lrs, corrections, consts, use_clip, bias_correction, apply, sums, like32):
+    """``multi_lamb_update`` (``MultiLAMB_step1_kernel``, ``multi_sum_sq``, ``MultiLAMB_step2_kernel``) on the
+    tensors of ``lanes``, 4 at a time; row k of ``addresses`` holds tensor k's (weight, grad, mean, var, direction),
+    the direction a float32 buffer (MXNet's ``temp_g``); ``lengths[k]`` its size (the filler index of ``lanes``: an
+    empty tensor); ``wds[k]``, ``lrs[k]`` its wd and lr (float32 values, in the data's dtype), ``corrections[k]`` =
+    (1 - b1^t, 1 - b2^t) in the data's dtype; consts = (rescale, clip, b1, b2, 1 - b1, 1 - b2, eps, lower_bound,
+    upper_bound) (a bound < 0: off).
 
-
-@_jit
-def lamb_direction(addresses, lengths, wds, corrections, consts, use_clip, bias_correction, exact, blocks, sums,
-                   like32):
-    """``multi_lamb_update``'s step 1 (``MultiLAMB_step1_kernel``); rows (weight, grad, mean, var, direction), the
-    direction a float32 buffer (MXNet's ``temp_g``); consts = (rescale, clip, b1, b2, 1 - b1, 1 - b2, eps);
-    ``corrections[s]`` = (1 - b1^t, 1 - b2^t) in the data's dtype:
-
-    ``g = clip(grad * rescale); m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g * g;
-    d = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd * w`` (without bias correction ``m / (sqrt(v) + eps)
-    + wd * w``), stored as float32. MXNet's ``sqrt`` of a float is C's double ``sqrt``: the quotient and the sum
-    are double (``wd * w`` in the data's dtype) for float32 data too.
-
-    ``exact`` False: the direction in the data's dtype as ``m * (sqrt(1 - b2^t)/(1 - b1^t)) / (sqrt(v) +
-    eps*sqrt(1 - b2^t)) + wd * w`` (one division instead of three, double ones for float32 data: a few units in
-    the last place of float32 from MXNet's, ~3x faster).
-
-    Where ``blocks[s] >= 0`` the segment starts block ``blocks[s]`` of ``BLOCK`` elements (a segment covers whole
-    blocks but for a tensor's last): ``sums[b]`` receives block b's float64 sums of squares of the weight and of
-    the float32 direction (``_block_sum_sq``).
+    Step 1, block by block (``BLOCK`` elements of the 4 tensors at a time, in cache): ``g = clip(grad * rescale);
+    m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g * g; d = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+    + wd * w`` (without bias correction ``m / (sqrt(v) + eps) + wd * w``), stored as float32. MXNet's ``sqrt`` of a
+    float is C's double ``sqrt``: the quotient and the sum are double (``wd * w`` in the data's dtype). The block's w
+    and d then go into each tensor's C ``float`` sums of squares (``multi_sum_sq``: element order,
+    ``float(sum + x * x)``), 8 sums side by side; ``sums[k]`` receives them.
+    Step 2 when ``apply``: ``r1 = sqrt(w sum)`` (bounded), ``r2 = sqrt(d sum)``, ``r = r1 / r2`` (1 when one is 0)
+    in float, ``w = w - (lr * r) * d`` (while a small tensor is still in cache); else the caller finishes
+    (``lamb_apply``).
     """
-    rescale, bound, b1, b2, one_b1, one_b2 = consts[0], consts[1], consts[2], consts[3], consts[4], consts[5]
-    epsilon, size = np.float64(consts[6]), wds.itemsize
-    for s in range(lengths.size):
-        wd, n, bc1, bc2 = wds[s], lengths[s], corrections[s, 0], corrections[s, 1]
-        for start in range(0, n, BLOCK):  # per block (its own arrays: loops from 0 vectorize), moments then direction
-            m = min(n - start, BLOCK)
-            ws, gs = _at(addresses[s, 0] + start * size, m, wds), _at(addresses[s, 1] + start * size, m, wds)
-            ms, vs = _at(addresses[s, 2] + start * size, m, wds), _at(addresses[s, 3] + start * size, m, wds)
-            ds = _at(addresses[s, 4] + start * 4, m, like32)
-            _lamb_moments(gs, ms, vs, rescale, bound, b1, b2, one_b1, one_b2, use_clip)
-            if not exact:  # in the data's dtype, the corrections folded into two constants (torch's fused Adam's form)
-                scale = np.sqrt(bc2) / bc1 if bias_correction else bc1 / bc1
-                shifted = consts[6] * np.sqrt(bc2) if bias_correction else consts[6]
-                for i in range(m):
-                    ds[i] = ms[i] * scale / (np.sqrt(vs[i]) + shifted) + wd * ws[i]
-            elif bias_correction:  # C's sqrt of a float is the double sqrt: the quotient and the sum in double
-                for i in range(m):
-                    mean, var = ms[i] / bc1, vs[i] / bc2
-                    ds[i] = np.float32(np.float64(mean) / (np.sqrt(np.float64(var)) + epsilon)
-                                       + np.float64(wd * ws[i]))
-            else:
-                for i in range(m):
-                    ds[i] = np.float32(np.float64(ms[i]) / (np.sqrt(np.float64(vs[i])) + epsilon)
-                                       + np.float64(wd * ws[i]))
-            if blocks[s] >= 0:
-                b = blocks[s] + start // BLOCK
-                sums[b, 0] = _block_sum_sq(ws)
-                sums[b, 1] = _block_sum_sq(ds)
+    ratio = np.empty(1, dtype=wds.dtype)
+    padded_w, padded_d = np.zeros((4, BLOCK), dtype=wds.dtype), np.zeros((4, BLOCK), dtype=np.float32)
+    for row in range(lanes.shape[0]):
+        k0, k1, k2, k3 = lanes[row, 0], lanes[row, 1], lanes[row, 2], lanes[row, 3]
+        longest = max(max(lengths[k0], lengths[k1]), max(lengths[k2], lengths[k3]))
+        w0 = w1 = w2 = w3 = d0 = d1 = d2 = d3 = np.float32(0.0)
+        for start in range(0, longest, BLOCK):
+            span = min(longest - start, BLOCK)
+            step = (lengths, wds, corrections, consts, use_clip, bias_correction, start, span, like32)
+            ws0, ds0 = _lamb_block(addresses[k0], k0, padded_w[0], padded_d[0], step)
+            ws1, ds1 = _lamb_block(addresses[k1], k1, padded_w[1], padded_d[1], step)
+            ws2, ds2 = _lamb_block(addresses[k2], k2, padded_w[2], padded_d[2], step)
+            ws3, ds3 = _lamb_block(addresses[k3], k3, padded_w[3], padded_d[3], step)
+            for i in range(span):  # 8 independent chains hide the latency of the dependent adds
+                w0, d0 = _add_square(w0, ws0[i]), _add_square(d0, ds0[i])
+                w1, d1 = _add_square(w1, ws1[i]), _add_square(d1, ds1[i])
+                w2, d2 = _add_square(w2, ws2[i]), _add_square(d2, ds2[i])
+                w3, d3 = _add_square(w3, ws3[i]), _add_square(d3, ds3[i])
+        sums[k0, 0], sums[k0, 1], sums[k1, 0], sums[k1, 1] = w0, d0, w1, d1
+        sums[k2, 0], sums[k2, 1], sums[k3, 0], sums[k3, 1] = w2, d2, w3, d3
+        if apply:
+            for lane in range(4):
+                k = lanes[row, lane]
+                ratio[0] = _trust_ratio(sums[k, 0], sums[k, 1], consts[7], consts[8])  # float, in the data's dtype
+                rate = lrs[k] * ratio[0]
+                ws, ds = _at(addresses[k, 0], lengths[k], wds), _at(addresses[k, 4], lengths[k], like32)
+                for i in range(lengths[k]):
+                    ws[i] = ws[i] - rate * ds[i]
 
 
 @numba.njit(inline="always")
-def _lamb_moments(gs, ms, vs, rescale, bound, b1, b2, one_b1, one_b2, use_clip):
-    """``m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g * g`` with ``g = clip(grad * rescale)``."""
+def _lamb_block(row, k, padded_w, padded_d, step):
+    """Step 1 on the elements [start, start + span) of tensor k (addresses ``row``; fewer where it ends earlier);
+    ``step`` = (lengths, wds, corrections, consts, use_clip, bias_correction, start, span, like32). Returns the
+    (w, d) its sums then read: the tensor's own where it fills the span, else ``padded_w``/``padded_d`` holding its
+    elements and zeros (adding 0 * 0 leaves a sum of squares unchanged)."""
+    lengths, wds, corrections, consts, use_clip, bias_correction, start, span, like32 = step
+    m, size = min(max(lengths[k] - start, 0), span), wds.itemsize
+    ws, ds = _at(row[0] + start * size, m, wds), _at(row[4] + start * 4, m, like32)
+    if m > 0:
+        gs = _at(row[1] + start * size, m, wds)
+        ms, vs = _at(row[2] + start * size, m, wds), _at(row[3] + start * size, m, wds)
+        _lamb_moments(gs, ms, vs, consts, use_clip)
+        _lamb_direction(ws, ms, vs, ds, wds[k], corrections[k, 0], corrections[k, 1], consts[6], bias_correction)
+    if m == span:
+        return ws, ds
+    for i in range(m):
+        padded_w[i] = ws[i]
+        padded_d[i] = ds[i]
+    for i in range(m, span):
+        padded_w[i] = 0
+        padded_d[i] = 0
+    return padded_w, padded_d
+
+
+@numba.njit(inline="always")
+def _lamb_direction(ws, ms, vs, ds, wd, bc1, bc2, eps, bias_correction):
+    """``MultiLAMB_step1_kernel``'s direction into the float32 ``ds``: the quotient and the sum in double."""
+    epsilon = np.float64(eps)
+    if bias_correction:
+        for i in range(ws.size):
+            mean, var = ms[i] / bc1, vs[i] / bc2
+            ds[i] = np.float32(np.float64(mean) / (np.sqrt(np.float64(var)) + epsilon) + np.float64(wd * ws[i]))
+    else:
+        for i in range(ws.size):
+            ds[i] = np.float32(np.float64(ms[i]) / (np.sqrt(np.float64(vs[i])) + epsilon) + np.float64(wd * ws[i]))
+
+
+@numba.njit(inline="always")
+def _trust_ratio(w_sum, d_sum, lower, upper):
+    """``MultiLAMB_step2_kernel``'s ratio in float: ``r1 = sqrt(w_sum)`` bounded by lower/upper (>= 0: on),
+    ``r2 = sqrt(d_sum)``, ``r1 / r2``, or 1 when one of them is 0."""
+    r1, r2 = np.sqrt(np.float32(w_sum)), np.sqrt(np.float32(d_sum))
+    if lower >= 0:
+        r1 = max(r1, np.float32(lower))
+    if upper >= 0:
+        r1 = min(r1, np.float32(upper))
+    if r1 == 0 or r2 == 0:
+        return np.float32(1.0)
+    return r1 / r2
+
+
+@numba.njit(inline="always")
+def _lamb_moments(gs, ms, vs, consts, use_clip):
+    """``m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g * g`` with ``g = clip(grad * rescale)``; consts =
+    (rescale, clip, b1, b2, 1 - b1, 1 - b2, ...)."""
+    rescale, bound, b1, b2, one_b1, one_b2 = consts[0], consts[1], consts[2], consts[3], consts[4], consts[5]
     if use_clip:
         for i in range(gs.size):
             grad = _clip(gs[i] * rescale, bound)

@@ -232,15 +232,12 @@ class LAMB(MXNetOptimizer):
     Note:
         Gluon's Trainer updates LAMB through ``multi_lamb_update`` (``aggregate_num`` 45 unless
         ``MXNET_OPTIMIZER_AGGREGATION_SIZE`` lowers it; 1 switches MXNet to ``lamb_update_phase1/2`` with
-        ``nd.norm``, 2e-9 from this class in float64). On contiguous CPU float32/float64 tensors its two steps run
-        as MXNet's kernels (``mxupdate.kernels.lamb_direction``/``lamb_apply``: moments and the float32 direction,
-        then ``w -= lr*r1/r2*d``). Its norms come from ``multi_sum_sq``: each tensor summed in element order into a
-        C ``float`` by one thread. float64 tensors replay it all bit for bit (``mxupdate.kernels.sum_sq`` for the
-        sums). float32 tensors take the fast form: the direction in float32 arithmetic (MXNet divides in double;
-        within 8 units in the last place of its terms) and the float64 sums that the direction's pass accumulates
-        on the way (no extra pass over memory; MXNet's float sum of a million squares is itself ~1e-4 relative from
-        the true norm). CUDA (and ``compiled=False``) tensors take torch's fused Adam (adjusted constants) and
-        norms, the trust ratios computed on the device (no host sync), ~1e-7 relative from MXNet's.
+        ``nd.norm``, 2e-9 from this class in float64). Its norms come from ``multi_sum_sq``: each tensor summed in
+        element order into a C ``float`` by one thread. Contiguous CPU float32/float64 tensors replay it all bit for
+        bit (``mxupdate.kernels.lamb``: moments, the float32 direction with its double quotient, the float sums,
+        ``w -= lr*r1/r2*d``; 4 tensors at a time). CUDA (and ``compiled=False``) tensors take torch's fused Adam
+        (adjusted constants) and norms, the trust ratios computed on the device (no host sync), ~1e-7 relative from
+        MXNet's.
 
     Examples:
         >>> opt = LAMB(model.parameters(), lr=1e-3, epsilon=1e-6)
@@ -274,7 +271,9 @@ class LAMB(MXNetOptimizer):
         return out
 
     def _compiled(self, group, params, grads, states):
-        """MXNet's multi_lamb_update on CPU tensors of one dtype with the compiled kernels."""
+        """MXNet's multi_lamb_update on CPU tensors of one dtype with the compiled kernel (``compiled.lamb``): in one
+        call where each tensor's own sums give its trust ratio; the ratios computed here (and the second step a
+        second call) where the weights' sums are those of float16 weights (multi_mp_lamb) or add over a mesh."""
         kind = np.float64 if params[0].dtype == torch.float64 else np.float32
         beta1, beta2, eps = (kernel_float(group[key]) for key in ("beta1", "beta2", "epsilon"))
         clip = clip_bound(group)
@@ -282,18 +281,20 @@ class LAMB(MXNetOptimizer):
         rows = [(p, g, s["mean"], s["var"], d) for p, g, s, d in zip(params, grads, states, directions)]
         corrections = [(kind(1) - np.power(kind(beta1), kind(s["step"])),
                         kind(1) - np.power(kind(beta2), kind(s["step"]))) for s in states]
+        bounds = [_bound(group, key) for key in ("lower_bound", "upper_bound")]
         consts = [kind(kernel_float(group["rescale_grad"])), kind(clip), kind(beta1), kind(beta2),
-                  kind(1) - kind(beta1), kind(1) - kind(beta2), kind(eps)]
-        fast = kind is np.float32  # float32: the direction in float32, the direction pass's own float64 sums
-        sums = compiled.lamb_direction(rows, [rounded_float32(group["weight_decay"])] * len(rows), corrections,
-                                       consts, clip >= 0, group["bias_correction"], sums=fast)
-        w_sums = sums[:, 0] if fast else compiled.sum_sqs(params)
-        d_sums = sums[:, 1] if fast else compiled.sum_sqs(directions)
+                  kind(1) - kind(beta1), kind(1) - kind(beta2), kind(eps)] + [kind(bound) for bound in bounds]
+        lr = rounded_float32(group["lr"])
+        stored = self._stored(params)
+        whole = not self._sharded(params) and not any(t.dtype in HALF_DTYPES for t in stored)
+        sums = compiled.lamb(rows, [rounded_float32(group["weight_decay"])] * len(rows), [lr] * len(rows),
+                             corrections, consts, clip >= 0, group["bias_correction"], apply=whole)
+        if whole:
+            return
         w_sums = [half_sum_sq(t) if t.dtype in HALF_DTYPES else total  # multi_mp_lamb: the float16 weights' sums
-                  for t, total in zip(self._stored(params), w_sums.tolist())]
-        lr = kind(rounded_float32(group["lr"]))
-        ratios = _trust_ratios(self._mesh_sums(w_sums, params), self._mesh_sums(d_sums.tolist(), params), group)
-        compiled.lamb_apply(list(zip(params, directions)), [lr * kind(ratio) for ratio in ratios])
+                  for t, total in zip(stored, sums[:, 0].tolist())]
+        ratios = _trust_ratios(self._mesh_sums(w_sums, params), self._mesh_sums(sums[:, 1].tolist(), params), group)
+        compiled.lamb_apply(list(zip(params, directions)), [kind(lr) * kind(ratio) for ratio in ratios])
 
     def _torch(self, group, params, grads, states):
         """The update with torch's ops (fused Adam for the direction), the trust ratios on the device."""
@@ -362,13 +363,19 @@ def _negated_directions_on_device(group, params, grads, states, beta1, beta2):
     return negated
 
 
+def _bound(group, key):
+    """The group's ``lower_bound`` or ``upper_bound`` as MXNet's kernel takes it (a float), -1 when not set (off)."""
+    value = group[key]
+    return kernel_float(value) if value is not None and value >= 0 else -1.0
+
+
 def _bounded(norm, group):
     """The weight norm ``norm`` bounded by the group's lower_bound and upper_bound (when set, >= 0), as MXNet's."""
-    lower, upper = group["lower_bound"], group["upper_bound"]
-    if lower is not None and lower >= 0:
-        norm = max(norm, kernel_float(lower))
-    if upper is not None and upper >= 0:
-        norm = min(norm, kernel_float(upper))
+    lower, upper = _bound(group, "lower_bound"), _bound(group, "upper_bound")
+    if lower >= 0:
+        norm = max(norm, lower)
+    if upper >= 0:
+        norm = min(norm, upper)
     return norm
 
 
@@ -385,11 +392,11 @@ def _trust_ratios(w_sums, d_sums, group):
 
 def _device_trust_ratios(r1, r2, group):
     """``_trust_ratios`` on float32 norm tensors (on their device): ``r1/r2``, or 1 where a norm is 0."""
-    lower, upper = group["lower_bound"], group["upper_bound"]
-    if lower is not None and lower >= 0:
-        r1 = r1.clamp_min(kernel_float(lower))
-    if upper is not None and upper >= 0:
-        r1 = r1.clamp_max(kernel_float(upper))
+    lower, upper = _bound(group, "lower_bound"), _bound(group, "upper_bound")
+    if lower >= 0:
+        r1 = r1.clamp_min(lower)
+    if upper >= 0:
+        r1 = r1.clamp_max(upper)
     return torch.where((r1 == 0) | (r2 == 0), torch.ones_like(r1), r1 / r2)
 
 
@@ -542,6 +549,6 @@ register(OptimizerRecord("adam", Adam, ("adam",), torch.optim.Adam, _adam_stock_
 register(OptimizerRecord("adamax", Adamax, (), torch.optim.Adamax, _adamax_stock_optimizer, _adamax_stock_state))
 register(OptimizerRecord("nadam", Nadam, (), torch.optim.NAdam, _nadam_stock_optimizer, _nadam_stock_state,
                          extra_state=_nadam_extra_state))
-register(OptimizerRecord("lamb", LAMB, ("lamb_direction", "lamb_apply", "sum_sq"), torch.optim.AdamW,
+register(OptimizerRecord("lamb", LAMB, ("lamb", "lamb_apply"), torch.optim.AdamW,
                          _lamb_stock_optimizer, _adam_stock_state))
 register(OptimizerRecord("ftml", FTML, (), torch.optim.Adam, _ftml_stock_optimizer, _ftml_stock_state))

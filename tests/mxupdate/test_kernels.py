@@ -120,13 +120,6 @@ class TestAgainstMXNet:
         _assert_same(rows, expected, f"signsgd {dtype}")
 
 
-def _finite_arrays(dtype, states, seed, positive=()):
-    rows = _arrays(dtype, states, seed, positive)
-    for row in rows:
-        row[1][:2] = (0.25, -3.0)
-    return rows
-
-
 def _sum_sq(arrays):
     """``kernels.sum_sq`` of each array (MXNet's multi_sum_sq), one lane group per 4 arrays."""
     addresses = np.array([a.ctypes.data for a in arrays] + [0], dtype=np.int64)
@@ -139,71 +132,84 @@ def _sum_sq(arrays):
     return out[:-1]
 
 
+#: LAMB's tensors: 4 at a time (two groups, the second with the empty filler), several blocks of 4096 elements, sizes
+#: that end inside a block
+LAMB_SIZES = (9000, 1000, 2503, 7, 4097)
+LAMB_STEPS = (3, 7, 3, 1, 12)
+
+
+def _lamb_rows(dtype, seed):
+    """[weight, grad, mean, var] per tensor of LAMB_SIZES (var >= 0; finite gradients)."""
+    rng = np.random.RandomState(seed)
+    return [[a.astype(dtype) for a in (rng.randn(n), rng.randn(n), 0.1 * rng.randn(n), np.abs(rng.randn(n)))]
+            for n in LAMB_SIZES]
+
+
+def _lamb(rows, options, apply):
+    """``kernels.lamb`` on ``rows`` (lrs, wds cycled from LRS, WDS, correctly rounded to float32 as MXNet's tuple
+    parameters are; LAMB_STEPS); (float32 directions, float32 sums)."""
+    dtype, kind = rows[0][0].dtype, rows[0][0].dtype.type
+    directions = [np.empty(row[0].size, dtype=np.float32) for row in rows]
+    table = np.array([[a.ctypes.data for a in row] + [d.ctypes.data] for row, d in zip(rows, directions)] + [[0] * 5])
+    lengths = np.array([row[0].size for row in rows] + [0], dtype=np.int64)
+    lanes = np.array([[0, 4, 2, 1], [3, 5, 5, 5]], dtype=np.int64)
+    per_row = [np.array(list((values * 2)[:len(rows)]) + [0], dtype=np.float32).astype(dtype)  # tuples: rounded
+               for values in (WDS, LRS)]
+    corrections = np.array([[kind(1) - np.power(kind(mx_float32(0.9)), kind(t)),
+                             kind(1) - np.power(kind(mx_float32(0.999)), kind(t))] for t in LAMB_STEPS] + [[1, 1]])
+    consts = _consts(dtype, options["rescale_grad"], options["clip_gradient"], 0.9, 0.999, (1, 0.9), (1, 0.999), 1e-6,
+                     options["lower_bound"], options["upper_bound"])
+    sums = np.zeros((len(rows) + 1, 2), dtype=np.float32)
+    kernels.lamb(table, lengths, lanes, *per_row, corrections.astype(dtype), np.array(consts, dtype=dtype),
+                 options["clip_gradient"] >= 0, options["bias_correction"], apply, sums, np.empty(0, dtype=np.float32))
+    return directions, sums[:-1]
+
+
 @pytest.mark.parametrize("bias_correction", [True, False])
 @pytest.mark.parametrize("clip", CLIPS, ids=["noclip", "clip"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_lamb_equals_multi_lamb_update(dtype, clip, bias_correction):
-    """lamb_direction, sum_sq of the weights and of the float32 direction, the trust ratio in float, lamb_apply:
-    MXNet's multi_lamb_update (step count 3 and 7, lower and upper bounds) bit for bit."""
-    rows = _finite_arrays(dtype, 2, seed=6, positive=(1,))
-    steps, kind = (3, 7, 3), np.dtype(dtype).type
-    options = {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6, "rescale_grad": 0.5, "lower_bound": 0.1,
-               "upper_bound": 30.0, "bias_correction": bias_correction, "clip_gradient": clip or -1.0}
+    """kernels.lamb (5 tensors, 4 at a time, several blocks; update counts 1 to 12, a lower and an upper bound):
+    MXNet's multi_lamb_update bit for bit (weights, means, variances), and its float sums of squares those of
+    multi_sum_sq (weights before the update, float32 directions)."""
+    rows = _lamb_rows(dtype, seed=6)
+    options = {"rescale_grad": 0.5, "lower_bound": 0.1, "upper_bound": 30.0, "bias_correction": bias_correction,
+               "clip_gradient": clip or -1.0}
     arrays = [[mx.nd.array(a, dtype=a.dtype) for a in row] for row in rows]
-    mx.nd.contrib.multi_lamb_update(*(list(column) for column in zip(*arrays)), step_count=list(steps),
-                                    lrs=list(LRS), wds=list(WDS), out=[row[0] for row in arrays], **options)
+    before = mx.nd.multi_sum_sq(*[row[0] for row in arrays], num_arrays=len(rows)).asnumpy()
+    mx.nd.contrib.multi_lamb_update(*(list(column) for column in zip(*arrays)), step_count=list(LAMB_STEPS),
+                                    lrs=list((LRS * 2)[:len(rows)]), wds=list((WDS * 2)[:len(rows)]),
+                                    out=[row[0] for row in arrays], beta1=0.9, beta2=0.999, epsilon=1e-6, **options)
     expected = [[a.asnumpy() for a in row] for row in arrays]
-    directions = [np.empty(row[0].size, dtype=np.float32) for row in rows]
-    table = np.array([[a.ctypes.data for a in row] + [d.ctypes.data] for row, d in zip(rows, directions)])
-    lengths = np.array([row[0].size for row in rows], dtype=np.int64)
-    corrections = np.array([[kind(1) - np.power(kind(mx_float32(0.9)), kind(t)),
-                             kind(1) - np.power(kind(mx_float32(0.999)), kind(t))] for t in steps], dtype=dtype)
-    consts = np.array(_consts(dtype, 0.5, clip or -1.0, 0.9, 0.999, (1, 0.9), (1, 0.999), 1e-6), dtype=dtype)
-    kernels.lamb_direction(table, lengths, np.array(WDS, dtype=np.float32).astype(dtype), corrections, consts,
-                           clip is not None, bias_correction, True, np.full(3, -1, dtype=np.int64), np.zeros((1, 2)),
-                           np.empty(0, dtype=np.float32))
-    r1 = np.sqrt(_sum_sq([row[0] for row in rows])).clip(np.float32(0.1), np.float32(30.0))
-    r2 = np.sqrt(_sum_sq(directions))
-    lrs = [kind(np.float32(lr)) * kind(a / b) for lr, a, b in zip(LRS, r1, r2)]
-    kernels.lamb_apply(table[:, [0, 4]].copy(), lengths, np.array(lrs, dtype=dtype), np.empty(0, dtype=np.float32))
+    directions, sums = _lamb(rows, options, apply=True)
     _assert_same(rows, expected, f"lamb {dtype}")
-    assert not np.array_equal(rows[0][0], _finite_arrays(dtype, 2, seed=6, positive=(1,))[0][0])
-
-
-def _block_sums(rows, cut):
-    """lamb_direction's (weight, direction) sums of squares of each of ``rows`` (bias correction off), the first
-    tensor cut into two segments at ``cut`` (0: whole); the directions."""
-    directions = [np.empty(row[0].size, dtype=np.float32) for row in rows]
-    blocks_of = [-(-row[0].size // kernels.BLOCK) for row in rows]
-    first = np.cumsum([0] + blocks_of[:-1])
-    segments = ([(0, 0, cut), (0, cut, rows[0][0].size)] if cut else [(0, 0, rows[0][0].size)]) + \
-        [(t, 0, rows[t][0].size) for t in range(1, len(rows))]
-    size, dtype = rows[0][0].dtype.itemsize, rows[0][0].dtype
-    table = np.array([[a.ctypes.data + start * size for a in rows[t]] + [directions[t].ctypes.data + start * 4]
-                      for t, start, _ in segments], dtype=np.int64)
-    lengths = np.array([stop - start for _, start, stop in segments], dtype=np.int64)
-    blocks = np.array([first[t] + start // kernels.BLOCK for t, start, _ in segments], dtype=np.int64)
-    sums = np.zeros((sum(blocks_of), 2))
-    kernels.lamb_direction(table, lengths, np.zeros(len(segments), dtype), np.ones((len(segments), 2), dtype),
-                           np.array([1, -1, 0.9, 0.999, 0.1, 0.001, 1e-6], dtype=dtype), False, False, True, blocks,
-                           sums,
-                           np.empty(0, dtype=np.float32))
-    return [sums[first[t]:first[t] + blocks_of[t]].sum(axis=0) for t in range(len(rows))], directions
+    assert np.array_equal(sums[:, 0], before), (sums[:, 0], before)
+    want = mx.nd.multi_sum_sq(*[mx.nd.array(d) for d in directions], num_arrays=len(rows)).asnumpy()
+    assert np.array_equal(sums[:, 1], want), (sums[:, 1], want)
+    assert not np.array_equal(rows[0][0], _lamb_rows(dtype, seed=6)[0][0])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_lamb_block_sums(dtype):
-    """lamb_direction's float64 sums of squares (blocks of BLOCK elements, 8 lanes each) are the sums of the weight's
-    and the float32 direction's squares within 2e-12 relative (n * 2**-53 for the 12293 additions of the largest
-    tensor, either order), and bit for bit the same whether a tensor is cut into segments (at a block boundary)."""
-    big = [[np.abs(np.random.RandomState(8).randn(3 * kernels.BLOCK + 5)).astype(dtype) for _ in range(4)]]
-    rows = big + _finite_arrays(dtype, 2, seed=7, positive=(1,))
-    again = [[a.copy() for a in row] for row in rows]
-    sums, directions = _block_sums(rows, kernels.BLOCK)
-    assert all(np.array_equal(a, b) for a, b in zip(sums, _block_sums(again, 0)[0])), "the cut changed a sum"
-    for t, row in enumerate(rows):
-        want = (np.sum(row[0].astype(np.float64) ** 2), np.sum(directions[t].astype(np.float64) ** 2))
-        assert np.allclose(sums[t], want, rtol=2e-12, atol=0), (t, (sums[t] - want) / want)
+def test_lamb_step_one_then_lamb_apply(dtype):
+    """kernels.lamb without its second step leaves the weights, gives the sums; lamb_apply with the ratios computed
+    from them (as MXNet's step 2 does) completes MXNet's multi_lamb_update bit for bit."""
+    rows = _lamb_rows(dtype, seed=7)
+    options = {"rescale_grad": 1.0, "lower_bound": -1.0, "upper_bound": -1.0, "bias_correction": True,
+               "clip_gradient": -1.0}
+    arrays = [[mx.nd.array(a, dtype=a.dtype) for a in row] for row in rows]
+    mx.nd.contrib.multi_lamb_update(*(list(column) for column in zip(*arrays)), step_count=list(LAMB_STEPS),
+                                    lrs=list((LRS * 2)[:len(rows)]), wds=list((WDS * 2)[:len(rows)]),
+                                    out=[row[0] for row in arrays], beta1=0.9, beta2=0.999, epsilon=1e-6, **options)
+    start = [row[0].copy() for row in rows]
+    directions, sums = _lamb(rows, options, apply=False)
+    assert all(np.array_equal(row[0], w) for row, w in zip(rows, start)), "step 1 moved a weight"
+    kind = np.dtype(dtype).type
+    ratios = np.sqrt(sums[:, 0]) / np.sqrt(sums[:, 1])  # float: no bound, no zero norm here
+    lrs = [kind(np.float32(lr)) * kind(r) for lr, r in zip((LRS * 2)[:len(rows)], ratios)]
+    table = np.array([[row[0].ctypes.data, d.ctypes.data] for row, d in zip(rows, directions)])
+    kernels.lamb_apply(table, np.array([row[0].size for row in rows]), np.array(lrs, dtype=dtype),
+                       np.empty(0, dtype=np.float32))
+    _assert_same(rows, [[a.asnumpy() for a in row] for row in arrays], f"lamb step 1 + lamb_apply {dtype}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -216,29 +222,3 @@ def test_sum_sq_equals_multi_sum_sq(dtype):
     got = _sum_sq(arrays)
     assert np.array_equal(got, expected), f"{dtype}: {got} != MXNet's {expected}"
     assert np.float32(np.sum(arrays[-2].astype(np.float64) ** 2)) != expected[-2]
-
-
-@pytest.mark.parametrize("bias_correction", [True, False])
-def test_lamb_fast_direction_within_float32_rounding(bias_correction):
-    """lamb_direction with exact off (float32 arithmetic, the corrections folded into two constants) gives MXNet's
-    float32 direction within 8 units in the last place of its terms (2**-20 of |m_hat/(sqrt(v_hat) + eps)| +
-    |wd*w|; relative to the direction itself where the terms cancel): the float32 roundings of the quotient, the
-    folded constants and the sum against MXNet's double quotient rounded once; the moments are the same."""
-    rows = _finite_arrays("float32", 2, seed=9, positive=(1,))
-    copies = [[a.copy() for a in row] for row in rows]
-    directions = []
-    for exact, arrays in ((True, rows), (False, copies)):
-        outs = [np.empty(row[0].size, dtype=np.float32) for row in arrays]
-        table = np.array([[a.ctypes.data for a in row] + [d.ctypes.data] for row, d in zip(arrays, outs)])
-        kernels.lamb_direction(table, np.array([row[0].size for row in arrays], dtype=np.int64),
-                               np.array(WDS, dtype=np.float32), np.array([[0.271, 0.00299]] * 3, dtype=np.float32),
-                               np.array(_consts("float32", 0.5, -1.0, 0.9, 0.999, (1, 0.9), (1, 0.999), 1e-6),
-                                        dtype=np.float32), False, bias_correction, exact,
-                               np.full(3, -1, dtype=np.int64), np.zeros((1, 2)), np.empty(0, dtype=np.float32))
-        directions.append(outs)
-    for row, copy in zip(rows, copies):
-        assert np.array_equal(row[2], copy[2]) and np.array_equal(row[3], copy[3])
-    for row, wd, exact, fast in zip(rows, WDS, *directions):
-        terms = np.abs(exact.astype(np.float64)) + np.abs(np.float32(wd) * row[0].astype(np.float64))
-        relative = np.abs(fast.astype(np.float64) - exact) / terms.clip(1e-30)
-        assert relative.max() <= 2.0 ** -20, relative.max()
