@@ -303,6 +303,140 @@ def signsgd(addresses, lengths, lrs, wds, consts, use_clip):
 
 
 @_jit
+def ftml(addresses, lengths, lrs, wds, extras, consts, use_clip):
+    """``FTMLKernel`` (``ftml_update``); rows (weight, grad, d, v, z); ``lrs[s]`` = ``(1 - b1^t) / lr`` and
+    ``extras[s, 0]`` = ``1 - b2^t`` in the data's dtype (the same for every element: computed once by the caller);
+    consts = (rescale, clip, b1, b2, eps, 1 - b1, 1 - b2): ``g = clip(rescale * grad + wd * w);
+    v = b2 * v + (1 - b2) * (g * g); d_t = ((1 - b1^t) / lr) * (sqrt(v / (1 - b2^t)) + eps);
+    z = b1 * z + (1 - b1) * g - (d_t - b1 * d) * w; d = d_t; w = -z / d_t``."""
+    rescale, bound, b1, b2, eps, one_b1, one_b2 = consts[0], consts[1], consts[2], consts[3], consts[4], consts[5], \
+        consts[6]
+    for s in range(lengths.size):
+        scale, wd, correction, n = lrs[s], wds[s], extras[s, 0], lengths[s]
+        ws, gs, ds = _at(addresses[s, 0], n, lrs), _at(addresses[s, 1], n, lrs), _at(addresses[s, 2], n, lrs)
+        vs, zs = _at(addresses[s, 3], n, lrs), _at(addresses[s, 4], n, lrs)
+        for i in range(n):
+            grad = rescale * gs[i] + wd * ws[i]
+            if use_clip:
+                grad = _clip(grad, bound)
+            v = b2 * vs[i] + one_b2 * (grad * grad)
+            d_t = scale * (np.sqrt(v / correction) + eps)
+            z = b1 * zs[i] + one_b1 * grad - (d_t - b1 * ds[i]) * ws[i]
+            vs[i] = v
+            zs[i] = z
+            ds[i] = d_t
+            ws[i] = -z / d_t
+
+
+@numba.njit(inline="always")
+def _clip_op(x, lower, upper):
+    """MXNet's ``clip`` operator (``nd.clip(x, a_min, a_max)``, what its python optimizers call): ``upper`` above it,
+    ``lower`` below it, anything else (NaN too) unchanged."""
+    if x > upper:
+        return upper
+    if x < lower:
+        return lower
+    return x
+
+
+@numba.njit(inline="always")
+def _scaled(grad, rescale, lower, upper, use_clip):
+    """``clip(grad * rescale, lower, upper)`` (the clip when ``use_clip``), each operation rounded."""
+    grad = grad * rescale
+    return _clip_op(grad, lower, upper) if use_clip else grad
+
+
+@_jit
+def adagrad(addresses, lengths, lrs, wds, consts, use_clip):
+    """MXNet's python ``AdaGrad.update`` (dense), one NDArray operation after another, each rounded to the data's
+    dtype; rows (weight, grad, history); consts = (rescale, clip lower, clip upper, eps): ``g = clip(grad * rescale);
+    h = h + g * g; w = w + (g / sqrt(h + eps) + w * wd) * -lr``."""
+    rescale, lower, upper, eps = consts[0], consts[1], consts[2], consts[3]
+    for s in range(lengths.size):
+        rate, wd, n = -lrs[s], wds[s], lengths[s]
+        ws, gs, hs = _at(addresses[s, 0], n, lrs), _at(addresses[s, 1], n, lrs), _at(addresses[s, 2], n, lrs)
+        for i in range(n):
+            grad = _scaled(gs[i], rescale, lower, upper, use_clip)
+            history = hs[i] + grad * grad
+            hs[i] = history
+            ws[i] = ws[i] + (grad / np.sqrt(history + eps) + ws[i] * wd) * rate
+
+
+@_jit
+def adadelta(addresses, lengths, lrs, wds, consts, use_clip):
+    """MXNet's python ``AdaDelta.update`` (lr unused), one NDArray operation after another; rows (weight, grad,
+    acc_g, acc_delta); consts = (rescale, clip lower, clip upper, rho, 1 - rho, eps): ``g = clip(grad * rescale);
+    acc_g = acc_g * rho + (g * (1 - rho)) * g; delta = sqrt(acc_delta + eps) / sqrt(acc_g + eps) * g;
+    acc_delta = acc_delta * rho + (delta * (1 - rho)) * delta; w = w - (delta + w * wd)``."""
+    rescale, lower, upper, rho, one_rho, eps = consts[0], consts[1], consts[2], consts[3], consts[4], consts[5]
+    for s in range(lengths.size):
+        wd, n = wds[s], lengths[s]
+        ws, gs = _at(addresses[s, 0], n, lrs), _at(addresses[s, 1], n, lrs)
+        acc_gs, acc_ds = _at(addresses[s, 2], n, lrs), _at(addresses[s, 3], n, lrs)
+        for i in range(n):
+            grad = _scaled(gs[i], rescale, lower, upper, use_clip)
+            acc_g = acc_gs[i] * rho + grad * one_rho * grad
+            delta = np.sqrt(acc_ds[i] + eps) / np.sqrt(acc_g + eps) * grad
+            acc_gs[i] = acc_g
+            acc_ds[i] = acc_ds[i] * rho + delta * one_rho * delta
+            ws[i] = ws[i] - (delta + ws[i] * wd)
+
+
+@numba.njit(inline="always")
+def _decayed(grad, w, rescale, wd, lower, upper, use_clip):
+    """``clip(grad * rescale + w * wd)`` as MXNet's python Adamax and Nadam compute it, each operation rounded."""
+    grad = grad * rescale + w * wd
+    return _clip_op(grad, lower, upper) if use_clip else grad
+
+
+@_jit
+def adamax(addresses, lengths, lrs, wds, consts, use_clip):
+    """MXNet's python ``Adamax.update``, one NDArray operation after another; rows (weight, grad, mean, u);
+    ``lrs[s]`` = ``lr / (1 - b1^t)``; consts = (rescale, clip lower, clip upper, b1, 1 - b1, b2):
+    ``g = clip(grad * rescale + w * wd); m = m * b1 + g * (1 - b1); u = maximum(u * b2, |g|); w = w - m * lr / u``
+    (``maximum`` returns its first argument where it is NaN, as MXNet's)."""
+    rescale, lower, upper, b1, one_b1, b2 = consts[0], consts[1], consts[2], consts[3], consts[4], consts[5]
+    for s in range(lengths.size):
+        lr, wd, n = lrs[s], wds[s], lengths[s]
+        ws, gs = _at(addresses[s, 0], n, lrs), _at(addresses[s, 1], n, lrs)
+        ms, us = _at(addresses[s, 2], n, lrs), _at(addresses[s, 3], n, lrs)
+        for i in range(n):
+            grad = _decayed(gs[i], ws[i], rescale, wd, lower, upper, use_clip)
+            mean = ms[i] * b1 + grad * one_b1
+            decayed, size = us[i] * b2, abs(grad)
+            u = decayed if decayed > size or decayed != decayed else size
+            ms[i] = mean
+            us[i] = u
+            ws[i] = ws[i] - mean * lr / u
+
+
+@_jit
+def nadam(addresses, lengths, lrs, wds, extras, consts, use_clip):
+    """MXNet's python ``Nadam.update``, one NDArray operation after another; rows (weight, grad, mean, var);
+    ``extras[s]`` = (1 - m_schedule, 1 - m_schedule_next, 1 - b2^t, 1 - momentum_t, momentum_t_1) of the tensor's
+    update (MXNet's python doubles, in the data's dtype); consts = (rescale, clip lower, clip upper, b1, 1 - b1, b2,
+    1 - b2, eps): ``g = clip(grad * rescale + w * wd); m = m * b1 + g * (1 - b1); v = v * b2 + (g * (1 - b2)) * g;
+    m_bar = (g / (1 - m_schedule)) * (1 - momentum_t) + (m / (1 - m_schedule_next)) * momentum_t_1;
+    w = w - m_bar * lr / (sqrt(v / (1 - b2^t)) + eps)``."""
+    rescale, lower, upper, b1, one_b1, b2, one_b2, eps = consts[0], consts[1], consts[2], consts[3], consts[4], \
+        consts[5], consts[6], consts[7]
+    for s in range(lengths.size):
+        lr, wd, n = lrs[s], wds[s], lengths[s]
+        schedule, schedule_next, correction, grad_part, mean_part = extras[s, 0], extras[s, 1], extras[s, 2], \
+            extras[s, 3], extras[s, 4]
+        ws, gs = _at(addresses[s, 0], n, lrs), _at(addresses[s, 1], n, lrs)
+        ms, vs = _at(addresses[s, 2], n, lrs), _at(addresses[s, 3], n, lrs)
+        for i in range(n):
+            grad = _decayed(gs[i], ws[i], rescale, wd, lower, upper, use_clip)
+            mean = ms[i] * b1 + grad * one_b1
+            var = vs[i] * b2 + grad * one_b2 * grad
+            ms[i] = mean
+            vs[i] = var
+            bar = grad / schedule * grad_part + mean / schedule_next * mean_part
+            ws[i] = ws[i] - bar * lr / (np.sqrt(var / correction) + eps)
+
+
+@_jit
 def lamb(addresses, lengths, lanes, wds, lrs, corrections, consts, use_clip, bias_correction, apply, sums, like32):
     """``multi_lamb_update`` (``MultiLAMB_step1_kernel``, ``multi_sum_sq``, ``MultiLAMB_step2_kernel``) on the
     tensors of ``lanes``, 4 at a time; row k of ``addresses`` holds tensor k's (weight, grad, mean, var, direction),

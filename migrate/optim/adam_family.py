@@ -1,8 +1,9 @@
 """The Adam family of MXNet 1.9.1 optimizers (first and second moments): ``adam``, ``adamax``, ``nadam``, ``lamb``
 and ``ftml``, each an exact torch optimizer, its stock counterpart and its state converters.
 
-adam, lamb and ftml are MXNet C++ kernels (float32 hyperparameters; adam replayed by a compiled loop on CPU, lamb's
-norms too); adamax and nadam are written in python in MXNet (python-double scalars).
+adam, lamb and ftml are MXNet C++ kernels (float32 hyperparameters); adamax and nadam are written in python in MXNet
+(NDArray operations with python-double scalars). On CPU all run compiled loops (``mxupdate.kernels``), bit for bit
+MXNet's.
 """
 import math
 
@@ -10,9 +11,9 @@ import numpy as np
 import torch
 
 from migrate.optim import compiled
-from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, addcdiv_, by_dtype, cache_pieces, cached_on_cpu, clip_,
-                                clip_bound, clips, compiled_on, decayed_grads, half_sum_sq, kernel_float, per_tensor,
-                                pick, rounded_float32, state_buffers)
+from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, addcdiv_, by_dtype, clip_, clip_bound, clips, compiled_on,
+                                decayed_grads, half_sum_sq, kernel_double, kernel_float, per_tensor, pick,
+                                python_clip_bounds, rounded_float32, state_buffers)
 from migrate.optim.registry import OptimizerRecord, register
 
 __all__ = ["FTML", "LAMB", "Adam", "Adamax", "Nadam", "moments_"]
@@ -113,14 +114,24 @@ class Adamax(MXNetOptimizer):
     capturable_supported = True
 
     def _update(self, group, params, grads, states):
-        beta1 = group["beta1"]
+        beta1, lr = group["beta1"], group["lr"]
+        use_clip, lower, upper = python_clip_bounds(group)
+        rescale, b1, b2 = (kernel_double(group[key]) for key in ("rescale_grad", "beta1", "beta2"))
+        one_b1 = kernel_double(1.0 - beta1)
+        rows = [(p, g, s["mean"], s["var"]) for p, g, s in zip(params, grads, states)]
+        lrs = [kernel_double(lr / (1.0 - beta1 ** s["step"])) for s in states] if compiled_on(group) else []
+        left = compiled.update("adamax", rows, lrs, [kernel_double(group["weight_decay"])] * len(rows),
+                               lambda kind: [kind(rescale), kind(lower), kind(upper), kind(b1), kind(one_b1), kind(b2)],
+                               use_clip, compiled_on(group))
+        if not left:
+            return
+        params, grads, states = pick(params, left), pick(grads, left), pick(states, left)  # CUDA, strided, half
         grads = _python_decayed(grads, params, group)
         means, norms = state_buffers(states, "mean"), state_buffers(states, "var")
         torch._foreach_mul_(means, beta1)
         torch._foreach_add_(means, grads, alpha=1.0 - beta1)
         torch._foreach_mul_(norms, group["beta2"])
         torch._foreach_maximum_(norms, torch._foreach_abs(grads))
-        lr = group["lr"]
         addcdiv_(params, means, norms, per_tensor(lambda t: -(lr / (1.0 - beta1 ** t)), states, group, params[0]))
 
 
@@ -198,6 +209,10 @@ class Nadam(MXNetOptimizer):
                            ((1.0 - momentum_t) / (1.0 - m_schedule), momentum_t_1 / (1.0 - m_next))]
             else:
                 values = [schedule[p] for p in positions]
+                left = _nadam_compiled(group, params, grads, states, values)
+                if not left:
+                    continue
+                params, grads, states, values = (pick(column, left) for column in (params, grads, states, values))
                 scalars = [[-lr * (1.0 - m[0]) / (1.0 - m[2]) for m in values],
                            [-lr * m[1] / (1.0 - m[3]) for m in values]]
             self._update_group(group, params, grads, states, *scalars)
@@ -214,6 +229,24 @@ class Nadam(MXNetOptimizer):
         # w -= lr*((1-mu_t)*g/(1-m_sched) + mu_t1*m/(1-m_sched_next)) / denom, as two addcdiv_
         addcdiv_(params, grads, denom, grad_steps)
         addcdiv_(params, means, denom, mean_steps)
+
+
+def _nadam_compiled(group, params, grads, states, values):
+    """MXNet's python Nadam update on the rows the compiled kernel takes (``mxupdate.kernels.nadam``), each
+    parameter's schedule ``values`` (momentum_t, momentum_t_1, m_schedule, m_schedule_next) its python doubles;
+    returns the positions of the others."""
+    use_clip, lower, upper = python_clip_bounds(group)
+    beta2 = group["beta2"]
+    hyper = [kernel_double(value) for value in (group["rescale_grad"], group["beta1"], 1.0 - group["beta1"], beta2,
+                                                 1.0 - beta2, group["epsilon"])]
+    extras = [tuple(kernel_double(value) for value in (1.0 - m_schedule, 1.0 - m_next, 1.0 - beta2 ** state["step"],
+                                                        1.0 - momentum_t, momentum_t_1))
+              for (momentum_t, momentum_t_1, m_schedule, m_next), state in zip(values, states)]
+    rows = [(p, g, s["mean"], s["var"]) for p, g, s in zip(params, grads, states)]
+    return compiled.update("nadam", rows, [kernel_double(group["lr"])] * len(rows),
+                           [kernel_double(group["weight_decay"])] * len(rows),
+                           lambda kind: [kind(hyper[0]), kind(lower), kind(upper)] + [kind(v) for v in hyper[1:]],
+                           use_clip, compiled_on(group), extras=extras)
 
 
 def _nadam_momenta(t, group):
@@ -417,6 +450,10 @@ class FTML(MXNetOptimizer):
     capturable_supported = True
 
     def _update(self, group, params, grads, states):
+        left = _ftml_compiled(group, params, grads, states)
+        if not left:
+            return
+        params, grads, states = pick(params, left), pick(grads, left), pick(states, left)  # CUDA, strided, half
         grads = decayed_grads(grads, params, group)
         for index in by_dtype(params).values():
             columns = [state_buffers(pick(states, index), name) for name in self.state_names]
@@ -429,14 +466,26 @@ class FTML(MXNetOptimizer):
             steps = [states[i]["step"] for i in index]
             for step in sorted(set(steps)):  # the scalars depend on the update count: one pass per count
                 rows = [i for i, t in zip(index, steps) if t == step]
-                scalars = _ftml_scalars(group, step, params[rows[0]].dtype)
                 columns = [pick(params, rows), pick(grads, rows)] + [state_buffers(pick(states, rows), name)
                                                                      for name in self.state_names]
-                if not cached_on_cpu(params, group):
-                    _ftml_update(group, *scalars, *columns)
-                    continue
-                for piece in cache_pieces(columns):  # every pass over a cache-sized piece while it is in cache
-                    _ftml_update(group, *scalars, *([tensor] for tensor in piece))
+                _ftml_update(group, *_ftml_scalars(group, step, params[rows[0]].dtype), *columns)
+
+
+def _ftml_compiled(group, params, grads, states):
+    """MXNet's ftml_update on the rows the compiled kernel takes (``mxupdate.kernels.ftml``); the positions of the
+    others (all of them under ``capturable``, whose counts are device tensors)."""
+    if not compiled_on(group):
+        return list(range(len(params)))
+    clip = clip_bound(group)
+    rescale, beta1, beta2 = (kernel_float(group[key]) for key in ("rescale_grad", "beta1", "beta2"))
+    eps = kernel_double(group["epsilon"])  # FTMLParam's epsilon is a double
+    scalars = [_ftml_scalars(group, state["step"], param.dtype) for param, state in zip(params, states)]
+    rows = [(p, g, s["d"], s["v"], s["z"]) for p, g, s in zip(params, grads, states)]
+    return compiled.update("ftml", rows, [scale for scale, _ in scalars],
+                           [kernel_float(group["weight_decay"])] * len(rows),
+                           lambda kind: [kind(rescale), kind(clip), kind(beta1), kind(beta2), kind(eps),
+                                         kind(1) - kind(beta1), kind(1) - kind(beta2)], clip >= 0, True,
+                           extras=[(correction,) for _, correction in scalars])
 
 
 def _ftml_scalars(group, step, dtype):
@@ -452,8 +501,8 @@ def _ftml_update(group, scale_d, correction2, weights, grads, ds, vs, zs):
     """MXNet's ftml_update on lists of one dtype with torch's multi-tensor ops; ``scale_d`` and ``correction2``
     python floats (one update count) or per-tensor device scalars (``capturable``)."""
     real = np.float64 if weights[0].dtype == torch.float64 else np.float32
-    beta1, beta2, eps = (real(kernel_float(group[key])) for key in ("beta1", "beta2", "epsilon"))
-    one = real(1.0)
+    beta1, beta2 = (real(kernel_float(group[key])) for key in ("beta1", "beta2"))
+    eps, one = real(kernel_double(group["epsilon"])), real(1.0)  # FTMLParam's epsilon is a double
     torch._foreach_mul_(vs, float(beta2))  # v = b2*v + (1-b2)*g^2
     squares = torch._foreach_mul(grads, grads)
     torch._foreach_mul_(squares, float(one - beta2))
@@ -546,9 +595,10 @@ def _ftml_stock_state(given):
 
 register(OptimizerRecord("adam", Adam, ("adam",), torch.optim.Adam, _adam_stock_optimizer,
                          _adam_stock_state))
-register(OptimizerRecord("adamax", Adamax, (), torch.optim.Adamax, _adamax_stock_optimizer, _adamax_stock_state))
-register(OptimizerRecord("nadam", Nadam, (), torch.optim.NAdam, _nadam_stock_optimizer, _nadam_stock_state,
+register(OptimizerRecord("adamax", Adamax, ("adamax",), torch.optim.Adamax, _adamax_stock_optimizer,
+                         _adamax_stock_state))
+register(OptimizerRecord("nadam", Nadam, ("nadam",), torch.optim.NAdam, _nadam_stock_optimizer, _nadam_stock_state,
                          extra_state=_nadam_extra_state))
 register(OptimizerRecord("lamb", LAMB, ("lamb", "lamb_apply"), torch.optim.AdamW,
                          _lamb_stock_optimizer, _adam_stock_state))
-register(OptimizerRecord("ftml", FTML, (), torch.optim.Adam, _ftml_stock_optimizer, _ftml_stock_state))
+register(OptimizerRecord("ftml", FTML, ("ftml",), torch.optim.Adam, _ftml_stock_optimizer, _ftml_stock_state))

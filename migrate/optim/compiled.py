@@ -63,16 +63,21 @@ def _cut(rows: list, align: int = 16) -> tuple:
     return threads, rows_of, starts, addresses[rows_of] + starts[:, None] * itemsizes, sizes, bounds
 
 
-def update(name: str, rows: list, lrs: list, wds: list, consts_of, use_clip: bool, enabled: bool = True) -> list:
+def update(name: str, rows: list, lrs: list, wds: list, consts_of, use_clip: bool, enabled: bool = True,
+           extras: list = None) -> list:
     """Update the rows the kernels can take with ``mxupdate.kernels.<name>``; return the positions of the others.
 
     Args:
         name: The kernel (``sgd``, ``sgd_mom``, ``nag_mom``, ``adam``, ``rmsprop``, ...).
         rows: Per parameter, the tuple of tensors the kernel's table rows hold (weight, gradient, states).
-        lrs, wds: Per row, its lr and wd as python floats holding the float32 values MXNet's kernel gets.
+        lrs, wds: Per row, its lr and wd as python floats holding the values MXNet's kernel gets (float32 values of
+            its float parameters, or the doubles MXNet's python optimizers hand to NDArray operations), cast to the
+            data's dtype here as MXNet casts them.
         consts_of: ``numpy scalar type -> list`` of the kernel's constants in that dtype.
         use_clip: Whether the gradient is clipped (to the clip constant).
         enabled: False: take no row (the group's ``compiled`` option).
+        extras: Per row, a tuple of further scalars (python floats) for the kernels that take them (ftml, nadam),
+            passed after the wds as one (pieces, k) array of the data's dtype.
 
     Returns:
         Positions in ``rows`` of the rows left for the torch path, in order.
@@ -88,8 +93,11 @@ def update(name: str, rows: list, lrs: list, wds: list, consts_of, use_clip: boo
         threads, rows_of, _, addresses, sizes, bounds = _cut([rows[p] for p in positions])
         piece_lrs = np.array([lrs[p] for p in positions], dtype=kind)[rows_of]
         piece_wds = np.array([wds[p] for p in positions], dtype=kind)[rows_of]
+        columns = [piece_lrs, piece_wds]
+        if extras is not None:
+            columns.append(np.array([extras[p] for p in positions], dtype=kind).reshape(len(positions), -1)[rows_of])
         consts = np.array(consts_of(kind), dtype=kind)
-        launch(name, [(addresses[a:b], sizes[a:b], piece_lrs[a:b], piece_wds[a:b], consts, bool(use_clip))
+        launch(name, [(addresses[a:b], sizes[a:b], *(column[a:b] for column in columns), consts, bool(use_clip))
                       for a, b in bounds], threads)
     return left
 

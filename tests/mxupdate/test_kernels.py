@@ -7,7 +7,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from migrate.optim.dmlc_float import mx_float32
+from migrate.optim.dmlc_float import mx_float32, mx_float64
 from mxupdate import kernels
 
 SIZES = (1000, 2503, 7)
@@ -28,13 +28,19 @@ def _arrays(dtype, states, seed, positive=()):
     return out
 
 
-def _run(name, rows, lrs, wds, consts, use_clip):
-    """``kernels.<name>`` on a table of ``rows`` (one segment per tensor), values as MXNet parses them."""
+def _run(name, rows, lrs, wds, consts, use_clip, extras=None, parse=mx_float32):
+    """``kernels.<name>`` on a table of ``rows`` (one segment per tensor), lrs and wds as ``parse`` gives them
+    (``mx_float32``: MXNet's C++ kernels' float parameters; ``_python``: the doubles MXNet's python optimizers hand
+    to NDArray operations; ``float``: values already in the data's dtype); ``extras``: the per-row scalars of the
+    kernels that take them (in the data's dtype)."""
     dtype = rows[0][0].dtype
     addresses = np.array([[a.ctypes.data for a in row] for row in rows], dtype=np.int64)
     lengths = np.array([row[0].size for row in rows], dtype=np.int64)
-    as_kernel = lambda values: np.array([mx_float32(v) for v in values], dtype=np.float32).astype(dtype)
-    getattr(kernels, name)(addresses, lengths, as_kernel(lrs), as_kernel(wds), np.array(consts, dtype=dtype), use_clip)
+    as_kernel = lambda values: np.array([np.dtype(dtype).type(parse(v)) for v in values], dtype=dtype)
+    table = [addresses, lengths, as_kernel(lrs), as_kernel(wds)]
+    if extras is not None:
+        table.append(np.array(extras, dtype=dtype).reshape(len(rows), -1))
+    getattr(kernels, name)(*table, np.array(consts, dtype=dtype), use_clip)
 
 
 def _mxnet(op, rows, lrs, wds, states, **kwargs):
@@ -66,6 +72,116 @@ def _consts(dtype, *values):
 
 DTYPES = ["float32", "float64"]
 CLIPS = [None, 0.3]
+COUNTS = (3, 1, 12)  # update counts of the tensors of SIZES (python optimizers)
+
+
+def _mx_optimizer(name, rows, lrs, wds, **kwargs):
+    """MXNet's python optimizer ``name`` (``mx.optimizer.create``) updating each tensor of ``rows`` (weight, grad,
+    *states) at its update count of COUNTS; the new [weight, *states] per tensor (MXNet's AdaDelta scales the
+    gradient in place: gradients are left out)."""
+    out = []
+    for index, (row, lr, wd, count) in enumerate(zip(rows, lrs, wds, COUNTS)):
+        optimizer = mx.optimizer.create(name, learning_rate=lr, wd=wd, **kwargs)
+        optimizer._index_update_count[index] = count - 1  # the reference harness sets MXNet's count: the next is count
+        arrays = [mx.nd.array(a, dtype=a.dtype) for a in row]
+        optimizer.update(index, arrays[0], arrays[1], tuple(arrays[2:]) if len(arrays) > 3 else arrays[2])
+        out.append([a.asnumpy() for a in arrays[:1] + arrays[2:]])
+    return out
+
+
+def _python(value):
+    """``value`` as an NDArray's arithmetic with a python number takes it (dmlc's double parser), in float64."""
+    return mx_float64(value)
+
+
+def _without_grads(rows):
+    return [row[:1] + row[2:] for row in rows]
+
+
+def _python_clip(dtype, clip):
+    """(lower, upper) of MXNet's ``clip(grad, -clip, clip)`` operator (float parameters, dmlc's parser)."""
+    kind = np.dtype(dtype).type
+    return (-kind(mx_float32(clip)), kind(mx_float32(clip))) if clip is not None else (kind(0), kind(0))
+
+
+@pytest.mark.parametrize("clip", CLIPS, ids=["noclip", "clip"])
+@pytest.mark.parametrize("dtype", DTYPES)
+class TestAgainstMXNetPython:
+    """Each kernel of an optimizer MXNet writes in python (or of ftml_update) equals MXNet's update, one NDArray
+    operation after another, bit for bit (NaN where MXNet's is NaN); the python doubles rounded to the data's dtype
+    as MXNet's scalar operators take them."""
+
+    def test_adagrad(self, dtype, clip):
+        """AdaGrad.update (dense)."""
+        kind = lambda value: np.dtype(dtype).type(mx_float64(value))
+        rows = _arrays(dtype, 1, seed=11, positive=(0,))
+        expected = _mx_optimizer("adagrad", rows, LRS, WDS, rescale_grad=0.5, clip_gradient=clip, eps=1e-7)
+        _run("adagrad", rows, LRS, WDS, [kind(0.5), *_python_clip(dtype, clip), kind(1e-7)], clip is not None,
+             parse=_python)
+        _assert_same(_without_grads(rows), expected, f"adagrad {dtype}")
+
+    def test_adadelta(self, dtype, clip):
+        """AdaDelta.update (lr unused)."""
+        kind = lambda value: np.dtype(dtype).type(mx_float64(value))
+        rows = _arrays(dtype, 2, seed=12, positive=(0, 1))
+        expected = _mx_optimizer("adadelta", rows, LRS, WDS, rescale_grad=0.5, clip_gradient=clip, rho=0.9,
+                                 epsilon=1e-5)
+        _run("adadelta", rows, LRS, WDS, [kind(0.5), *_python_clip(dtype, clip), kind(0.9), kind(1.0 - 0.9),
+                                          kind(1e-5)], clip is not None, parse=_python)
+        _assert_same(_without_grads(rows), expected, f"adadelta {dtype}")
+
+    def test_adamax(self, dtype, clip):
+        """Adamax.update (the lr divided by 1 - b1^t in python), a NaN in the infinity norm's state."""
+        kind = lambda value: np.dtype(dtype).type(mx_float64(value))
+        rows = _arrays(dtype, 2, seed=13, positive=(1,))
+        rows[0][3][5] = np.nan
+        expected = _mx_optimizer("adamax", rows, LRS, WDS, rescale_grad=0.5, clip_gradient=clip, beta1=0.9,
+                                 beta2=0.999)
+        lrs = [lr / (1.0 - 0.9 ** t) for lr, t in zip(LRS, COUNTS)]
+        _run("adamax", rows, lrs, WDS, [kind(0.5), *_python_clip(dtype, clip), kind(0.9), kind(1.0 - 0.9),
+                                        kind(0.999)], clip is not None, parse=_python)
+        _assert_same(_without_grads(rows), expected, f"adamax {dtype}")
+
+    def test_nadam(self, dtype, clip):
+        """Nadam.update from a momentum schedule of 0.8 (each tensor its own optimizer)."""
+        kind = lambda value: np.dtype(dtype).type(mx_float64(value))
+        rows = _arrays(dtype, 2, seed=14, positive=(1,))
+        expected = []
+        for index in range(len(rows)):  # one optimizer per tensor, each from m_schedule 0.8
+            optimizer = mx.optimizer.create("nadam", learning_rate=LRS[index], wd=WDS[index], rescale_grad=0.5,
+                                            clip_gradient=clip, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                                            schedule_decay=0.004)
+            optimizer.m_schedule = 0.8
+            optimizer._index_update_count[index] = COUNTS[index] - 1
+            arrays = [mx.nd.array(a, dtype=a.dtype) for a in rows[index]]
+            optimizer.update(index, arrays[0], arrays[1], tuple(arrays[2:]))
+            expected.append([a.asnumpy() for a in arrays[:1] + arrays[2:]])
+        extras = []
+        for t in COUNTS:
+            momentum_t, momentum_t_1 = (0.9 * (1.0 - 0.5 * 0.96 ** (u * 0.004)) for u in (t, t + 1))
+            schedule = 0.8 * momentum_t
+            extras.append([mx_float64(v) for v in (1.0 - schedule, 1.0 - schedule * momentum_t_1, 1.0 - 0.999 ** t,
+                                                    1.0 - momentum_t, momentum_t_1)])
+        _run("nadam", rows, LRS, WDS, [kind(0.5), *_python_clip(dtype, clip), kind(0.9), kind(1.0 - 0.9),
+                                       kind(0.999), kind(1.0 - 0.999), kind(1e-8)], clip is not None, extras=extras,
+             parse=_python)
+        _assert_same(_without_grads(rows), expected, f"nadam {dtype}")
+
+    def test_ftml(self, dtype, clip):
+        """ftml_update (a C++ kernel: float parameters but a double epsilon; (1 - b1^t)/lr and 1 - b2^t computed
+        once in the data's dtype)."""
+        kind = np.dtype(dtype).type
+        rows = _arrays(dtype, 3, seed=15, positive=(0, 1))
+        options = {"beta1": 0.6, "beta2": 0.999, "epsilon": 1e-8, "t": 3, "rescale_grad": 0.5,
+                   "clip_grad": clip or -1.0}
+        expected = _mxnet(mx.nd.ftml_update, rows, LRS, WDS, 3, **options)
+        f = lambda v: kind(mx_float32(v))
+        scales = [(kind(1) - f(0.6) ** kind(3)) / f(lr) for lr in LRS]
+        consts = _consts(dtype, 0.5, clip or -1.0, 0.6, 0.999, 1e-8, (1, 0.6), (1, 0.999))
+        consts[4] = kind(mx_float64(1e-8))  # FTMLParam's epsilon is a double
+        _run("ftml", rows, scales, [f(wd) for wd in WDS], consts, clip is not None,
+             extras=[[kind(1) - f(0.999) ** kind(3)]] * len(rows), parse=float)
+        _assert_same(rows, expected, f"ftml {dtype}")
 
 
 @pytest.mark.parametrize("clip", CLIPS, ids=["noclip", "clip"])
