@@ -30,11 +30,17 @@ addresses valid for the call. A kernel releases the GIL: ``mxupdate.threads`` ru
 shares. ``cache=True`` keeps the machine code next to this file (or, where that directory is read-only, in numba's
 per-user cache directory).
 """
+import llvmlite.binding
 import numba
 import numpy as np
 from numba import types
 from numba.extending import intrinsic
 
+#: LLVM's loop vectorizer leaves a loop scalar when proving its arrays apart takes more than
+#: ``-runtime-memory-check-threshold`` (8) runtime checks: a loop reading and writing five arrays (FTML's weight,
+#: gradient, d, v and z) needs more, and ran 4x slower scalar. A higher threshold (set for the process's LLVM, numba's
+#: compiler; it changes which loops vectorize, never a result) lets such loops vectorize.
+llvmlite.binding.set_option("mxupdate", "-runtime-memory-check-threshold=64")
 _JIT = {"nogil": True, "error_model": "numpy", "boundscheck": False}
 #: Elements per block of the kernels that work block by block (rmspropalex, lamb): a block's arrays stay in cache
 #: between its loops.
@@ -497,8 +503,7 @@ def _lamb_block(row, k, padded_w, padded_d, step):
     if m > 0:
         gs = _at(row[1] + start * size, m, wds)
         ms, vs = _at(row[2] + start * size, m, wds), _at(row[3] + start * size, m, wds)
-        _lamb_moments(gs, ms, vs, consts, use_clip)
-        _lamb_direction(ws, ms, vs, ds, wds[k], corrections[k, 0], corrections[k, 1], consts[6], bias_correction)
+        _lamb_step(ws, gs, ms, vs, ds, wds[k], corrections[k, 0], corrections[k, 1], consts, use_clip, bias_correction)
     if m == span:
         return ws, ds
     for i in range(m):
@@ -511,16 +516,22 @@ def _lamb_block(row, k, padded_w, padded_d, step):
 
 
 @numba.njit(inline="always")
-def _lamb_direction(ws, ms, vs, ds, wd, bc1, bc2, eps, bias_correction):
-    """``MultiLAMB_step1_kernel``'s direction into the float32 ``ds``: the quotient and the sum in double."""
-    epsilon = np.float64(eps)
-    if bias_correction:
-        for i in range(ws.size):
-            mean, var = ms[i] / bc1, vs[i] / bc2
-            ds[i] = np.float32(np.float64(mean) / (np.sqrt(np.float64(var)) + epsilon) + np.float64(wd * ws[i]))
-    else:
-        for i in range(ws.size):
-            ds[i] = np.float32(np.float64(ms[i]) / (np.sqrt(np.float64(vs[i])) + epsilon) + np.float64(wd * ws[i]))
+def _lamb_step(ws, gs, ms, vs, ds, wd, bc1, bc2, consts, use_clip, bias_correction):
+    """``MultiLAMB_step1_kernel`` on one block: ``g = clip(grad * rescale)``, the moments, then the direction into
+    the float32 ``ds`` (MXNet's ``sqrt`` of a float is C's double ``sqrt``: the quotient and the sum in double)."""
+    rescale, bound, b1, b2, one_b1, one_b2 = consts[0], consts[1], consts[2], consts[3], consts[4], consts[5]
+    epsilon = np.float64(consts[6])
+    for i in range(ws.size):
+        grad = gs[i] * rescale
+        if use_clip:
+            grad = _clip(grad, bound)
+        mean = b1 * ms[i] + one_b1 * grad
+        var = b2 * vs[i] + one_b2 * grad * grad
+        ms[i] = mean
+        vs[i] = var
+        if bias_correction:
+            mean, var = mean / bc1, var / bc2
+        ds[i] = np.float32(np.float64(mean) / (np.sqrt(np.float64(var)) + epsilon) + np.float64(wd * ws[i]))
 
 
 @numba.njit(inline="always")
@@ -535,23 +546,6 @@ def _trust_ratio(w_sum, d_sum, lower, upper):
     if r1 == 0 or r2 == 0:
         return np.float32(1.0)
     return r1 / r2
-
-
-@numba.njit(inline="always")
-def _lamb_moments(gs, ms, vs, consts, use_clip):
-    """``m = b1 * m + (1 - b1) * g; v = b2 * v + (1 - b2) * g * g`` with ``g = clip(grad * rescale)``; consts =
-    (rescale, clip, b1, b2, 1 - b1, 1 - b2, ...)."""
-    rescale, bound, b1, b2, one_b1, one_b2 = consts[0], consts[1], consts[2], consts[3], consts[4], consts[5]
-    if use_clip:
-        for i in range(gs.size):
-            grad = _clip(gs[i] * rescale, bound)
-            ms[i] = b1 * ms[i] + one_b1 * grad
-            vs[i] = b2 * vs[i] + one_b2 * grad * grad
-    else:
-        for i in range(gs.size):
-            grad = gs[i] * rescale
-            ms[i] = b1 * ms[i] + one_b1 * grad
-            vs[i] = b2 * vs[i] + one_b2 * grad * grad
 
 
 @_jit
