@@ -1,8 +1,9 @@
 """MXNet 1.9.1's optimizer kernels, compiled with numba: one pass over memory per launch, operation by operation.
 
 Imported on first use (``import mxupdate`` does not import numba). Each kernel reproduces one MXNet operator of
-``src/operator/optimizer_op-inl.h`` (or ``contrib/multi_lamb.cc``, ``contrib/multi_sum_sq.cc``) in its order and in
-the data's precision (float32 in float32, float64 in float64; no fastmath, so LLVM neither reassociates nor contracts
+``src/operator/optimizer_op-inl.h`` (or ``contrib/multi_lamb.cc``, ``contrib/multi_sum_sq.cc``), or the NDArray
+operations of one of MXNet's python optimizers (``mxnet/optimizer/optimizer.py``), in its order and in the data's
+precision (float32 in float32, float64 in float64; no fastmath, so LLVM neither reassociates nor contracts
 ``a * b + c`` into an FMA, and every result is IEEE-rounded as MXNet's binary rounds it):
 
 - ``sgd``: ``MultiSGDKernel`` without momentum: ``mom = 0 * 0 - lr * wd * w - lr * rescale * g; w = w + mom``;
@@ -21,7 +22,9 @@ the data's precision (float32 in float32, float64 in float64; no fastmath, so LL
 
 Where clipping is on, ``clip`` replaces the scaled gradient by MXNet's ``clip::Map``: NaN passes. Constants arrive as
 an array of the data's dtype (values already rounded to float32 as MXNet's float parameters are; differences such as
-``1 - b1`` and ``mu + 1`` computed in the data's dtype, as the kernels do).
+``1 - b1`` and ``mu + 1`` computed in the data's dtype, as the kernels do). The python optimizers' kernels
+(``adagrad``, ``adadelta``, ``adamax``, ``nadam``) take the python doubles MXNet hands its scalar operators (as
+dmlc's double parser reads them, ``1 - b1`` computed in python) cast to the data's dtype, and ``nd.clip``'s bounds.
 
 Every update kernel walks a table of segments (``mxupdate.tables``): row ``s`` of ``addresses`` holds the addresses
 of segment ``s`` in the weight, the gradient and each state array (in that order; the arrays are separate buffers),
