@@ -9,8 +9,9 @@ Run: PYTHONPATH=$PWD python bench/bench_optim.py [--repeat N] [--threads N] [--d
 Prints one table: the median step time of each exact optimizer and of its torch counterpart (measured interleaved,
 step by step, in one run, so a shared machine's load hits both alike), their ratio against the issue's target (1.2x;
 LAMB 1.5x), the bytes one step must move (each array the update reads or writes, once: the MXNet kernel's traffic) and
-that traffic's time at the best in-place add bandwidth measured in the same run (``bench_step.py``'s floor), and
-how many times the floor each exact step takes. The counterparts: ``SGD(fused=True)`` for sgd, nag and signum;
+that traffic's time at the best in-place add bandwidth measured in the same run (``bench_step.py``'s floor), how
+many times the floor each exact step takes, and the same for the counterpart (its least traffic:
+``COUNTERPART_ARRAYS``). The counterparts: ``SGD(fused=True)`` for sgd, nag and signum;
 ``Adam(fused=True)`` for adam, adamax, nadam and ftml; ``AdamW(fused=True)`` for lamb; ``Adagrad(fused=True)`` for
 adagrad and ftrl; ``RMSprop`` and ``Adadelta`` with ``foreach=True`` (torch has no fused kernel for them). The load
 average is printed before and after.
@@ -42,6 +43,12 @@ CASES = {
     "adadelta": ("adadelta", {}, 7, "adadelta", 1.2),
 }
 LR, WD = 0.01, 1e-4
+
+
+#: counterpart -> arrays its step must read + write per element at the least (w, g and its states, read; w and its
+#: states, written; a foreach implementation's temporaries not counted)
+COUNTERPART_ARRAYS = {"sgd": 5, "adam": 7, "adamw": 7, "adagrad": 5, "rmsprop": 5, "rmsprop-centered": 9,
+                      "adadelta": 7}
 
 
 def counterpart(kind, params, device):
@@ -127,7 +134,7 @@ def main():
           f"{args.threads} threads, median of {args.repeat}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
           f"in-place add bandwidth {floor_bandwidth / 1e9:.1f} GB/s")
     print(f"{'optimizer':<18}{'exact ms':>9}{'torch ms':>9}{'ratio':>7}{'target':>7}{'MB/step':>9}{'floor ms':>9}"
-          f"{'x floor':>8}  torch")
+          f"{'x floor':>8}{'torch MB':>9}{'x floor':>8}  torch")
     for label, (name, hyper, arrays, kind, target) in CASES.items():
         if args.only and label not in args.only:
             continue
@@ -137,9 +144,10 @@ def main():
         exact, stock = _time_pair(exact_opt, stock_opt, args.repeat, args.device)
         del exact_opt, stock_opt
         moved = arrays * count * size + (2 * count * 4 if name == "lamb" else 0)  # LAMB's direction: float32
-        floor = moved / floor_bandwidth
+        floor, stock_moved = moved / floor_bandwidth, COUNTERPART_ARRAYS[kind] * count * size
         print(f"{label:<18}{exact * 1e3:>9.1f}{stock * 1e3:>9.1f}{exact / stock:>7.2f}{target:>7.1f}"
-              f"{moved / 1e6:>9.0f}{floor * 1e3:>9.1f}{exact / floor:>8.2f}  {stock_name}")
+              f"{moved / 1e6:>9.0f}{floor * 1e3:>9.1f}{exact / floor:>8.2f}{stock_moved / 1e6:>9.0f}"
+              f"{stock * floor_bandwidth / stock_moved:>8.2f}  {stock_name}")
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 

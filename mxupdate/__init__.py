@@ -1,15 +1,16 @@
 """MXNet 1.9.1's per-element optimizer arithmetic, shared by LrTrainer's fast step (``gluon_lr._fused``) and migrate's
 exact torch optimizers (``migrate.optim``); it imports neither MXNet nor torch.
 
-- ``kernels``: MXNet's update kernels (sgd, nag, adam, rmsprop, ftrl, signum, lamb) and ``multi_sum_sq``, compiled
-  with numba, each walking a table of segments (the addresses of a weight, its gradient and its states, a length,
-  an lr and a wd per row); imported on first use (``load_kernels``), so ``import mxupdate`` does not import numba.
+- ``kernels``: MXNet's update kernels (sgd, nag, adam, rmsprop, ftrl, signum, ftml, lamb), ``multi_sum_sq`` and the
+  NDArray operations of its python adagrad, adadelta, adamax and nadam, compiled with numba, each walking a table of
+  segments (the addresses of a weight, its gradient and its states, a length, an lr and a wd per row); imported on
+  first use (``load_kernels``), so ``import mxupdate`` does not import numba.
 - ``threads``: the one threading choice: a table cut into shares (``Shares``), each share one GIL-free kernel call,
   taken by a pool of Python threads and the calling thread (``run_shares``); no numba threading layer.
 
-Both callers hand the kernels the same values: hyperparameters as MXNet's C ``float`` parameters hold them, in the
-data's dtype. ``gluon_lr._fused`` fills the tables from MXNet's NDArrays, ``migrate.optim.compiled`` from torch CPU
-tensors.
+Both callers hand the kernels the same values: hyperparameters as MXNet's C ``float`` parameters (or, for the python
+optimizers, its scalar operators' ``double``) hold them, in the data's dtype. ``gluon_lr._fused`` fills the tables
+from MXNet's NDArrays, ``migrate.optim.compiled`` from torch CPU tensors.
 
 Examples:
     >>> kernels = load_kernels()

@@ -2,15 +2,16 @@
 ``adagrad``, ``groupadagrad``, ``adadelta``, ``rmsprop`` and ``ftrl``, each an exact torch optimizer, its stock
 counterpart and its state converters.
 
-rmsprop and ftrl are MXNet C++ kernels (float32 hyperparameters, replayed by compiled loops on CPU); adagrad,
-adadelta and groupadagrad (``mxnet.optimizer.contrib``) are written in python in MXNet (python-double scalars).
+rmsprop and ftrl are MXNet C++ kernels (float32 hyperparameters); adagrad, adadelta and groupadagrad
+(``mxnet.optimizer.contrib``) are written in python in MXNet (NDArray operations with python-double scalars). All but
+groupadagrad run compiled loops on CPU (``mxupdate.kernels``, bit for bit MXNet's).
 """
 import torch
 
 from migrate.errors import UnsupportedOptimizerError
 from migrate.optim import compiled
-from migrate.optim.base import (MXNetOptimizer, cache_pieces, cached_on_cpu, clip_bound, compiled_on, decayed_grads,
-                                kernel_float, pick, python_scaled, state_buffers)
+from migrate.optim.base import (MXNetOptimizer, clip_bound, compiled_on, decayed_grads, kernel_double, kernel_float,
+                                pick, python_clip_bounds, python_scaled, state_buffers)
 from migrate.optim.registry import OptimizerRecord, register
 
 __all__ = ["AdaDelta", "AdaGrad", "Ftrl", "GroupAdaGrad", "RMSProp"]
@@ -88,13 +89,17 @@ class AdaGrad(MXNetOptimizer):
     capturable_counterpart = "torch.optim.Adagrad"
 
     def _update(self, group, params, grads, states):
-        grads, hyper = self._scaled(grads, group), (group["lr"], group["weight_decay"], group["eps"])
-        columns = (params, grads, state_buffers(states, "history"))
-        if cached_on_cpu(params, group):  # every pass over a cache-sized piece while it is in cache
-            for piece in cache_pieces(columns):
-                _adagrad_update([[tensor] for tensor in piece], *hyper)
-        else:
-            _adagrad_update(columns, *hyper)
+        use_clip, lower, upper = python_clip_bounds(group)
+        rescale, eps = kernel_double(group["rescale_grad"]), kernel_double(group["eps"])
+        left = compiled.update("adagrad", list(zip(params, grads, state_buffers(states, "history"))),
+                               [kernel_double(group["lr"])] * len(params),
+                               [kernel_double(group["weight_decay"])] * len(params),
+                               lambda kind: [kind(rescale), kind(lower), kind(upper), kind(eps)], use_clip,
+                               compiled_on(group))
+        if left:  # CUDA, strided, half (or compiled=False): torch's multi-tensor ops
+            params, grads, states = pick(params, left), pick(grads, left), pick(states, left)
+            _adagrad_update((params, self._scaled(grads, group), state_buffers(states, "history")), group["lr"],
+                            group["weight_decay"], group["eps"])
 
 
 def _adagrad_update(columns, lr, wd, eps):
@@ -174,13 +179,18 @@ class AdaDelta(MXNetOptimizer):
     capturable_supported = True
 
     def _update(self, group, params, grads, states):
-        grads, hyper = self._scaled(grads, group), (group["rho"], group["epsilon"], group["weight_decay"])
-        columns = (params, grads, state_buffers(states, "acc_g"), state_buffers(states, "acc_delta"))
-        if cached_on_cpu(params, group):
-            for piece in cache_pieces(columns):
-                _adadelta_update([[tensor] for tensor in piece], *hyper)
-        else:
-            _adadelta_update(columns, *hyper)
+        use_clip, lower, upper = python_clip_bounds(group)
+        rescale, rho, eps = (kernel_double(group[key]) for key in ("rescale_grad", "rho", "epsilon"))
+        one_rho = kernel_double(1.0 - group["rho"])
+        rows = [(p, g, s["acc_g"], s["acc_delta"]) for p, g, s in zip(params, grads, states)]
+        left = compiled.update("adadelta", rows, [0.0] * len(rows), [kernel_double(group["weight_decay"])] * len(rows),
+                               lambda kind: [kind(rescale), kind(lower), kind(upper), kind(rho), kind(one_rho),
+                                             kind(eps)], use_clip, compiled_on(group))
+        if left:  # CUDA, strided, half (or compiled=False, capturable): torch's multi-tensor ops
+            params, grads, states = pick(params, left), pick(grads, left), pick(states, left)
+            columns = (params, self._scaled(grads, group), state_buffers(states, "acc_g"),
+                       state_buffers(states, "acc_delta"))
+            _adadelta_update(columns, group["rho"], group["epsilon"], group["weight_decay"])
 
 
 def _adadelta_update(columns, rho, eps, wd):
@@ -342,11 +352,11 @@ def _ftrl_stock_state(given):
 
 register(OptimizerRecord("rmsprop", RMSProp, ("rmsprop", "rmspropalex"), torch.optim.RMSprop, _rmsprop_stock_optimizer,
                          _rmsprop_stock_state))
-register(OptimizerRecord("adagrad", AdaGrad, (), torch.optim.Adagrad, _adagrad_stock_optimizer,
+register(OptimizerRecord("adagrad", AdaGrad, ("adagrad",), torch.optim.Adagrad, _adagrad_stock_optimizer,
                          _adagrad_stock_state))
 register(OptimizerRecord("groupadagrad", GroupAdaGrad, (), torch.optim.Adagrad, _groupadagrad_stock_optimizer,
                          _groupadagrad_stock_state, state_shape=_row_state_shape))
-register(OptimizerRecord("adadelta", AdaDelta, (), torch.optim.Adadelta, _adadelta_stock_optimizer,
+register(OptimizerRecord("adadelta", AdaDelta, ("adadelta",), torch.optim.Adadelta, _adadelta_stock_optimizer,
                          _adadelta_stock_state))
 register(OptimizerRecord("ftrl", Ftrl, ("ftrl",), torch.optim.Adagrad, _ftrl_stock_optimizer,
                          _ftrl_stock_state))

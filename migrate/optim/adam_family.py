@@ -1,8 +1,9 @@
 """The Adam family of MXNet 1.9.1 optimizers (first and second moments): ``adam``, ``adamax``, ``nadam``, ``lamb``
 and ``ftml``, each an exact torch optimizer, its stock counterpart and its state converters.
 
-adam, lamb and ftml are MXNet C++ kernels (float32 hyperparameters; adam replayed by a compiled loop on CPU, lamb's
-norms too); adamax and nadam are written in python in MXNet (python-double scalars).
+adam, lamb and ftml are MXNet C++ kernels (float32 hyperparameters); adamax and nadam are written in python in MXNet
+(NDArray operations with python-double scalars). On CPU all run compiled loops (``mxupdate.kernels``), bit for bit
+MXNet's.
 """
 import math
 
@@ -10,9 +11,9 @@ import numpy as np
 import torch
 
 from migrate.optim import compiled
-from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, addcdiv_, by_dtype, cache_pieces, cached_on_cpu, clip_,
-                                clip_bound, clips, compiled_on, decayed_grads, half_sum_sq, kernel_float, per_tensor,
-                                pick, rounded_float32, state_buffers)
+from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, addcdiv_, by_dtype, clip_, clip_bound, clips, compiled_on,
+                                decayed_grads, half_sum_sq, kernel_double, kernel_float, per_tensor, pick,
+                                python_clip_bounds, rounded_float32, state_buffers)
 from migrate.optim.registry import OptimizerRecord, register
 
 __all__ = ["FTML", "LAMB", "Adam", "Adamax", "Nadam", "moments_"]
@@ -113,14 +114,24 @@ class Adamax(MXNetOptimizer):
     capturable_supported = True
 
     def _update(self, group, params, grads, states):
-        beta1 = group["beta1"]
+        beta1, lr = group["beta1"], group["lr"]
+        use_clip, lower, upper = python_clip_bounds(group)
+        rescale, b1, b2 = (kernel_double(group[key]) for key in ("rescale_grad", "beta1", "beta2"))
+        one_b1 = kernel_double(1.0 - beta1)
+        rows = [(p, g, s["mean"], s["var"]) for p, g, s in zip(params, grads, states)]
+        lrs = [kernel_double(lr / (1.0 - beta1 ** s["step"])) for s in states] if compiled_on(group) else []
+        left = compiled.update("adamax", rows, lrs, [kernel_double(group["weight_decay"])] * len(rows),
+                               lambda kind: [kind(rescale), kind(lower), kind(upper), kind(b1), kind(one_b1), kind(b2)],
+                               use_clip, compiled_on(group))
+        if not left:
+            return
+        params, grads, states = pick(params, left), pick(grads, left), pick(states, left)  # CUDA, strided, half
         grads = _python_decayed(grads, params, group)
         means, norms = state_buffers(states, "mean"), state_buffers(states, "var")
         torch._foreach_mul_(means, beta1)
         torch._foreach_add_(means, grads, alpha=1.0 - beta1)
         torch._foreach_mul_(norms, group["beta2"])
         torch._foreach_maximum_(norms, torch._foreach_abs(grads))
-        lr = group["lr"]
         addcdiv_(params, means, norms, per_tensor(lambda t: -(lr / (1.0 - beta1 ** t)), states, group, params[0]))
 
 
@@ -198,6 +209,10 @@ class Nadam(MXNetOptimizer):
                            ((1.0 - momentum_t) / (1.0 - m_schedule), momentum_t_1 / (1.0 - m_next))]
             else:
                 values = [schedule[p] for p in positions]
+                left = _nadam_compiled(group, params, grads, states, values)
+                if not left:
+                    continue
+                params, grads, states, values = (pick(column, left) for column in (params, grads, states, values))
                 scalars = [[-lr * (1.0 - m[0]) / (1.0 - m[2]) for m in values],
                            [-lr * m[1] / (1.0 - m[3]) for m in values]]
             self._update_group(group, params, grads, states, *scalars)
@@ -216,6 +231,24 @@ class Nadam(MXNetOptimizer):
         addcdiv_(params, means, denom, mean_steps)
 
 
+def _nadam_compiled(group, params, grads, states, values):
+    """MXNet's python Nadam update on the rows the compiled kernel takes (``mxupdate.kernels.nadam``), each
+    parameter's schedule ``values`` (momentum_t, momentum_t_1, m_schedule, m_schedule_next) its python doubles;
+    returns the positions of the others."""
+    use_clip, lower, upper = python_clip_bounds(group)
+    beta2 = group["beta2"]
+    hyper = [kernel_double(value) for value in (group["rescale_grad"], group["beta1"], 1.0 - group["beta1"], beta2,
+                                                 1.0 - beta2, group["epsilon"])]
+    extras = [tuple(kernel_double(value) for value in (1.0 - m_schedule, 1.0 - m_next, 1.0 - beta2 ** state["step"],
+                                                        1.0 - momentum_t, momentum_t_1))
+              for (momentum_t, momentum_t_1, m_schedule, m_next), state in zip(values, states)]
+    rows = [(p, g, s["mean"], s["var"]) for p, g, s in zip(params, grads, states)]
+    return compiled.update("nadam", rows, [kernel_double(group["lr"])] * len(rows),
+                           [kernel_double(group["weight_decay"])] * len(rows),
+                           lambda kind: [kind(hyper[0]), kind(lower), kind(upper)] + [kind(v) for v in hyper[1:]],
+                           use_clip, compiled_on(group), extras=extras)
+
+
 def _nadam_momenta(t, group):
     """MXNet's Nadam (momentum_t, momentum_t_1) at update count ``t`` (python numbers, or float64 tensors of one value
     per parameter: ``t`` and the group's beta1 and schedule_decay)."""
@@ -232,15 +265,12 @@ class LAMB(MXNetOptimizer):
     Note:
         Gluon's Trainer updates LAMB through ``multi_lamb_update`` (``aggregate_num`` 45 unless
         ``MXNET_OPTIMIZER_AGGREGATION_SIZE`` lowers it; 1 switches MXNet to ``lamb_update_phase1/2`` with
-        ``nd.norm``, 2e-9 from this class in float64). On contiguous CPU float32/float64 tensors its two steps run
-        as MXNet's kernels (``mxupdate.kernels.lamb_direction``/``lamb_apply``: moments and the float32 direction,
-        then ``w -= lr*r1/r2*d``). Its norms come from ``multi_sum_sq``: each tensor summed in element order into a
-        C ``float`` by one thread. float64 tensors replay it all bit for bit (``mxupdate.kernels.sum_sq`` for the
-        sums). float32 tensors take the fast form: the direction in float32 arithmetic (MXNet divides in double;
-        within 8 units in the last place of its terms) and the float64 sums that the direction's pass accumulates
-        on the way (no extra pass over memory; MXNet's float sum of a million squares is itself ~1e-4 relative from
-        the true norm). CUDA (and ``compiled=False``) tensors take torch's fused Adam (adjusted constants) and
-        norms, the trust ratios computed on the device (no host sync), ~1e-7 relative from MXNet's.
+        ``nd.norm``, 2e-9 from this class in float64). Its norms come from ``multi_sum_sq``: each tensor summed in
+        element order into a C ``float`` by one thread. Contiguous CPU float32/float64 tensors replay it all bit for
+        bit (``mxupdate.kernels.lamb``: moments, the float32 direction with its double quotient, the float sums,
+        ``w -= lr*r1/r2*d``; 4 tensors at a time). CUDA (and ``compiled=False``) tensors take torch's fused Adam
+        (adjusted constants) and norms, the trust ratios computed on the device (no host sync), ~1e-7 relative from
+        MXNet's.
 
     Examples:
         >>> opt = LAMB(model.parameters(), lr=1e-3, epsilon=1e-6)
@@ -274,7 +304,9 @@ class LAMB(MXNetOptimizer):
         return out
 
     def _compiled(self, group, params, grads, states):
-        """MXNet's multi_lamb_update on CPU tensors of one dtype with the compiled kernels."""
+        """MXNet's multi_lamb_update on CPU tensors of one dtype with the compiled kernel (``compiled.lamb``): in one
+        call where each tensor's own sums give its trust ratio; the ratios computed here (and the second step a
+        second call) where the weights' sums are those of float16 weights (multi_mp_lamb) or add over a mesh."""
         kind = np.float64 if params[0].dtype == torch.float64 else np.float32
         beta1, beta2, eps = (kernel_float(group[key]) for key in ("beta1", "beta2", "epsilon"))
         clip = clip_bound(group)
@@ -282,18 +314,20 @@ class LAMB(MXNetOptimizer):
         rows = [(p, g, s["mean"], s["var"], d) for p, g, s, d in zip(params, grads, states, directions)]
         corrections = [(kind(1) - np.power(kind(beta1), kind(s["step"])),
                         kind(1) - np.power(kind(beta2), kind(s["step"]))) for s in states]
+        bounds = [_bound(group, key) for key in ("lower_bound", "upper_bound")]
         consts = [kind(kernel_float(group["rescale_grad"])), kind(clip), kind(beta1), kind(beta2),
-                  kind(1) - kind(beta1), kind(1) - kind(beta2), kind(eps)]
-        fast = kind is np.float32  # float32: the direction in float32, the direction pass's own float64 sums
-        sums = compiled.lamb_direction(rows, [rounded_float32(group["weight_decay"])] * len(rows), corrections,
-                                       consts, clip >= 0, group["bias_correction"], sums=fast)
-        w_sums = sums[:, 0] if fast else compiled.sum_sqs(params)
-        d_sums = sums[:, 1] if fast else compiled.sum_sqs(directions)
+                  kind(1) - kind(beta1), kind(1) - kind(beta2), kind(eps)] + [kind(bound) for bound in bounds]
+        lr = rounded_float32(group["lr"])
+        stored = self._stored(params)
+        whole = not self._sharded(params) and not any(t.dtype in HALF_DTYPES for t in stored)
+        sums = compiled.lamb(rows, [rounded_float32(group["weight_decay"])] * len(rows), [lr] * len(rows),
+                             corrections, consts, clip >= 0, group["bias_correction"], apply=whole)
+        if whole:
+            return
         w_sums = [half_sum_sq(t) if t.dtype in HALF_DTYPES else total  # multi_mp_lamb: the float16 weights' sums
-                  for t, total in zip(self._stored(params), w_sums.tolist())]
-        lr = kind(rounded_float32(group["lr"]))
-        ratios = _trust_ratios(self._mesh_sums(w_sums, params), self._mesh_sums(d_sums.tolist(), params), group)
-        compiled.lamb_apply(list(zip(params, directions)), [lr * kind(ratio) for ratio in ratios])
+                  for t, total in zip(stored, sums[:, 0].tolist())]
+        ratios = _trust_ratios(self._mesh_sums(w_sums, params), self._mesh_sums(sums[:, 1].tolist(), params), group)
+        compiled.lamb_apply(list(zip(params, directions)), [kind(lr) * kind(ratio) for ratio in ratios])
 
     def _torch(self, group, params, grads, states):
         """The update with torch's ops (fused Adam for the direction), the trust ratios on the device."""
@@ -362,13 +396,19 @@ def _negated_directions_on_device(group, params, grads, states, beta1, beta2):
     return negated
 
 
+def _bound(group, key):
+    """The group's ``lower_bound`` or ``upper_bound`` as MXNet's kernel takes it (a float), -1 when not set (off)."""
+    value = group[key]
+    return kernel_float(value) if value is not None and value >= 0 else -1.0
+
+
 def _bounded(norm, group):
     """The weight norm ``norm`` bounded by the group's lower_bound and upper_bound (when set, >= 0), as MXNet's."""
-    lower, upper = group["lower_bound"], group["upper_bound"]
-    if lower is not None and lower >= 0:
-        norm = max(norm, kernel_float(lower))
-    if upper is not None and upper >= 0:
-        norm = min(norm, kernel_float(upper))
+    lower, upper = _bound(group, "lower_bound"), _bound(group, "upper_bound")
+    if lower >= 0:
+        norm = max(norm, lower)
+    if upper >= 0:
+        norm = min(norm, upper)
     return norm
 
 
@@ -385,11 +425,11 @@ def _trust_ratios(w_sums, d_sums, group):
 
 def _device_trust_ratios(r1, r2, group):
     """``_trust_ratios`` on float32 norm tensors (on their device): ``r1/r2``, or 1 where a norm is 0."""
-    lower, upper = group["lower_bound"], group["upper_bound"]
-    if lower is not None and lower >= 0:
-        r1 = r1.clamp_min(kernel_float(lower))
-    if upper is not None and upper >= 0:
-        r1 = r1.clamp_max(kernel_float(upper))
+    lower, upper = _bound(group, "lower_bound"), _bound(group, "upper_bound")
+    if lower >= 0:
+        r1 = r1.clamp_min(lower)
+    if upper >= 0:
+        r1 = r1.clamp_max(upper)
     return torch.where((r1 == 0) | (r2 == 0), torch.ones_like(r1), r1 / r2)
 
 
@@ -410,6 +450,10 @@ class FTML(MXNetOptimizer):
     capturable_supported = True
 
     def _update(self, group, params, grads, states):
+        left = _ftml_compiled(group, params, grads, states)
+        if not left:
+            return
+        params, grads, states = pick(params, left), pick(grads, left), pick(states, left)  # CUDA, strided, half
         grads = decayed_grads(grads, params, group)
         for index in by_dtype(params).values():
             columns = [state_buffers(pick(states, index), name) for name in self.state_names]
@@ -422,14 +466,26 @@ class FTML(MXNetOptimizer):
             steps = [states[i]["step"] for i in index]
             for step in sorted(set(steps)):  # the scalars depend on the update count: one pass per count
                 rows = [i for i, t in zip(index, steps) if t == step]
-                scalars = _ftml_scalars(group, step, params[rows[0]].dtype)
                 columns = [pick(params, rows), pick(grads, rows)] + [state_buffers(pick(states, rows), name)
                                                                      for name in self.state_names]
-                if not cached_on_cpu(params, group):
-                    _ftml_update(group, *scalars, *columns)
-                    continue
-                for piece in cache_pieces(columns):  # every pass over a cache-sized piece while it is in cache
-                    _ftml_update(group, *scalars, *([tensor] for tensor in piece))
+                _ftml_update(group, *_ftml_scalars(group, step, params[rows[0]].dtype), *columns)
+
+
+def _ftml_compiled(group, params, grads, states):
+    """MXNet's ftml_update on the rows the compiled kernel takes (``mxupdate.kernels.ftml``); the positions of the
+    others (all of them under ``capturable``, whose counts are device tensors)."""
+    if not compiled_on(group):
+        return list(range(len(params)))
+    clip = clip_bound(group)
+    rescale, beta1, beta2 = (kernel_float(group[key]) for key in ("rescale_grad", "beta1", "beta2"))
+    eps = kernel_double(group["epsilon"])  # FTMLParam's epsilon is a double
+    scalars = [_ftml_scalars(group, state["step"], param.dtype) for param, state in zip(params, states)]
+    rows = [(p, g, s["d"], s["v"], s["z"]) for p, g, s in zip(params, grads, states)]
+    return compiled.update("ftml", rows, [scale for scale, _ in scalars],
+                           [kernel_float(group["weight_decay"])] * len(rows),
+                           lambda kind: [kind(rescale), kind(clip), kind(beta1), kind(beta2), kind(eps),
+                                         kind(1) - kind(beta1), kind(1) - kind(beta2)], clip >= 0, True,
+                           extras=[(correction,) for _, correction in scalars])
 
 
 def _ftml_scalars(group, step, dtype):
@@ -445,8 +501,8 @@ def _ftml_update(group, scale_d, correction2, weights, grads, ds, vs, zs):
     """MXNet's ftml_update on lists of one dtype with torch's multi-tensor ops; ``scale_d`` and ``correction2``
     python floats (one update count) or per-tensor device scalars (``capturable``)."""
     real = np.float64 if weights[0].dtype == torch.float64 else np.float32
-    beta1, beta2, eps = (real(kernel_float(group[key])) for key in ("beta1", "beta2", "epsilon"))
-    one = real(1.0)
+    beta1, beta2 = (real(kernel_float(group[key])) for key in ("beta1", "beta2"))
+    eps, one = real(kernel_double(group["epsilon"])), real(1.0)  # FTMLParam's epsilon is a double
     torch._foreach_mul_(vs, float(beta2))  # v = b2*v + (1-b2)*g^2
     squares = torch._foreach_mul(grads, grads)
     torch._foreach_mul_(squares, float(one - beta2))
@@ -539,9 +595,10 @@ def _ftml_stock_state(given):
 
 register(OptimizerRecord("adam", Adam, ("adam",), torch.optim.Adam, _adam_stock_optimizer,
                          _adam_stock_state))
-register(OptimizerRecord("adamax", Adamax, (), torch.optim.Adamax, _adamax_stock_optimizer, _adamax_stock_state))
-register(OptimizerRecord("nadam", Nadam, (), torch.optim.NAdam, _nadam_stock_optimizer, _nadam_stock_state,
+register(OptimizerRecord("adamax", Adamax, ("adamax",), torch.optim.Adamax, _adamax_stock_optimizer,
+                         _adamax_stock_state))
+register(OptimizerRecord("nadam", Nadam, ("nadam",), torch.optim.NAdam, _nadam_stock_optimizer, _nadam_stock_state,
                          extra_state=_nadam_extra_state))
-register(OptimizerRecord("lamb", LAMB, ("lamb_direction", "lamb_apply", "sum_sq"), torch.optim.AdamW,
+register(OptimizerRecord("lamb", LAMB, ("lamb", "lamb_apply"), torch.optim.AdamW,
                          _lamb_stock_optimizer, _adam_stock_state))
-register(OptimizerRecord("ftml", FTML, (), torch.optim.Adam, _ftml_stock_optimizer, _ftml_stock_state))
+register(OptimizerRecord("ftml", FTML, ("ftml",), torch.optim.Adam, _ftml_stock_optimizer, _ftml_stock_state))

@@ -6,10 +6,12 @@ multiplied by ``rescale_grad`` and clipped elementwise to ``+-clip_gradient``, e
 ``step`` is kept, and the hyperparameters that MXNet's kernels take as C ``float`` are the float32 values MXNet parses
 from ``str(value)`` (``kernel_float``; ``migrate.optim.dmlc_float``; tuple and array parameters correctly rounded:
 ``rounded_float32``), so float64 runs agree to ~1e-16 per step.
-Where MXNet runs a C++ kernel (sgd, nag, adam, rmsprop, ftrl, signum, lamb and its ``multi_sum_sq`` norms), the
+Where MXNet runs a C++ kernel (sgd, nag, adam, rmsprop, ftrl, signum, ftml, lamb and its ``multi_sum_sq`` norms), the
 same kernel compiled with numba (``mxupdate.kernels``, shared with LrTrainer's fast step; ``migrate.optim.compiled``)
 updates contiguous CPU float32/float64 tensors, bit for bit MXNet's (torch's ``add(alpha=)`` is a fused multiply-add,
-MXNet's kernels round each operation). Other tensors (CUDA, strided, half precision), and every tensor of a group
+MXNet's kernels round each operation); so do compiled replays of the NDArray operations of MXNet's python adagrad,
+adadelta, adamax and nadam (each operation rounded, their python-double scalars parsed as MXNet parses them:
+``kernel_double``). Other tensors (CUDA, strided, half precision), and every tensor of a group
 with ``compiled=False``, take torch's multi-tensor ops (``torch._foreach_*`` and torch's fused kernels with adjusted
 constants): a few launches per group whatever its tensor count, the same numbers on CPU and CUDA where the ops
 allow, within float32 rounding of the compiled kernels.
@@ -27,12 +29,13 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import torch
 
-from migrate.optim.dmlc_float import mx_float32
+from migrate.optim.dmlc_float import mx_float32, mx_float64
 from migrate.optim.sharded import is_dtensor, like_param, local, mesh_sums
 
-__all__ = ["CAPTURABLE", "HALF_DTYPES", "MXNetOptimizer", "addcdiv_", "by_dtype", "cache_pieces", "clip_",
-           "cached_on_cpu", "clip_bound", "clips", "compiled_on", "decayed_grads", "half_sum_sq", "kernel_float", "momentum_state",
-           "per_tensor", "pick", "python_scaled", "python_scaled_all", "rounded_float32", "state_buffers"]
+__all__ = ["CAPTURABLE", "HALF_DTYPES", "MXNetOptimizer", "addcdiv_", "by_dtype", "clip_", "clip_bound", "clips",
+           "compiled_on", "decayed_grads", "half_sum_sq", "kernel_double", "kernel_float", "momentum_state",
+           "per_tensor", "pick", "python_clip_bounds", "python_scaled", "python_scaled_all", "rounded_float32",
+           "state_buffers"]
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 """Parameter dtypes that keep a float32 master copy under ``multi_precision``."""
@@ -49,6 +52,19 @@ def kernel_float(value):
         0.10000000149011612
     """
     return float(mx_float32(value))
+
+
+def kernel_double(value):
+    """``value`` as an MXNet operator's ``double`` parameter holds it (``str(value)`` parsed by dmlc's double parser,
+    not correctly rounded either: ``migrate.optim.dmlc_float.mx_float64``), before the cast to the data's dtype: the
+    scalar of an NDArray's arithmetic with a python number (``grad * rescale_grad``, what MXNet's python optimizers
+    compute with), FTML's epsilon.
+
+    Examples:
+        >>> kernel_double(0.38120423768821243)
+        0.3812042376882124
+    """
+    return mx_float64(value)
 
 
 def rounded_float32(value):
@@ -460,17 +476,6 @@ def addcdiv_(tensors, numerators, denominators, scalars) -> None:
     torch._foreach_add_(tensors, quotients)
 
 
-def cached_on_cpu(params, group) -> bool:
-    """Whether a CPU group runs its torch ops piece by piece in cache (``cache_pieces``), not on whole lists: CPU
-    tensors and the ``compiled`` option (off: the multi-tensor path CUDA takes, on CPU too).
-
-    Examples:
-        >>> cached_on_cpu([torch.zeros(1)], {"compiled": True}), cached_on_cpu([torch.zeros(1)], {"compiled": False})
-        (True, False)
-    """
-    return params[0].device.type == "cpu" and compiled_on(group)
-
-
 def pick(items, positions):
     """``items`` at ``positions`` (the list itself when ``positions`` covers all of it in order).
 
@@ -532,6 +537,20 @@ def python_scaled(grad, group):
     return torch.where(out > clip, torch.full_like(out, clip), torch.full_like(out, -clip))
 
 
+def python_clip_bounds(group) -> tuple:
+    """(use, lower, upper) of the ``clip(grad, -clip_gradient, clip_gradient)`` MXNet's python optimizers call
+    whenever clip_gradient is not None (the clip operator's float parameters, as MXNet's kernels take them).
+
+    Examples:
+        >>> python_clip_bounds({"clip_gradient": 0.5}), python_clip_bounds({"clip_gradient": None})
+        ((True, -0.5, 0.5), (False, 0.0, 0.0))
+    """
+    clip = group["clip_gradient"]
+    if clip is None:
+        return False, 0.0, 0.0
+    return True, kernel_float(-clip), kernel_float(clip)
+
+
 def python_scaled_all(grads, group):
     """``python_scaled`` of each of ``grads`` with torch's multi-tensor ops (one new list).
 
@@ -561,19 +580,3 @@ def half_sum_sq(tensor):
         return 0.0
     squares = (tensor.detach() * tensor.detach()).to("cpu", torch.float32).reshape(-1).numpy()
     return float(np.cumsum(squares, dtype=np.float32)[-1])  # cumsum adds in order, unlike the pairwise sum
-
-
-_PIECE = 1 << 18
-"""Elements per piece in cache-blocked updates: several passes over a piece stay in cache, not in memory."""
-
-
-def cache_pieces(columns):
-    """Tuples of matching flat views, at most ``_PIECE`` elements each, of the tensors in ``columns``.
-
-    Tensors that are not all contiguous are yielded whole.
-    """
-    for row in zip(*columns):
-        if row[0].numel() <= _PIECE or not all(t.is_contiguous() for t in row):
-            yield row
-        else:
-            yield from zip(*(t.view(-1).split(_PIECE) for t in row))

@@ -19,7 +19,7 @@ import torch
 import mxupdate
 from mxupdate.threads import MIN_SPLIT, SHARES_PER_THREAD, lanes, pieces, run_shares
 
-__all__ = ["available", "lamb_apply", "lamb_direction", "launch", "sum_sqs", "update"]
+__all__ = ["available", "lamb", "lamb_apply", "launch", "sum_sqs", "update"]
 
 _DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 #: numba's empty float32 array: tells a kernel the dtype of a float32 column (LAMB's direction).
@@ -63,16 +63,21 @@ def _cut(rows: list, align: int = 16) -> tuple:
     return threads, rows_of, starts, addresses[rows_of] + starts[:, None] * itemsizes, sizes, bounds
 
 
-def update(name: str, rows: list, lrs: list, wds: list, consts_of, use_clip: bool, enabled: bool = True) -> list:
+def update(name: str, rows: list, lrs: list, wds: list, consts_of, use_clip: bool, enabled: bool = True,
+           extras: list = None) -> list:
     """Update the rows the kernels can take with ``mxupdate.kernels.<name>``; return the positions of the others.
 
     Args:
         name: The kernel (``sgd``, ``sgd_mom``, ``nag_mom``, ``adam``, ``rmsprop``, ...).
         rows: Per parameter, the tuple of tensors the kernel's table rows hold (weight, gradient, states).
-        lrs, wds: Per row, its lr and wd as python floats holding the float32 values MXNet's kernel gets.
+        lrs, wds: Per row, its lr and wd as python floats holding the values MXNet's kernel gets (float32 values of
+            its float parameters, or the doubles MXNet's python optimizers hand to NDArray operations), cast to the
+            data's dtype here as MXNet casts them.
         consts_of: ``numpy scalar type -> list`` of the kernel's constants in that dtype.
         use_clip: Whether the gradient is clipped (to the clip constant).
         enabled: False: take no row (the group's ``compiled`` option).
+        extras: Per row, a tuple of further scalars (python floats) for the kernels that take them (ftml, nadam),
+            passed after the wds as one (pieces, k) array of the data's dtype.
 
     Returns:
         Positions in ``rows`` of the rows left for the torch path, in order.
@@ -88,8 +93,11 @@ def update(name: str, rows: list, lrs: list, wds: list, consts_of, use_clip: boo
         threads, rows_of, _, addresses, sizes, bounds = _cut([rows[p] for p in positions])
         piece_lrs = np.array([lrs[p] for p in positions], dtype=kind)[rows_of]
         piece_wds = np.array([wds[p] for p in positions], dtype=kind)[rows_of]
+        columns = [piece_lrs, piece_wds]
+        if extras is not None:
+            columns.append(np.array([extras[p] for p in positions], dtype=kind).reshape(len(positions), -1)[rows_of])
         consts = np.array(consts_of(kind), dtype=kind)
-        launch(name, [(addresses[a:b], sizes[a:b], piece_lrs[a:b], piece_wds[a:b], consts, bool(use_clip))
+        launch(name, [(addresses[a:b], sizes[a:b], *(column[a:b] for column in columns), consts, bool(use_clip))
                       for a, b in bounds], threads)
     return left
 
@@ -112,37 +120,34 @@ def sum_sqs(tensors: list) -> np.ndarray:
     return out[:-1]
 
 
-def lamb_direction(rows: list, wds: list, corrections: list, consts: list, use_clip: bool, bias_correction: bool,
-                   sums: bool) -> np.ndarray:
-    """MXNet's ``multi_lamb_update`` step 1 on ``rows`` (weight, grad, mean, var, float32 direction; ``available``
-    but for the direction), and, when ``sums``, the float64 sums of squares of each weight and direction; when
-    ``sums``, also the direction in the data's dtype (``mxupdate.kernels.lamb_direction``'s ``exact`` off).
+def lamb(rows: list, wds: list, lrs: list, corrections: list, consts: list, use_clip: bool, bias_correction: bool,
+         apply: bool) -> np.ndarray:
+    """MXNet's ``multi_lamb_update`` on ``rows`` (weight, grad, mean, var, float32 direction; ``available`` but for
+    the direction) with ``mxupdate.kernels.lamb``: 4 tensors at a time (largest first), each group of 4 one call,
+    taken by ``torch.get_num_threads()`` threads as they finish one.
 
     Args:
-        wds: Per row, its wd (a float32 value). corrections: per row (1 - b1^t, 1 - b2^t) in the data's dtype.
-        consts: (rescale, clip, b1, b2, 1 - b1, 1 - b2, eps) in the data's dtype.
+        wds, lrs: Per row, its wd and lr (float32 values). corrections: per row (1 - b1^t, 1 - b2^t) in the data's
+            dtype. consts: (rescale, clip, b1, b2, 1 - b1, 1 - b2, eps, lower_bound, upper_bound) in the data's
+            dtype (a bound < 0: off).
+        apply: Update the weights (step 2); False: step 1 only, the caller finishes with ``lamb_apply``.
 
     Returns:
-        (rows, 2) float64 sums of squares of each weight and direction (zeros when not ``sums``).
+        (rows, 2) float32 sums of squares of each weight and direction, bit for bit MXNet's ``multi_sum_sq``.
     """
     kind = _DTYPES[rows[0][0].dtype]
-    block = mxupdate.load_kernels().BLOCK
-    threads, rows_of, starts, addresses, sizes, bounds = _cut(rows, align=block)
-    counts = np.array([-(-row[0].numel() // block) for row in rows], dtype=np.int64)
-    first_block = np.cumsum(counts) - counts
-    blocks = first_block[rows_of] + starts // block if sums else np.full(len(rows_of), -1, dtype=np.int64)
-    block_sums = np.zeros((max(1, int(counts.sum())), 2), dtype=np.float64)
-    piece_wds = np.array(wds, dtype=kind)[rows_of]
-    piece_corrections = np.array(corrections, dtype=kind).reshape(-1, 2)[rows_of]
-    constants = np.array(consts, dtype=kind)
-    launch("lamb_direction", [(addresses[a:b], sizes[a:b], piece_wds[a:b], piece_corrections[a:b], constants,
-                               bool(use_clip), bool(bias_correction), not sums, blocks[a:b], block_sums, _LIKE32)
-                              for a, b in bounds], threads)
-    out = np.zeros((len(rows), 2), dtype=np.float64)
-    filled = counts > 0  # each tensor's blocks added by numpy (the same sum whatever the cut into shares)
-    if filled.any():
-        out[filled] = np.add.reduceat(block_sums, first_block[filled], axis=0)
-    return out
+    sizes = [row[0].numel() for row in rows]
+    threads = _threads(sum(sizes))
+    addresses = np.array([[t.data_ptr() for t in row] for row in rows] + [[0] * 5], dtype=np.int64)
+    lengths = np.array(sizes + [0], dtype=np.int64)
+    per_row = [np.array(list(values) + [0], dtype=kind) for values in (wds, lrs)]
+    steps = np.array(list(corrections) + [(1, 1)], dtype=kind).reshape(-1, 2)
+    sums = np.zeros((len(rows) + 1, 2), dtype=np.float32)
+    groups = np.concatenate(lanes(sizes, 1))
+    calls = [groups] if threads == 1 else [groups[i:i + 1] for i in range(len(groups))]
+    launch("lamb", [(addresses, lengths, share, *per_row, steps, np.array(consts, dtype=kind), bool(use_clip),
+                     bool(bias_correction), bool(apply), sums, _LIKE32) for share in calls], threads)
+    return sums[:-1]
 
 
 def lamb_apply(rows: list, lrs: list) -> None:

@@ -49,8 +49,9 @@ class OptimizerRecord:
     Attributes:
         name: MXNet's registered name (``mx.optimizer.create(name)``), lower case.
         exact_class: migrate's torch optimizer that replays MXNet's update (a ``base.MXNetOptimizer``).
-        kernels: The names of the ``mxupdate.kernels`` the exact class runs on CPU tensors (MXNet's C++ loops replayed
-            bit for bit, through ``migrate.optim.compiled``), empty where torch operations replay the update.
+        kernels: The names of the ``mxupdate.kernels`` the exact class runs on CPU tensors (MXNet's C++ loops, or the
+            NDArray operations of its python optimizers, replayed bit for bit, through ``migrate.optim.compiled``),
+            empty where torch operations replay the update.
         stock_class: The stock ``torch.optim`` class closest to it, or None where there is none.
         stock_optimizer: ``(groups, options) -> (stock_class optimizer, differences)``: builds the stock counterpart
             from param groups and MXNet's options (``lr``, ``weight_decay``, the hyperparameters) and lists in

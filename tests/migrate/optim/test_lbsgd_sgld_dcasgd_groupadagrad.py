@@ -53,9 +53,14 @@ def mx_noise(seed):
     return noise
 
 
-def _compare(name, opt_kwargs, dtype, two_d_only=False, wd=0.01, noise_seed=None, steps=STEPS, split=None,
-             schedule=SCHEDULE):
-    """Largest weight difference between MXNet (``steps`` LrTrainer steps) and migrate's torch optimizer.
+def _compare(name, opt_kwargs, dtype, **options):
+    """(MXNet name, largest weight difference) between MXNet and migrate's torch optimizer (``mxnet_and_torch``)."""
+    return R.largest_difference(*mxnet_and_torch(name, opt_kwargs, dtype, **options))
+
+
+def mxnet_and_torch(name, opt_kwargs, dtype, two_d_only=False, wd=0.01, noise_seed=None, steps=STEPS, split=None,
+                    schedule=SCHEDULE):
+    """(MXNet's weights after ``steps`` LrTrainer steps, the torch model after migrate's exact optimizer's).
 
     ``split``: MXNet trains ``split`` steps, its states are converted, torch trains the rest from there.
     ``noise_seed``: MXNet is re-seeded with it where torch starts, and torch draws MXNet's noise (SGLD).
@@ -75,7 +80,7 @@ def _compare(name, opt_kwargs, dtype, two_d_only=False, wd=0.01, noise_seed=None
     if noise_seed is not None:
         optimizer.noise = mx_noise(noise_seed)
     R.torch_train(model, optimizer, migrate.torch_lr_scheduler(optimizer, settings), data[start:])
-    return R.largest_difference(R.weights_of(net), model)
+    return R.weights_of(net), model
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

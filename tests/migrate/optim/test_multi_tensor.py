@@ -31,7 +31,7 @@ def _largest(tensors):
 @pytest.mark.parametrize("case", list(C.CASES))
 class TestSameNumbersAsCompiled:
     """100 steps on the multi-tensor path (compiled=False) against the compiled kernels (or the same torch ops, for
-    the optimizers MXNet writes in python)."""
+    lars, lbsgd, sgld, dcasgd, groupadagrad and test, which have none)."""
 
     def test_float64_within_1e_12(self, case):
         """float64: within 1e-12 after 100 steps; LAMB and LARS within n * 2**-24 of the weights' movement (n = 300,

@@ -18,15 +18,15 @@ def _full_state_options(entry):
     return {key: value for key, value in wanted.items() if key in entry.exact_class.hyperparameters}
 
 
-def _stepped(entry, dtype=torch.float64, full=True):
+def _stepped(entry, dtype=torch.float64, full=True, **options):
     """(parameters, optimizer) after one step of ``entry``'s exact optimizer on two seeded 2-D parameters (under
-    ``_full_state_options`` when ``full``, else with momentum 0 and not centered)."""
+    ``_full_state_options`` when ``full``, else with momentum 0 and not centered; ``options`` added)."""
     generator = torch.Generator().manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(shape, generator=generator, dtype=dtype)) for shape in ((6, 4), (3, 5))]
     for param in params:
         param.grad = torch.randn(param.shape, generator=generator, dtype=dtype)
-    options = _full_state_options(entry) if full else {key: 0.0 if key == "momentum" else False
-                                                       for key in _full_state_options(entry)}
+    options.update(_full_state_options(entry) if full else {key: 0.0 if key == "momentum" else False
+                                                            for key in _full_state_options(entry)})
     optimizer = entry.exact_class([{"params": params}], lr=0.01, **options)
     optimizer.step()
     return params, optimizer
@@ -69,14 +69,17 @@ class TestRecords:
 
     @pytest.mark.parametrize("entry", records(), ids=lambda entry: entry.name)
     def test_kernels_are_the_ones_steps_run(self, entry, monkeypatch):
-        """Float64 CPU steps with and without a momentum (centered RMSProp or not) run exactly the record's compiled
-        kernels (none where the record names none)."""
+        """Float64 CPU steps with and without a momentum (centered RMSProp or not; LAMB: float16 weights on float32
+        masters, whose ratios come from the float16 weights' sums) run exactly the record's compiled kernels (none
+        where the record names none)."""
         called = []
         launch = compiled.launch
         monkeypatch.setattr(compiled, "launch", lambda name, *args: called.append(name) or launch(name, *args))
         _stepped(entry)
         if entry.name not in ("dcasgd", "lars", "lamb"):
             _stepped(entry, full=False)
+        if entry.name == "lamb":
+            _stepped(entry, dtype=torch.float16, multi_precision=True)
         assert sorted(set(called)) == sorted(entry.kernels), entry.name
 
     @pytest.mark.parametrize("entry", [e for e in records() if e.stock_class is not None], ids=lambda e: e.name)
