@@ -11,11 +11,11 @@ import numpy as np
 
 from migrate.errors import InputFileError, InputShapeError
 from migrate.generate import ops  # noqa: F401  (importing the op families fills the registry)
-from migrate.generate.module_tree import ModuleTree, module_expression
-from migrate.generate.names import block_paths, identifier, param_keys, tree_order
+from migrate.generate.module_tree import ModuleTree, module_expression, parameter_module, parameter_readers
+from migrate.generate.names import block_classes, block_paths, identifier, param_keys, tree_order
 from migrate.generate.registry import MULTI_OUTPUT, OpNode, translator
 from migrate.generate.shapes import LOSS_HEADS, mxnet_node_shapes, translated_shapes
-from migrate.generate.source_file import GeneratedClass, file_text
+from migrate.generate.source_file import GeneratedClass, file_text, in_memory_module
 from migrate.mapping.export import normalize_shapes
 from migrate.mapping.file_source import model_source
 from migrate.mapping.symbol_graph import aux_state_names, symbol_document
@@ -115,9 +115,7 @@ def translated_module(source, input_shapes, input_dtypes=None) -> "torch.nn.Modu
     """
     shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
     code, keys, aux = _source(source, source, shapes, dtypes, "MxnetGraph")
-    module = types.ModuleType("migrate_translated")
-    exec(compile(code, "<migrate translated module>", "exec"), module.__dict__)
-    model = module.MxnetGraph()
+    model = in_memory_module(code, "MxnetGraph").MxnetGraph()
     model.load_state_dict(_state(source, keys, aux))
     return model
 
@@ -186,7 +184,7 @@ def _source(source, mx_model, shapes, dtypes, class_name) -> tuple:
     used = [n["name"] for n in nodes if n["op"] == "null" and n["name"] in source.params]
     keys = param_keys(mx_model, used)
     tree = ModuleTree({keys[name]: (tuple(source.params[name].shape), np.dtype(source.params[name].dtype).name,
-                                    name in aux) for name in used}, tree_order(mx_model))
+                                    name in aux) for name in used}, tree_order(mx_model), block_classes(mx_model))
     arg_names = [identifier(name) for name in inputs]
     walk = _Walk(nodes, out_shapes, keys, dict(zip(inputs, arg_names)), tree)
     walk.run(block_paths(mx_model, [n["name"] for n in nodes if n["op"] != "null"], used), heads)
@@ -213,6 +211,7 @@ class _Walk:
         self.nodes, self.out_shapes, self.keys, self.inputs, self.tree = nodes, out_shapes, keys, inputs, tree
         self.multi = {i for i, n in enumerate(nodes) if n["op"] in MULTI_OUTPUT or len(out_shapes[i]) > 1}
         self.exprs, self.lines, self.emitted = {}, [], set()
+        self.readers = parameter_readers(nodes, keys)
 
     def run(self, blocks: dict, heads: list) -> None:
         """Write every node (``blocks``: op node name -> the module path of the block that made it alone; ``heads``:
@@ -232,6 +231,7 @@ class _Walk:
                                         and e[0] not in self.multi for e in entries],
                              site=self.tree, subgraphs=node.get("subgraphs", []))
             expression = translator(node["op"], node["name"])(op_node)
+            expression = parameter_module(op_node, self.tree, self.readers) or expression
             self.lines += op_node.statements  # a loop's lines (_foreach) before the value it gives
             done = sorted({name for name, j in live.items() if last[j] <= i}, key=_number)
             for name in done:

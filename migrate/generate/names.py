@@ -13,7 +13,7 @@ import re
 
 import torch
 
-__all__ = ["param_keys", "block_paths", "tree_order", "identifier"]
+__all__ = ["param_keys", "block_paths", "block_classes", "tree_order", "identifier"]
 
 _SUFFIXES = ("running_mean", "running_var", "moving_mean", "moving_var", "moving_inv_var")
 _RESERVED = set(dir(torch.nn.Module)) | {"self", "torch", "F", "math"}
@@ -103,16 +103,27 @@ def _leaf_blocks(block) -> dict:
 def tree_order(mx_model) -> list:
     """The module paths and parameter keys of a HybridBlock in Gluon's registration order (a block's parameters,
     then its children, depth first): the generated tree lists children so. Empty for files (graph order then)."""
-    out = []
-
-    def walk(block, prefix):
-        out.extend(prefix + identifier(attr) for attr in block._reg_params)
-        for attr, child in block._children.items():
-            out.append(prefix + identifier(attr, numeric_ok=True))
-            walk(child, out[-1] + ".")
-    if hasattr(mx_model, "collect_params"):
-        walk(mx_model, "")
+    if not hasattr(mx_model, "collect_params"):
+        return []
+    out = [identifier(attr) for attr in mx_model._reg_params]
+    for path, block in _blocks(mx_model):
+        out += [path] + [f"{path}.{identifier(attr)}" for attr in block._reg_params]
     return out
+
+
+def block_classes(mx_model) -> dict:
+    """Module path -> class name of each block of a HybridBlock (``features.norm4`` -> ``Normalize``); empty for
+    files (which name no classes)."""
+    return {path: type(block).__name__ for path, block in _blocks(mx_model)} if hasattr(
+        mx_model, "collect_params") else {}
+
+
+def _blocks(block, prefix: str = ""):
+    """(module path, block) of each block under ``block``, depth first in registration order."""
+    for attr, child in block._children.items():
+        path = prefix + identifier(attr, numeric_ok=True)
+        yield path, child
+        yield from _blocks(child, path + ".")
 
 
 def _block_keys(block, prefix: str = "") -> dict:

@@ -174,7 +174,7 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
 
 def _compare_all(source, model, mapping, shapes, dtypes, atol, seed, budget, progress) -> VerifyReport:
     inputs = seeded_inputs(shapes, dtypes, mapping, seed)
-    nodes = node_pairs(source, mapping)
+    nodes = node_pairs(source, mapping, model)
     sizes = _output_bytes(source, [n[0] for n in nodes], shapes, dtypes)
     passes = _passes(nodes, sizes, budget)
     packed = packing_consumers(source.symbol)

@@ -19,8 +19,8 @@ import numpy as np
 from migrate.generate.generator import translated_module
 from migrate.mapping.export import MxSource, normalize_shapes
 from migrate.mapping.symbol_graph import parameter_users, symbol_document
-from migrate.mapping.node_outputs import (captured_module_outputs, max_diff, seeded_inputs, torch_inputs,
-                                          without_folded_bias)
+from migrate.mapping.node_outputs import (captured_module_outputs, max_diff, node_sites, seeded_inputs,
+                                          torch_inputs, without_folded_bias)
 from migrate.mapping.table import NameMapping
 from migrate.mapping.verify import NodeCheck, VerifyReport
 from migrate.mapping.weights import load_mxnet_weights
@@ -59,7 +59,7 @@ def verify_translated(source: MxSource, torch_model, mapping: NameMapping, input
     shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
     reference = translated_module(source, shapes, dtypes).eval()
     load_mxnet_weights(torch_model, source.params, mapping)
-    pairs = _node_pairs(source, mapping, reference.MXNET_NAMES)
+    pairs = _node_pairs(source, mapping, reference, torch_model)
     inputs = torch_inputs(seeded_inputs(shapes, dtypes, mapping, seed))
     was_training = torch_model.training
     try:
@@ -78,11 +78,15 @@ def verify_translated(source: MxSource, torch_model, mapping: NameMapping, input
     return VerifyReport(final_ok and first is None, float(diff), atol, rows, first, 1, 0)
 
 
-def _node_pairs(source: MxSource, mapping: NameMapping, mx_names: dict) -> list:
-    """(MXNet node name, torch module path, translated module path, folded bias or None) per matched node."""
+def _node_pairs(source: MxSource, mapping: NameMapping, reference, torch_model) -> list:
+    """(MXNet node name, torch module path, translated module path, folded bias or None) per matched node (a
+    parameter's key where the model's code reads it: ``node_sites``)."""
     consumer = {name: node["name"] for name, (node, _) in parameter_users(symbol_document(source.symbol),
                                                                            source.params).items()}
     folded = {consumer.get(k): k for k in mapping if mapping.entry(k).get("fold")}
+    mx_names = reference.MXNET_NAMES
+    sites = node_sites(torch_model, [mapping.entry(k)["torch"] for k in mapping])
+    owners = node_sites(reference, mx_names.values())
     seen, out = set(), []
     for name in mapping:
         entry = mapping.entry(name)
@@ -91,8 +95,7 @@ def _node_pairs(source: MxSource, mapping: NameMapping, mx_names: dict) -> list:
         op, module = consumer[name], entry["torch"].rsplit(".", 1)[0] if "." in entry["torch"] else ""
         if (op, module) not in seen:
             seen.add((op, module))
-            owner = mx_names[name].rsplit(".", 1)[0] if "." in mx_names[name] else ""
-            out.append((op, module, owner, folded.get(op)))
+            out.append((op, sites[entry["torch"]], owners[mx_names[name]], folded.get(op)))
     return out
 
 
