@@ -19,10 +19,11 @@ import types
 
 import numpy as np
 
+from migrate.mapping.symbol_graph import symbol_document
 from migrate.mapping.table import NameMapping
 
-__all__ = ["captured_module_outputs", "max_diff", "mxnet_executor", "node_pairs", "node_sites", "packing_consumers",
-           "seeded_inputs", "torch_inputs", "without_folded_bias"]
+__all__ = ["captured_module_outputs", "max_diff", "mxnet_executor", "node_pairs", "node_sites", "packed_note",
+           "packing_consumers", "seeded_inputs", "torch_inputs", "without_folded_bias"]
 
 
 def seeded_inputs(shapes, dtypes, mapping: NameMapping, seed: int) -> list:
@@ -75,9 +76,10 @@ def node_pairs(source, mapping: NameMapping, model=None) -> list:
 
 def node_sites(model, keys) -> dict:
     """state_dict key -> where the output of the node reading that tensor is read: the path of the module holding it
-    where that module is a layer (no children, not the model itself: its forward output is the node's), else the key
-    (the model's code reads the tensor: a generated module's function call on a Gluon block's tensor, a hand-written
-    ``x * self.scale``); the path where no module holds it or the model is TorchScript (nothing is read then).
+    where that module is a layer (a forward of its own, no children, not the model itself: its forward output is the
+    node's), else the key (the model's code reads the tensor: a generated module's function call on a Gluon block's
+    tensor, a hand-written ``x * self.scale``); the path where no module holds it or the model is TorchScript
+    (nothing is read then).
 
     Examples:
         >>> node_sites(model, ["features.0.weight", "features.init_scale"])  # doctest: +SKIP
@@ -90,7 +92,7 @@ def node_sites(model, keys) -> dict:
         path = key.rpartition(".")[0]
         module = named.get(path)
         by_code = module is not None and not isinstance(model, torch.jit.ScriptModule) and (
-            not path or next(module.children(), None) is not None)
+            not path or next(module.children(), None) is not None or type(module).forward is torch.nn.Module.forward)
         out[key] = key if by_code else path
     return out
 
@@ -112,8 +114,14 @@ _PACKING = frozenset({"Reshape", "reshape", "_rnn_param_concat", "Concat", "conc
 
 
 def packing_consumers(symbol) -> dict:
-    """MXNet op name -> op type, for the ops that only repack parameters (gluon.rnn's blob, GluonNLP's q/k/v)."""
-    return {n["name"]: n["op"] for n in json.loads(symbol.tojson())["nodes"] if n["op"] in _PACKING}
+    """MXNet op name -> op type, for the ops that only repack parameters (gluon.rnn's blob, GluonNLP's q/k/v); the
+    symbol read with or without MXNet."""
+    return {n["name"]: n["op"] for n in symbol_document(symbol)["nodes"] if n["op"] in _PACKING}
+
+
+def packed_note(op: str) -> str:
+    """The note of a node not compared because MXNet packs its tensor with others through op type ``op``."""
+    return f"skipped: MXNet packs the tensor with others through {op} (checked at the final output)"
 
 
 def mxnet_executor(symbol, values: dict, ops, *, with_final=True, grad_req="null", args_grad=None) -> tuple:
@@ -213,7 +221,8 @@ def _statement_values(named: dict, keys: list, found: dict):
 
 def _parsed_forward(module):
     """(the FunctionDef of ``module``'s forward, with the file's line numbers; the function), or None where it cannot
-    be recompiled as it is (no source, a closure or ``super()``, decorators, a forward set on the instance)."""
+    be recompiled as it is (no source, a closure or ``super()``, decorators, names its class mangles, a forward set on
+    the instance)."""
     fn = type(module).forward
     if "forward" in vars(module) or not isinstance(fn, types.FunctionType) or fn.__code__.co_freevars:
         return None
@@ -223,7 +232,9 @@ def _parsed_forward(module):
     except (OSError, TypeError, SyntaxError):
         return None
     func = tree.body[0] if len(tree.body) == 1 else None
-    if not isinstance(func, ast.FunctionDef) or func.decorator_list:
+    if not isinstance(func, ast.FunctionDef) or func.decorator_list or any(
+            name.startswith("__") and not name.endswith("__") for node in ast.walk(func)
+            for name in (getattr(node, "attr", ""), getattr(node, "id", ""))):
         return None
     ast.increment_lineno(func, first - 1)
     return func, fn

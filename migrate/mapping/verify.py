@@ -11,7 +11,8 @@ from migrate import arguments
 from migrate.mapping.export import node_output_shapes, normalize_shapes
 from migrate.mapping.file_source import model_source
 from migrate.mapping.node_outputs import (captured_module_outputs, max_diff, mxnet_executor, node_pairs,
-                                          packing_consumers, seeded_inputs, torch_inputs, without_folded_bias)
+                                          packed_note, packing_consumers, seeded_inputs, torch_inputs,
+                                          without_folded_bias)
 from migrate.mapping.table import NameMapping
 from migrate.mapping.weights import load_mxnet_weights
 
@@ -185,8 +186,7 @@ def _compare_all(source, model, mapping, shapes, dtypes, atol, seed, budget, pro
         torch_outs, torch_final = _run_torch(model, inputs, [n[1] for n in part])
         rows += [_compare(mx_node, t_node, without_folded_bias(mx_outs.get(mx_node), source.params.get(bias)),
                           torch_outs.get(t_node), atol, bias) if mx_node not in packed else
-                 NodeCheck(mx_node, t_node, None, 0.0, True, f"skipped: MXNet packs the tensor with others through "
-                                                            f"{packed[mx_node]} (checked at the final output)")
+                 NodeCheck(mx_node, t_node, None, 0.0, True, packed_note(packed[mx_node]))
                  for mx_node, t_node, bias in part]
         del mx_outs, torch_outs
         if progress is not None:

@@ -315,6 +315,31 @@ def _rng(*shape):
     return np.random.RandomState(0).standard_normal(shape).astype(np.float32)
 
 
+class SymbolFeatures(gluon.HybridBlock):
+    """GluonCV's SSD feature expanders: a SymbolBlock (convolution, BatchNorm, ReLU written as symbols) whose
+    parameters are its own, not layers', read by function calls; a Dense head."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        data = mx.sym.var("data")
+        body = mx.sym.Convolution(data, num_filter=4, kernel=(3, 3), name="expand_conv0")
+        body = mx.sym.Activation(mx.sym.BatchNorm(body, fix_gamma=False, name="expand_bn0"), act_type="relu")
+        with self.name_scope():
+            self.features = gluon.SymbolBlock(body, data)
+            self.head = gluon.nn.Dense(2, in_units=64)
+
+    def hybrid_forward(self, F, x):
+        return self.head(self.features(x))
+
+
+def _symbol_features():
+    net = SymbolFeatures(prefix="sym_")
+    for name, param in net.features.collect_params().items():  # Xavier refuses vectors
+        param.init = mx.init.One() if name.endswith(("gamma", "var")) else mx.init.Uniform(0.2) if name.endswith(
+            ("beta", "mean", "bias")) else None
+    return _seeded_net(net, [_rng(2, 3, 6, 6)])
+
+
 # the models the generate tests build (small ones), each (net, inputs) when called
 SMALL_MODELS = {
     "ssd_like": lambda: (_ssd_like(), [_image()]),
@@ -325,6 +350,7 @@ SMALL_MODELS = {
     "small_net": lambda: (_small_net(), [_rng(4, 2, 6, 6)]),
     "small_bert": lambda: _seeded_net(*small_bert()),
     "transformer_decoder": lambda: _seeded_net(*transformer_decoder()),
+    "symbol_features": _symbol_features,
 }
 
 
