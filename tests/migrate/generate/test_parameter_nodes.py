@@ -10,7 +10,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 import torch
-from mxnet import autograd, gluon
+from mxnet import gluon
 
 import gluon_lr
 import migrate
@@ -228,6 +228,18 @@ class TestParameterNodes:
         assert report.first_divergence.torch_node == "features.init_scale" and not report.skipped
         assert "forward" not in vars(model) and wrong.read_text().count("* 1.01") == 1
 
+    def test_check_training_compares_every_node(self, ssd):
+        """``check_training`` (a training step, gradients on) compares the same nodes' forward outputs, none left out,
+        the scale and anchor sizes read at their statements; the model's forward is its own afterwards."""
+        net, model, _ = ssd
+        mapping = generated_mapping(model_source(net, [SHAPE], ["float32"]), model)
+        report = migrate.check_training(net, model, [_image(2)], mapping=mapping)
+        forward = {r.name: r for r in report.rows if r.kind == "forward"}
+        assert report.ok and len(forward) == 10 and all(r.max_abs_diff is not None for r in forward.values()), \
+            str(report)
+        assert {forward[node].torch_name for node in PARAMETER_NODES} == set(PARAMETER_NODES.values())
+        assert "forward" not in vars(model)
+
     def test_same_numbers_as_function_calls(self, ssd, tmp_path, monkeypatch):
         """The module calls compute what the function calls on the parameters computed: bit for bit, eval and train
         mode, outputs and input gradients (the file generated without the modules, as before them)."""
@@ -243,6 +255,80 @@ class TestParameterNodes:
             sum(o.sum() for o in got).backward()
             sum(o.sum() for o in want).backward()
             assert torch.equal(x.grad, y.grad), mode
+
+
+class Scaled(gluon.HybridBlock):
+    """A block holding a layer and a scale of its own, read by a function call: ``dense(x) * scale + 1``."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.dense = gluon.nn.Dense(4, in_units=3)
+            self.scale = self.params.get("scale", shape=(1, 4), init=mx.init.Uniform(2.0))
+
+    def hybrid_forward(self, F, x, scale):
+        return F.broadcast_mul(self.dense(x), scale) + 1
+
+
+class ScaledNet(gluon.HybridBlock):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.body = Scaled()
+
+    def hybrid_forward(self, F, x):
+        return F.relu(self.body(x))
+
+
+class ScaledTwin(torch.nn.Module):
+    """``Scaled`` written by hand in torch: the scale read in the container's own forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = torch.nn.Linear(3, 4)
+        self.scale = torch.nn.Parameter(torch.zeros(1, 4))
+
+    def forward(self, x):
+        y = self.dense(x) * self.scale
+        return y + 1
+
+
+class ScaledNetTwin(torch.nn.Module):
+    MXNET_NAMES = {"net_scaled0_dense0_weight": "body.dense.weight", "net_scaled0_dense0_bias": "body.dense.bias",
+                   "net_scaled0_scale": "body.scale"}
+
+    def __init__(self):
+        super().__init__()
+        self.body = ScaledTwin()
+
+    def forward(self, x):
+        return torch.relu(self.body(x))
+
+
+class TestStatements:
+    def test_hand_written_container_reads_its_parameter(self):
+        """A hand-written twin whose container reads its own scale: the node is read at ``y = self.dense(x) *
+        self.scale`` (not the container's output, ``y + 1``), equal to MXNet's; the twin's forward is its own
+        again after verify."""
+        net = ScaledNet(prefix="net_")
+        mx.random.seed(0)
+        net.initialize(mx.init.Xavier())
+        twin = ScaledNetTwin()
+        mapping = generated_mapping(model_source(net, [(2, 3)], ["float32"]), twin)
+        report = migrate.verify(net, twin, mapping, (2, 3), in_place=True)
+        rows = {r.mx_node: r for r in report.rows}
+        assert report.verified and rows["net_scaled0_broadcast_mul0"].torch_node == "body.scale", str(report)
+        assert rows["net_scaled0_broadcast_mul0"].max_abs_diff <= 1e-6 and "forward" not in vars(twin.body)
+
+    def test_unreadable_source_is_skipped_not_passed(self, tmp_path):
+        """A generated module whose file is gone: the parameters its code reads cannot be read, so those nodes are
+        reported skipped and the model is not "verified" (the layers and modules are still compared)."""
+        net = _ssd_like()
+        model = generate_torch(net, SHAPE, tmp_path / "gone.py")
+        (tmp_path / "gone.py").unlink()
+        report = _verified(net, model, [SHAPE])
+        assert report.ok and not report.verified, str(report)
+        assert {r.torch_node for r in report.skipped} == {"features.init_scale", "head.anchors"}
 
 
 @pytest.fixture(scope="module")
