@@ -207,6 +207,13 @@ itself: 2e-04) grows in the RPN's box_decode, whose exp of random-init deltas ta
 2e-05. The box_nms rows of `tests/migrate/generate/test_generate_ops.py` hold the translation to MXNet's order of
 exact ties (index order, also where topk cuts through a run of them) and to its strict `score > valid_thresh`.
 
+The int8 models (MXNet's quantization with calibration, its convolutions fused into `_sg_mkldnn_conv`) run on
+the replay of MXNet's oneDNN integer arithmetic (`migrate/generate/ops/quantized.py`): mobilenet1.0_int8 and
+resnet50_v1_int8 give MXNet's integers node by node. The simple_pose int8 models end in float Deconvolution layers
+whose float32 rounding (1e-5) moves a value across a rounding tie of the final quantize: one int8 step (0.0076) in
+one or two of their 4352 outputs. MXNet's own int8 convolutions accumulate exactly on this CPU (AVX512-VNNI); on a
+CPU without VNNI oneDNN may sum them in 16 bits first, which the replay does not follow.
+
 """
 
 if __name__ == "__main__":

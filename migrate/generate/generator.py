@@ -12,8 +12,8 @@ from migrate.errors import InputFileError, InputShapeError
 from migrate.generate import ops  # noqa: F401  (importing the op families fills the registry)
 from migrate.generate.module_tree import ModuleTree, module_expression
 from migrate.generate.names import block_paths, identifier, local_names, param_keys, tree_order
-from migrate.generate.registry import OpNode, translator
-from migrate.generate.shapes import LOSS_HEADS, translated_shapes
+from migrate.generate.registry import MULTI_OUTPUT, OpNode, translator
+from migrate.generate.shapes import LOSS_HEADS, mxnet_node_shapes, translated_shapes
 from migrate.generate.source_file import GeneratedClass, file_text
 from migrate.mapping.export import normalize_shapes
 from migrate.mapping.file_source import model_source
@@ -21,8 +21,6 @@ from migrate.mapping.symbol_graph import aux_state_names, symbol_document
 from mxformats.atomic import write_text
 
 __all__ = ["generate_torch", "translated_module"]
-
-MULTI_OUTPUT = {"SliceChannel", "split", "RNN"}
 
 
 def generate_torch(mx_model, input_shapes, path, *, input_dtypes=None):
@@ -161,25 +159,7 @@ def _graph(source, shapes, dtypes):
                               f"{len(shapes)} shape(s) {shapes}; give one shape per input")
     if source.without_mxnet:
         return nodes, heads, inputs, translated_shapes(nodes, inputs, shapes, dtypes, source.params)
-    return nodes, heads, inputs, _node_shapes(nodes, *_shapes(source, dict(zip(inputs, shapes))))
-
-
-def _node_shapes(nodes, names, shapes) -> list:
-    """Each node's output shapes, from MXNet's internal outputs (listed in node order). Names are not keys: a Gluon
-    block called twice (one Activation reused) makes nodes of the same name."""
-    out, k = [], 0
-    for node in nodes:
-        name, mine = node["name"], []
-        if node["op"] == "null":
-            if k < len(names) and names[k] == name:
-                mine, k = [shapes[k]], k + 1
-        elif k < len(names) and names[k] == f"{name}_output":
-            mine, k = [shapes[k]], k + 1
-        else:
-            while k < len(names) and names[k] == f"{name}_output{len(mine)}":
-                mine, k = mine + [shapes[k]], k + 1
-        out.append(mine)
-    return out
+    return nodes, heads, inputs, mxnet_node_shapes(nodes, *_shapes(source, dict(zip(inputs, shapes))))
 
 
 def _shapes(source, given) -> tuple:
@@ -240,8 +220,10 @@ class _Walk:
                              [self._shape(e) for e in entries], self._shape([i, 0]),
                              in_ops=[(self.nodes[e[0]]["op"], self.nodes[e[0]].get("attrs", {})) for e in entries],
                              param_keys=[self._key(e) for e in entries], block=blocks.get(node["name"]),
-                             site=self.tree)
-            self.lines.append(f"{local[i]} = {translator(node['op'], node['name'])(op_node)}")
+                             site=self.tree, subgraphs=node.get("subgraphs", []))
+            expression = translator(node["op"], node["name"])(op_node)
+            self.lines += op_node.statements  # a loop's lines (_foreach) before the value it gives
+            self.lines.append(f"{local[i]} = {expression}")
             self._record(entries, local[i])
             self.emitted |= op_node.emitted
             self.exprs[i] = local[i]

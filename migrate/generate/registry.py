@@ -18,7 +18,11 @@ from typing import Callable, Protocol
 
 from migrate.errors import UnsupportedOpError
 
-__all__ = ["OpNode", "LayerSite", "register", "translator", "known_ops", "documentation_name", "as_tuple"]
+__all__ = ["OpNode", "LayerSite", "register", "translator", "known_ops", "documentation_name", "as_tuple",
+           "MULTI_OUTPUT"]
+
+MULTI_OUTPUT = {"SliceChannel", "split", "RNN"}
+"""Ops whose translation returns a tuple even where MXNet's node has one output (it is read as ``value[0]``)."""
 
 _TRANSLATORS: dict[str, Callable] = {}
 
@@ -58,6 +62,9 @@ class OpNode:
         block: the module path of the parameterless Gluon block that made this node alone (None: none known).
         site: where layers go (None: the node is written as function calls only, as ``shapes`` evaluates them).
         emitted: the helper functions and layer classes the expression uses (the generator copies them).
+        subgraphs: the symbol documents of the node's subgraphs (``_foreach``'s loop body).
+        statements: lines the translator writes before the node's own line (``_foreach``'s loop), whose names the
+            expression reads.
     """
 
     op: str
@@ -71,6 +78,8 @@ class OpNode:
     block: str = None
     site: LayerSite = None
     emitted: set = field(default_factory=set)
+    subgraphs: list = field(default_factory=list)
+    statements: list = field(default_factory=list)
 
     def attr(self, key: str, default=None):
         """The attribute ``key`` parsed as a Python literal (``"(3, 3)"`` -> ``(3, 3)``, ``"True"`` -> True)."""
@@ -87,6 +96,12 @@ class OpNode:
         """The attribute ``key`` as a tuple (a bare value becomes a 1-tuple; absent or None gives ``default``)."""
         value = self.attr(key)
         return tuple(default) if value is None else as_tuple(value)
+
+    def torch_dtype(self, default: str = "float32") -> str:
+        """The ``dtype`` attribute as a torch dtype expression (``torch.int32``); ``default`` where the node has none
+        (absent, empty or ``None``)."""
+        value = self.attr("dtype")
+        return f"torch.{default if value in (None, '', 'None') else value}"
 
     def optional_input(self, index: int):
         """The expression of input ``index``, or None where the node has fewer inputs."""

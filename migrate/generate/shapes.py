@@ -20,7 +20,7 @@ import numpy as np
 from migrate.errors import InputShapeError, UnsupportedOpError
 from migrate.generate.registry import OpNode, translator
 
-__all__ = ["translated_shapes"]
+__all__ = ["translated_shapes", "mxnet_node_shapes"]
 
 LOSS_HEADS = {"SoftmaxOutput", "Softmax", "LinearRegressionOutput", "MAERegressionOutput", "LogisticRegressionOutput"}
 _INFERRED_BY_CONSUMER = {"_zeros", "zeros", "_ones", "ones", "_full", "full"}
@@ -83,13 +83,57 @@ def translated_shapes(nodes: list, inputs: list, shapes: list, dtypes: list, par
     return out
 
 
+def mxnet_node_shapes(nodes: list, names: list, shapes: list) -> list:
+    """Each node's output shapes (a list per node, in node order) from MXNet's internal outputs.
+
+    Args:
+        nodes: the graph's nodes as a symbol JSON lists them.
+        names: ``symbol.get_internals().list_outputs()``: every node's outputs, in node order (a variable's own name;
+            ``<node>_output``, or ``<node>_output0``, ``<node>_output1``...; or ``<node>_output`` followed by the
+            op's own output names: an ``RNN``'s ``<node>_state_output`` and ``<node>_statecell_output``, an int8 op's
+            ``<node>_min_output`` and ``<node>_max_output``, ``_sg_mkldnn_conv``'s ``<node>_output_min`` and
+            ``<node>_output_max``).
+        shapes: the shape of each of ``names`` (None where unknown).
+
+    Returns:
+        ``[[shape, ...], ...]``. Names are not keys: a Gluon block called twice (one Activation reused) makes nodes of
+        the same name, so the outputs are read in order.
+    """
+    out, k = [], 0
+    for node in nodes:
+        name, mine = node["name"], []
+        extra = [f"{name}_{suffix}" for suffix in _named_outputs(node["op"])]
+        if node["op"] == "null":
+            if k < len(names) and names[k] == name:
+                mine, k = [shapes[k]], k + 1
+        elif k < len(names) and names[k] == f"{name}_output":
+            mine, k = [shapes[k]], k + 1
+            while k < len(names) and names[k] in extra:
+                mine, k = mine + [shapes[k]], k + 1
+        else:
+            while k < len(names) and names[k] == f"{name}_output{len(mine)}":
+                mine, k = mine + [shapes[k]], k + 1
+        out.append(mine)
+    return out
+
+
+def _named_outputs(op: str) -> tuple:
+    """The names after ``output`` MXNet gives the other outputs of ``op`` (FListOutputNames)."""
+    if op == "RNN":
+        return "state_output", "statecell_output"
+    if op.startswith("_contrib_quantized_"):
+        return "min_output", "max_output"
+    return ("output_min", "output_max") if op.startswith("_sg_mkldnn_") else ()
+
+
 def _evaluate(index: int, nodes: list, values: dict, out: list, shapes: list):
     """The value of op node ``index``: its translation evaluated on its inputs' values."""
     node = nodes[index]
     entries = node["inputs"][:1] if node["op"] in LOSS_HEADS else node["inputs"]
     names = [f"_input{k}" for k in range(len(entries))]
     op_node = OpNode(node["op"], node["name"], node.get("attrs", {}), names, [_shape(out, e) for e in entries], None,
-                     in_ops=[(nodes[e[0]]["op"], nodes[e[0]].get("attrs", {})) for e in entries])
+                     in_ops=[(nodes[e[0]]["op"], nodes[e[0]].get("attrs", {})) for e in entries],
+                     subgraphs=node.get("subgraphs", []))
     try:
         expression = translator(node["op"], node["name"])(op_node)
     except UnsupportedOpError:
@@ -97,11 +141,14 @@ def _evaluate(index: int, nodes: list, values: dict, out: list, shapes: list):
             return _Pending(index)
         raise
     local = {name: _entry_value(values, entry) for name, entry in zip(names, entries)}
+    code = "\n".join(op_node.statements + [expression])
     for name, value in local.items():
-        if isinstance(value, _Pending) and re.search(rf"\b{name}\b", expression):
+        if isinstance(value, _Pending) and re.search(rf"\b{name}\b", code):
             raise _pending_error(nodes[value.index], node)
     try:
-        value = eval(expression, {**op_node.namespace(), "self": _Module()}, local)  # the generator's expression
+        namespace = {**op_node.namespace(), "self": _Module()}
+        exec("\n".join(op_node.statements), namespace, local)  # a loop's lines (_foreach), as the generator writes
+        value = eval(expression, namespace, local)  # the generator's expression
     except Exception as exc:
         raise InputShapeError(f"MXNet node {node['name']!r} (op {node['op']}) rejects the input shapes {shapes}: "
                               f"its translation fails on inputs of shapes {op_node.in_shapes} ({type(exc).__name__}:"

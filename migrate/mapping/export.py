@@ -186,9 +186,24 @@ def _load_mx_block(block, shapes, dtypes) -> MxSource:
     except TypeError as exc:
         raise InputShapeError(f"MXNet block {type(block).__name__} does not take {len(names)} input(s) "
                               f"({_first_line(exc)}); give one shape per input of its hybrid_forward") from None
-    if isinstance(symbol, (list, tuple)):
-        symbol = mx.sym.Group(list(symbol))
+    if symbol is None or isinstance(symbol, (list, tuple)):
+        symbol = mx.sym.Group(_output_symbols(block, symbol))
     return MxSource(symbol, values, names)
+
+
+def _output_symbols(block, outputs, where: tuple = ()) -> list:
+    """The symbols a block returned, nested tuples flattened in order (as ``HybridBlock.export`` writes them).
+
+    Raises:
+        ModelTypeError: an output is None (names its position): a graph holds only arrays.
+    """
+    if isinstance(outputs, (list, tuple)):
+        return [symbol for i, out in enumerate(outputs) for symbol in _output_symbols(block, out, where + (i,))]
+    if outputs is None:
+        raise ModelTypeError(f"MXNet block {type(block).__name__} returns None as its output"
+                             f"{''.join(f'[{i}]' for i in where)}; an MXNet graph holds arrays only: wrap the block "
+                             f"in a HybridBlock whose hybrid_forward returns its arrays without the None")
+    return [outputs]
 
 
 def _forward_block(block, shapes, dtypes) -> None:

@@ -36,6 +36,7 @@ from tests.migrate.mapping import test_model_zoo as zoo_pairs
 from tests.migrate.mapping import test_module_batchnorm as mod_bn
 from tests.migrate.mapping import test_rnn as rnn_pairs
 from tests.migrate.mapping.test_gluoncv import model_zoo  # noqa: F401  (fixture: gluoncv's zoo next to torch >= 2)
+from tests.migrate.generate import test_generate_gluonts_style as gluonts_style
 from tests.migrate.generate.test_generate import OpsBlock, RecurrentNet, TransformerBlock
 from tests.migrate.generate.test_generate import generate_module as generate_module_from
 from tests.test_torch_env import MxBnDepthwise, torch_python  # noqa: F401 (fixture: ./.venv-torch, checked)
@@ -106,8 +107,35 @@ def _gru(folder):
     return _exported(folder, "gru", net, (3, 2, 3))
 
 
+def _gluonts_style(folder, name, net, shapes, dtype):
+    """A GluonTS-style network (tests/migrate/generate/test_generate_gluonts_style.py) with several inputs; the
+    shapes in the order the symbol file lists its inputs (``data2`` may come first)."""
+    mx.random.seed(0)
+    net.initialize(mx.init.Xavier(magnitude=2.0))
+    net.cast(dtype)
+    net.hybridize()
+    net(*[mx.nd.ones(s, dtype=dtype) for s in shapes])
+    net.export(str(folder / name))
+    files = (folder / f"{name}-symbol.json", folder / f"{name}-0000.params")
+    order = [n for n in mx.sym.load(str(files[0])).list_inputs() if n.startswith("data")]
+    return files, [shapes[int(n[len("data"):])] for n in order], [dtype] * len(shapes)
+
+
+def _deep_factor(folder):
+    """Two stacked NTC LSTMs (the second's begin states shaped after the first RNN node) and a clipping Embedding."""
+    return _gluonts_style(folder, "df", gluonts_style.DeepFactorStyle(prefix="df_"), [(3,), (3, 5, 3), (3, 5)],
+                          "float32")
+
+
+def _gaussian_process(folder):
+    """_eye, diag and the linalg family, float64."""
+    return _gluonts_style(folder, "gp", gluonts_style.GaussianProcessStyle(6, prefix="gp_"), [(2, 6, 3), (2, 6)],
+                          "float64")
+
+
 MODELS = {"resnet18_v1": _resnet, "ops_block": _ops, "transformer": _transformer, "lstm": _lstm, "gru": _gru,
-          "bert": _bert, "module_checkpoint": _module}
+          "bert": _bert, "module_checkpoint": _module, "deep_factor": _deep_factor,
+          "gaussian_process": _gaussian_process}
 
 
 def _inputs(shapes, dtypes, seed=3):
@@ -340,9 +368,9 @@ class TestErrors:
     def test_unknown_op_names_op_and_node(self, tmp_path, monkeypatch):
         """An op with no translation: UnsupportedOpError naming the op and the node; nothing written."""
         x = mx.sym.var("data")
-        files = self._symbol_file(tmp_path, mx.sym.linalg.syrk(x, name="gram"), {})
+        files = self._symbol_file(tmp_path, mx.sym.linalg.gelqf(x, name="lq")[0], {})
         monkeypatch.setenv(WITHOUT_MXNET_VARIABLE, "1")
-        with pytest.raises(UnsupportedOpError, match=r"'gram' uses op '_linalg_syrk'"):
+        with pytest.raises(UnsupportedOpError, match=r"'lq' uses op '_linalg_gelqf'"):
             generate_torch(files, (2, 3), tmp_path / "t.py")
         assert not (tmp_path / "t.py").exists()
 

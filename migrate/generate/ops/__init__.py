@@ -6,11 +6,12 @@ Adding an op: a ``@register("op")`` translator in the module of its family (and,
 equivalent, a helper in the same module, listed in its ``__all__``), and a row in
 ``tests/migrate/generate/test_generate_ops.py``.
 """
-from migrate.generate.ops import (activations, creation, detection, elementwise, indexing, layers, linalg,
-                                  normalization, recurrent, reduction, sequence, shape, vision)
+from migrate.generate.ops import (activations, control_flow, creation, detection, elementwise, indexing, layers,
+                                  linalg, normalization, numpy_interface, quantized, recurrent, reduction,
+                                  sampling, sequence, shape, vision)
 
 __all__ = ["FAMILIES"]
 
 FAMILIES = (layers, activations, normalization, elementwise, shape, reduction, linalg, indexing, creation, sequence,
-            recurrent, vision, detection)
+            recurrent, vision, detection, numpy_interface, sampling, control_flow, quantized)
 """The op family modules, in the order their emitted objects are written into a file."""

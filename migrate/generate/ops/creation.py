@@ -1,5 +1,6 @@
-"""MXNet's ops that create tensors: ``_zeros``, ``_ones``, ``_full``, ``_arange``, ``_contrib_arange_like``,
-``_random_normal``, ``_random_uniform``, ``_random_uniform_like`` and ``_sample_multinomial``.
+"""MXNet's ops that create tensors: ``_zeros``, ``_ones``, ``_full``, ``_eye``, ``_arange``, ``_linspace``,
+``_contrib_arange_like``,
+``_random_normal``, ``_random_uniform`` and ``_random_uniform_like`` (the ``_sample_*`` ops are ``sampling``'s).
 
 Created tensors go to the device of the module's weights (``self._device()``). A ``_zeros`` whose batch axis MXNet
 leaves to inference (Gluon's RNN begin states) takes the size inferred for the given input shapes; the RNN
@@ -8,18 +9,12 @@ torch's generator (so never MXNet's numbers: the same distributions, shapes and 
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from migrate.errors import UnsupportedOpError
 from migrate.generate.registry import OpNode, register
 
-__all__ = ["mx_arange_like", "mx_sample_multinomial"]
-
-
-def _dtype(node: OpNode, default: str = "float32") -> str:
-    return f"torch.{node.attr('dtype', default) or default}"
+__all__ = ["mx_arange_like"]
 
 
 def _static_shape(node: OpNode) -> tuple:
@@ -44,13 +39,32 @@ def _zeros(node: OpNode) -> str:
 
 @register("_ones", "ones")
 def _ones(node: OpNode) -> str:
-    return f"torch.ones({_static_shape(node)}, dtype={_dtype(node)}, device=self._device())"
+    return f"torch.ones({_static_shape(node)}, dtype={node.torch_dtype()}, device=self._device())"
 
 
 @register("_full", "full")
 def _full(node: OpNode) -> str:
-    return (f"torch.full({_static_shape(node)}, {float(node.attr('value'))}, dtype={_dtype(node)}, "
+    return (f"torch.full({_static_shape(node)}, {float(node.attr('value'))}, dtype={node.torch_dtype()}, "
             f"device=self._device())")
+
+
+@register("_eye")
+def _eye(node: OpNode) -> str:
+    """N x M (M = 0: N) with ones on diagonal ``k``."""
+    n, k = int(node.attr("N")), int(node.attr("k", 0))
+    m = int(node.attr("M", 0)) or n
+    return f"torch.ones(({n}, {m}), dtype={node.torch_dtype()}, device=self._device()).tril({k}).triu({k})"
+
+
+@register("_linspace")
+def _linspace(node: OpNode) -> str:
+    """``num`` values from ``start``, each ``start + i * step`` computed in float64 and cast, as MXNet's kernel does
+    (``step`` reaches ``stop`` at the last value, or one step past it without ``endpoint``)."""
+    start, stop, num = float(node.attr("start")), float(node.attr("stop")), int(node.attr("num"))
+    endpoint = bool(node.attr("endpoint", True))
+    step = (stop - start) / max(1, num - 1 if endpoint else num)
+    return (f"(torch.arange({num}, dtype=torch.float64, device=self._device()) * {step} + {start})"
+            f".to({node.torch_dtype()})")
 
 
 @register("_arange", "arange")
@@ -62,7 +76,7 @@ def _arange(node: OpNode) -> str:
         start, stop = 0.0, start
     repeat = node.attr("repeat", 1)
     count = max(0, -int(-(float(stop) - start) // step))
-    expr = f"(torch.arange({count}, dtype={_dtype(node)}, device=self._device()) * {step} + {start})"
+    expr = f"(torch.arange({count}, dtype={node.torch_dtype()}, device=self._device()) * {step} + {start})"
     return f"{expr}.repeat_interleave({repeat})" if repeat > 1 else expr
 
 
@@ -99,13 +113,14 @@ def _sample_shape(node: OpNode) -> tuple:
 @register("_random_normal")
 def _random_normal(node: OpNode) -> str:
     return (f"torch.normal({float(node.attr('loc', 0.0))}, {float(node.attr('scale', 1.0))}, {_sample_shape(node)}, "
-            f"dtype={_dtype(node)}, device=self._device())")
+            f"dtype={node.torch_dtype()}, device=self._device())")
 
 
 @register("_random_uniform")
 def _random_uniform(node: OpNode) -> str:
     low, high = float(node.attr("low", 0.0)), float(node.attr("high", 1.0))
-    return f"torch.empty({_sample_shape(node)}, dtype={_dtype(node)}, device=self._device()).uniform_({low}, {high})"
+    return (f"torch.empty({_sample_shape(node)}, dtype={node.torch_dtype()}, device=self._device())"
+            f".uniform_({low}, {high})")
 
 
 @register("_random_uniform_like")
@@ -113,28 +128,3 @@ def _random_uniform_like(node: OpNode) -> str:
     """The input's shape and dtype; no gradient reaches the input (MXNet gives it zeros)."""
     low, high = float(node.attr("low", 0.0)), float(node.attr("high", 1.0))
     return f"torch.empty_like({node.inputs[0]}).uniform_({low}, {high})"
-
-
-@register("_sample_multinomial")
-def _sample_multinomial(node: OpNode) -> str:
-    return node.call(mx_sample_multinomial, node.inputs[0], node.tuple_attr("shape"),
-                     bool(node.attr("get_prob", False)), _dtype(node, "int32"))
-
-
-def mx_sample_multinomial(data, shape, get_prob, dtype):
-    """MXNet's sample_multinomial: per distribution (the last axis of ``data``, read unnormalized) ``shape`` draws
-    (one where ``shape`` is empty), each the first class whose running sum of probabilities (float32) reaches a
-    uniform float32 draw in [0, 1); a row summing short of the draw gives index K, as MXNet's kernel does. With
-    ``get_prob`` also the log-probability of each draw (in ``data``'s dtype; its gradient is head / p at the drawn
-    class, MXNet's backward). A 1-D ``data`` with an empty ``shape`` gives shape (1,)."""
-    k = data.shape[-1]
-    rows = data.reshape(-1, k)
-    draws = math.prod(shape)
-    cumulative = torch.cumsum(rows.detach().double(), 1).float()
-    uniform = torch.rand(rows.shape[0], draws, dtype=torch.float32, device=data.device)
-    index = torch.searchsorted(cumulative.contiguous(), uniform)
-    out_shape = (tuple(shape) or (1,)) if data.dim() == 1 else tuple(data.shape[:-1]) + tuple(shape)
-    sample = index.reshape(out_shape).to(dtype)
-    if not get_prob:
-        return sample
-    return sample, torch.log(rows.gather(1, index.clamp(max=k - 1))).reshape(out_shape)

@@ -104,7 +104,7 @@ def _fully_connected(node: OpNode) -> str:
 @register("Embedding")
 def _embedding(node: OpNode) -> str:
     weight = node.in_shapes[1] if len(node.in_shapes) > 1 else None
-    x = f"{node.inputs[0]}.long()"
+    x = f"{node.inputs[0]}.long().clamp(0, {int(node.attr('input_dim')) - 1})"  # MXNet clips indices to the rows
     return (weight and node.layer(nn.Embedding, *weight, params={"weight": 1}, call=(x,))) or (
         f"F.embedding({x}, {node.inputs[1]})")
 

@@ -1,5 +1,6 @@
-"""MXNet's reductions: ``sum``/``sum_axis``, ``mean``, ``max``, ``min``, ``prod``, ``nansum``, ``norm``,
-``argmax``/``argmin``/``argmax_channel`` (indices in the input's dtype, as MXNet gives them).
+"""MXNet's reductions: ``sum``/``sum_axis``, ``mean``, ``max``, ``min``, ``prod``, ``nansum``, ``nanprod`` (each
+with ``exclude=True``: the axes ``axis`` does not name), ``norm``, ``argmax``/``argmin``/``argmax_channel`` (indices in
+the input's dtype, as MXNet gives them).
 """
 from __future__ import annotations
 
@@ -10,13 +11,29 @@ from migrate.generate.registry import OpNode, register
 __all__ = ["mx_norm", "mx_argmax"]
 
 
+def _reduced_axes(node: OpNode):
+    """The axes the node reduces: None for all of them (the result keeps one element unless ``keepdims``), else a
+    tuple (empty where ``exclude=True`` names every axis: nothing is reduced). ``exclude=True`` reduces the axes
+    ``axis`` does not name; with an empty ``axis`` it reduces all, as MXNet does."""
+    if node.attr("axis") in (None, ()):
+        return None
+    axes = node.tuple_attr("axis")
+    if not node.attr("exclude", False):
+        return axes
+    if not (node.in_shapes and node.in_shapes[0]):
+        raise node.unsupported("exclude=True on an input of unknown rank")
+    ndim = len(node.in_shapes[0])
+    named = {a % ndim for a in axes}
+    return tuple(a for a in range(ndim) if a not in named)
+
+
 def _reduce(node: OpNode, fn: str) -> str:
-    axis, keep, x = node.attr("axis"), bool(node.attr("keepdims", False)), node.inputs[0]
-    if node.attr("exclude", False):
-        raise node.unsupported("exclude=True")
-    if axis in (None, ()):
+    axes, keep, x = _reduced_axes(node), bool(node.attr("keepdims", False)), node.inputs[0]
+    if axes is None:
         return f"{x}.{fn}(tuple(range({x}.dim())), keepdim=True)" if keep else f"{x}.{fn}().reshape(1)"
-    return f"{x}.{fn}({node.tuple_attr('axis')}, keepdim={keep})"
+    if not axes:
+        return x
+    return f"{x}.{fn}({axes}, keepdim={keep})"
 
 
 @register("mean")
@@ -39,19 +56,19 @@ def _min(node: OpNode) -> str:
     return _reduce(node, "amin")
 
 
-@register("prod")
+@register("prod", "nanprod")
 def _prod(node: OpNode) -> str:
-    axis = node.attr("axis")
-    x = node.inputs[0]
-    if node.attr("exclude", False):
-        raise node.unsupported("exclude=True")
-    if axis in (None, ()):
-        return f"{x}.reshape(-1).prod(0, keepdim=True)" + (f".reshape([1] * {x}.dim())" if node.attr("keepdims")
-                                                             else "")
+    """torch's prod takes one axis: the product runs axis by axis (nanprod reads NaN as 1)."""
+    axes, x = _reduced_axes(node), node.inputs[0]
+    if node.op == "nanprod":
+        x = f"torch.where(torch.isnan({x}), torch.ones_like({x}), {x})"
+    if axes is None:
+        return f"{x}.reshape(-1).prod(0, keepdim=True)" + (f".reshape([1] * {node.inputs[0]}.dim())"
+                                                             if node.attr("keepdims") else "")
     out = x
-    for a in node.tuple_attr("axis"):  # keepdim: the axes stay where they are
+    for a in axes:  # keepdim: the axes stay where they are
         out = f"{out}.prod({a}, keepdim=True)"
-    return out if node.attr("keepdims", False) else f"{out}.squeeze({node.tuple_attr('axis')})"
+    return out if node.attr("keepdims", False) or not axes else f"{out}.squeeze({axes})"
 
 
 @register("nansum")

@@ -14,7 +14,7 @@ from mxnet.gluon.model_zoo import vision
 import gluon_lr
 import migrate
 import migrate.cli
-from migrate.errors import InputShapeError, UnsupportedOpError
+from migrate.errors import InputShapeError, ModelTypeError, UnsupportedOpError
 from migrate.generate import generate_torch, known_ops
 from migrate.generate.registry import register, translator
 from tests.migrate.mapping.test_gluoncv import model_zoo  # noqa: F401  (fixture: gluoncv's zoo next to torch >= 2)
@@ -320,13 +320,30 @@ class TestErrors:
     def test_unsupported_op_writes_nothing(self, tmp_path):
         """An op without a translation is an UnsupportedOpError naming the op, the node, MXNet's documentation name
         and the nearest known ops; no file is written."""
-        class Gram(gluon.HybridBlock):
+        class LQ(gluon.HybridBlock):
             def hybrid_forward(self, F, x):
-                return F.linalg.syrk(x)
-        with pytest.raises(UnsupportedOpError, match=r"node 'gram_syrk0' uses op '_linalg_syrk' \(documented "
-                                                     r"as mxnet.symbol.linalg.syrk\).*nearest known ops"):
-            generate_torch(Gram(prefix="gram_"), (2, 5), tmp_path / "t.py")
+                return F.linalg.gelqf(x)[0]
+        with pytest.raises(UnsupportedOpError, match=r"node 'lq_gelqf0' uses op '_linalg_gelqf' \(documented "
+                                                     r"as mxnet.symbol.linalg.gelqf\).*nearest known ops"):
+            generate_torch(LQ(prefix="lq_"), (2, 5), tmp_path / "t.py")
         assert not (tmp_path / "t.py").exists()
+
+    def test_none_output_is_named(self, tmp_path):
+        """A block returning None among its outputs (GluonTS MQCNN's sampler gives ((x,), None, None)) is a
+        ModelTypeError naming the position; nothing is written. Nested outputs without None come out flat."""
+        class Sampler(gluon.HybridBlock):
+            def __init__(self, with_none, **kwargs):
+                super().__init__(**kwargs)
+                self.with_none = with_none
+
+            def hybrid_forward(self, F, x):
+                return ((x * 2,), None, None) if self.with_none else ((x * 2,), x + 1)
+        with pytest.raises(ModelTypeError, match=r"block Sampler returns None as its output\[1\].*wrap the block"):
+            generate_torch(Sampler(True), (2, 3), tmp_path / "s.py")
+        assert not (tmp_path / "s.py").exists()
+        model = generate_torch(Sampler(False), (2, 3), tmp_path / "s.py")
+        doubled, plus_one = model(torch.ones(2, 3))
+        assert torch.equal(doubled, torch.full((2, 3), 2.0)) and torch.equal(plus_one, torch.full((2, 3), 2.0))
 
     @pytest.mark.parametrize("description, call, error, pattern", [
         ("duplicate registration", lambda: register("Convolution")(lambda node: ""), ValueError,
@@ -430,12 +447,12 @@ class TestCli:
     def test_unsupported_op_exit_2_nothing_written(self, tmp_path, capsys):
         """An op without translation: exit 2, the error names the op, no file is written."""
         fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, no_bias=True, name="fc")
-        mx.sym.linalg.syrk(fc, name="gram").save(str(tmp_path / "t-symbol.json"))
+        mx.sym.linalg.gelqf(fc, name="lq")[0].save(str(tmp_path / "t-symbol.json"))
         mx.nd.save(str(tmp_path / "t-0000.params"), {"arg:fc_weight": mx.nd.ones((3, 5))})
         args = ["generate", "--symbol", str(tmp_path / "t-symbol.json"), "--params", str(tmp_path / "t-0000.params"),
                 "--input-shape", "2,5", "--out", str(tmp_path / "t.py")]
         assert migrate.cli.main(args) == 2
-        assert "op '_linalg_syrk'" in capsys.readouterr().err and not (tmp_path / "t.py").exists()
+        assert "op '_linalg_gelqf'" in capsys.readouterr().err and not (tmp_path / "t.py").exists()
 
 
 def generate_module(path):

@@ -9,6 +9,7 @@ against the distribution. Every op MXNet's own ONNX exporter converts has a tran
 exporter knew before generate the same file from symbol/params files read without MXNet.
 """
 import os
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -44,8 +45,8 @@ class _Op(gluon.HybridBlock):
         return self._fn(F, *xs)
 
 
-def _u(*shape, low=-1.0, high=1.0):
-    return lambda rng: rng.uniform(low, high, shape).astype(np.float32)
+def _u(*shape, low=-1.0, high=1.0, dtype=np.float32):
+    return lambda rng: rng.uniform(low, high, shape).astype(dtype)
 
 
 def _ints(high, *shape, low=0):
@@ -80,6 +81,60 @@ def _rois(count, batch, size):
         ids = rng.randint(0, batch, (count, 1))
         return np.concatenate([ids, xy, xy + wh], 1).astype(np.float32)
     return make
+
+
+def _spd(*batch, n, dtype=np.float32):
+    """Symmetric positive definite matrices (M M^T + n I)."""
+    def make(rng):
+        m = rng.uniform(-1, 1, batch + (n, n))
+        return (m @ np.swapaxes(m, -1, -2) + n * np.eye(n)).astype(dtype)
+    return make
+
+
+def _tri(*batch, n, dtype=np.float32):
+    """Well-conditioned matrices (3 on the diagonal plus uniform(-1, 1)); a triangular op must not read the other
+    triangle."""
+    def make(rng):
+        return (rng.uniform(-1, 1, batch + (n, n)) + 3 * np.eye(n)).astype(dtype)
+    return make
+
+
+def _loop_tanh(F, x, h, w):
+    """A tanh RNN by F.contrib.foreach: (outputs, final state)."""
+    outs, states = F.contrib.foreach(lambda d, s: (F.tanh(F.dot(d, w) + s[0]) * 2, [F.tanh(F.dot(d, w) + s[0])]),
+                                     x, [h])
+    return outs, states[0]
+
+
+def _inner_loop(F, d, s):
+    """A loop over the rows of one outer step: its running sum as the outer step's output and state."""
+    outs, states = F.contrib.foreach(lambda row, acc: (row * acc[0], [acc[0] + row]), d, [s])
+    return F.sum(outs, axis=0), [states[0]]
+
+
+def _flat(result):
+    """foreach's (outputs, states) as one flat list."""
+    outs, states = result
+    return (list(outs) if isinstance(outs, list) else [outs]) + list(states)
+
+
+def _int8_conv(F, x, w, b):
+    """quantized_conv of x (uint8: MXNet's CPU kernel takes no other), w and b (int8): int32 values and range."""
+    qx, qw, qb = (F.contrib.quantize_v2(x, out_type="uint8"), F.contrib.quantize_v2(w, out_type="int8"),
+                  F.contrib.quantize_v2(b, out_type="int8"))
+    return F.contrib.quantized_conv(qx[0], qw[0], qb[0], qx[1], qx[2], qw[1], qw[2], qb[1], qb[2], kernel=(3, 3),
+                                    num_filter=4, stride=(2, 1), pad=(1, 1))
+
+
+def _int8_dense(F, x, w, b, kind):
+    """quantized_fully_connected of x (int8 or uint8) and w, b (int8), flattening x: int32 values and range."""
+    qx = F.contrib.quantize_v2(F.abs(x) if kind == "uint8" else x, out_type="uint8" if kind == "uint8" else "int8")
+    qw, qb = F.contrib.quantize_v2(w, out_type="int8"), F.contrib.quantize_v2(b, out_type="int8")
+    if kind == "no bias":
+        return F.contrib.quantized_fully_connected(data=qx[0], weight=qw[0], min_data=qx[1], max_data=qx[2],
+                                                   min_weight=qw[1], max_weight=qw[2], num_hidden=5, no_bias=True)
+    return F.contrib.quantized_fully_connected(qx[0], qw[0], qb[0], qx[1], qx[2], qw[1], qw[2], qb[1], qb[2],
+                                               num_hidden=5)
 
 
 def _both(*makers):
@@ -169,6 +224,104 @@ CASES = [
     Case("_linalg_gemm2 axis 1", lambda F, a, b: F.linalg.gemm2(a, b, transpose_a=True, transpose_b=True, alpha=-0.5,
                                                                   axis=1),
          _both(_u(2, 4, 3, 5), _u(2, 6, 3, 4))),
+    # linalg: batched over leading axes; triangular operands read from one triangle; float64 where LAPACK's float32
+    # rounding of a factorization or inverse would dominate
+    Case("_linalg_gemm", lambda F, a, b, c: F.linalg.gemm(a, b, c, transpose_a=True, alpha=0.5, beta=-2.0),
+         _both(_u(2, 4, 3), _u(2, 4, 5), _u(2, 3, 5))),
+    Case("_linalg_gemm axis 1", lambda F, a, b, c: F.linalg.gemm(a, b, c, transpose_b=True, axis=1),
+         _both(_u(2, 3, 4, 5), _u(2, 6, 4, 5), _u(2, 3, 4, 6))),
+    Case("_linalg_potrf", lambda F, a: F.linalg.potrf(a), _both(_spd(2, 3, n=4))),
+    Case("_linalg_potrf upper", lambda F, a: F.linalg.potrf(a, lower=False), _both(_spd(2, n=4, dtype=np.float64))),
+    Case("_linalg_potri", lambda F, a: F.linalg.potri(a), _both(_tri(2, n=4, dtype=np.float64))),
+    Case("_linalg_potri upper", lambda F, a: F.linalg.potri(a, lower=False), _both(_tri(3, n=3, dtype=np.float64))),
+    *[Case(f"_linalg_trsm {kw}", (lambda kw: lambda F, a, b: F.linalg.trsm(a, b, **kw))(kw),
+           _both(_tri(2, n=4), _u(2, 4, 4)))
+      for kw in ({"alpha": 2.0}, {"transpose": True}, {"rightside": True, "lower": False, "alpha": -0.5},
+                 {"transpose": True, "rightside": True, "lower": False})],
+    *[Case(f"_linalg_trmm {kw}", (lambda kw: lambda F, a, b: F.linalg.trmm(a, b, **kw))(kw),
+           _both(_tri(2, n=4), _u(2, 4, 4)))
+      for kw in ({"alpha": 2.0}, {"transpose": True}, {"rightside": True, "lower": False, "alpha": -0.5},
+                 {"transpose": True, "rightside": True})],
+    Case("_linalg_syrk", lambda F, a: F.linalg.syrk(a, alpha=0.5), _both(_u(2, 3, 5))),
+    Case("_linalg_syrk transpose", lambda F, a: F.linalg.syrk(a, transpose=True), _both(_u(3, 5))),
+    Case("_linalg_sumlogdiag", lambda F, a: F.linalg.sumlogdiag(a), _both(_spd(2, 3, n=4))),
+    *[Case(f"_linalg_extractdiag offset {k}", (lambda k: lambda F, a: F.linalg.extractdiag(a, offset=k))(k),
+           _both(_u(2, 4, 4))) for k in (0, 2, -1)],
+    *[Case(f"_linalg_makediag offset {k}", (lambda k: lambda F, a: F.linalg.makediag(a, offset=k))(k),
+           _both(_u(2, 3))) for k in (0, 1, -2)],
+    *[Case(f"_linalg_extracttrian {kw}", (lambda kw: lambda F, a: F.linalg.extracttrian(a, **kw))(kw),
+           _both(_u(2, 5, 5))) for kw in ({}, {"lower": False}, {"offset": 1}, {"offset": -2}, {"offset": 2})],
+    *[Case(f"_linalg_maketrian {kw}", (lambda kw: lambda F, a: F.linalg.maketrian(a, **kw))(kw),
+           _both(_u(2, 10))) for kw in ({}, {"lower": False}, {"offset": 1}, {"offset": -2})],
+    Case("_linalg_inverse", lambda F, a: F.linalg.inverse(a), _both(_tri(2, 2, n=3, dtype=np.float64))),
+    Case("_linalg_det", lambda F, a: F.linalg.det(a), _both(_tri(2, n=3, dtype=np.float64))),
+    Case("_linalg_slogdet", lambda F, a: F.linalg.slogdet(a), _both(lambda r: _tri(4, n=3, dtype=np.float64)(
+        r) * np.array([1, -1, 1, -1]).reshape(4, 1, 1))),
+    Case("diag of a vector", lambda F, x: F.diag(x, k=1), _both(_u(4))),
+    Case("diag of a matrix", lambda F, x: F.diag(x, k=-1), _both(_u(4, 5))),
+    Case("diag axes", lambda F, x: F.diag(x, k=1, axis1=2, axis2=0), _both(_u(4, 2, 5))),
+    # _foreach: a loop in the forward; the body reads data slices, states and outer values (w)
+    Case("_foreach state and an outer weight", lambda F, x, h, w: _loop_tanh(F, x, h, w), _both(_u(4, 2, 3), _u(2, 5),
+                                                                                          _u(3, 5))),
+    Case("_foreach two data inputs, no state", lambda F, a, b: F.contrib.foreach(
+        lambda d, s: (d[0] * d[1] + 1, []), [a, b], [])[0], _both(_u(3, 2, 4), _u(3, 2, 4))),
+    Case("_foreach two outputs, a state passed through", lambda F, x, s: _flat(F.contrib.foreach(
+        lambda d, st: ([d + st[0], F.sum(d, axis=1)], [st[0]]), x, [s])), _both(_u(3, 2, 4), _u(2, 4))),
+    Case("_foreach nested", lambda F, x, h: _flat(F.contrib.foreach(
+        lambda d, st: _inner_loop(F, d, st[0]), x, [h])), _both(_u(3, 4, 2, 5), _u(2, 5))),
+    # int8 ops: MXNet's oneDNN integer arithmetic replayed, so outputs and ranges are equal (tol 0); no gradients
+    Case("_contrib_quantize_v2 int8", lambda F, x: F.contrib.quantize_v2(x, out_type="int8"), _both(_u(2, 3, 5)),
+         grad=False, tol=0.0),
+    Case("_contrib_quantize_v2 uint8", lambda F, x: F.contrib.quantize_v2(x, out_type="uint8"),
+         _both(_u(2, 3, 5, low=0, high=2)), grad=False, tol=0.0),
+    Case("_contrib_quantize_v2 auto calibrated from 0", lambda F, x: F.contrib.quantize_v2(
+        x, out_type="auto", min_calib_range=0.0, max_calib_range=0.7), _both(_u(4, 6)), grad=False, tol=0.0),
+    Case("_contrib_quantize_v2 auto calibrated signed", lambda F, x: F.contrib.quantize_v2(
+        x, out_type="auto", min_calib_range=-0.3, max_calib_range=0.6), _both(_u(4, 6)), grad=False, tol=0.0),
+    Case("_contrib_dequantize int8", lambda F, x: F.contrib.dequantize(*F.contrib.quantize_v2(x, out_type="int8")),
+         _both(_u(3, 7)), grad=False, tol=0.0),
+    Case("_contrib_dequantize uint8", lambda F, x: F.contrib.dequantize(*F.contrib.quantize_v2(
+        x, out_type="auto", min_calib_range=0.0, max_calib_range=0.9)), _both(_u(3, 7)), grad=False, tol=0.0),
+    *[Case(f"_contrib_quantized_conv, requantize {kw}", (lambda kw: lambda F, x, w, b: F.contrib.requantize(
+        *_int8_conv(F, x, w, b), **kw))(kw), _both(_u(2, 3, 6, 5, low=0), _u(4, 3, 3, 3), _u(4)), grad=False,
+           tol=0.0) for kw in ({}, {"min_calib_range": -9.0, "max_calib_range": 7.5},
+                               {"out_type": "auto", "min_calib_range": 0.0, "max_calib_range": 5.0})],
+    Case("_contrib_quantized_conv", lambda F, x, w, b: _int8_conv(F, x, w, b),
+         _both(_u(2, 3, 6, 5, low=0), _u(4, 3, 3, 3), _u(4)), grad=False, tol=0.0),
+    *[Case(f"_contrib_quantized_fully_connected {kind}",
+           (lambda kind: lambda F, x, w, b: _int8_dense(F, x, w, b, kind))(kind), _both(_u(3, 2, 4), _u(5, 8), _u(5)),
+           grad=False, tol=0.0) for kind in ("int8", "uint8", "no bias")],
+    *[Case(f"_contrib_quantized_pooling {kw}", (lambda kw: lambda F, x: F.contrib.quantized_pooling(
+        *F.contrib.quantize_v2(x, out_type="int8"), **kw))(kw), _both(_u(2, 3, 6, 6)), grad=False, tol=0.0)
+      for kw in ({"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "pool_type": "max"},
+                 {"kernel": (2, 2), "stride": (2, 2), "pool_type": "avg"})],
+    Case("_contrib_quantized_act, flatten", lambda F, x: F.contrib.quantized_flatten(*F.contrib.quantized_act(
+        *F.contrib.quantize_v2(x, out_type="int8"), act_type="relu")), _both(_u(2, 3, 4)), grad=False, tol=0.0),
+    Case("_contrib_quantized_concat", lambda F, a, b: F.contrib.quantized_concat(
+        *(lambda qa, qb: (qa[0], qb[0], qa[1], qa[2], qb[1], qb[2]))(
+            F.contrib.quantize_v2(a, out_type="int8"),
+            F.contrib.quantize_v2(b, out_type="auto", min_calib_range=0.0, max_calib_range=2.5)), num_args=2, dim=1),
+         _both(_u(2, 3, 4), _u(2, 2, 4, low=0, high=2)), grad=False, tol=0.0),
+    # creation and the numpy interface
+    Case("_eye", lambda F, x: F.broadcast_mul(x, F.eye(3, 4, k=1)), _both(_u(2, 3, 4))),
+    Case("_eye float64 k -1", lambda F, x: F.broadcast_add(x, F.eye(3, k=-1, dtype="float64")),
+         _both(_u(3, 3, dtype=np.float64))),
+    Case("_linspace", lambda F, x: F.broadcast_add(x, F.linspace(-1, 2.5, 7)), _both(_u(2, 7))),
+    Case("_linspace no endpoint", lambda F, x: F.broadcast_add(x, F.linspace(0, 1, 6, endpoint=False)),
+         _both(_u(2, 6))),
+    Case("_np_cumsum", lambda F, x: F.cumsum(x, axis=1), _both(_u(2, 5, 3))),
+    Case("_np_cumsum flat float64", lambda F, x: F.cumsum(x, dtype="float64"), _both(_u(2, 5))),
+    Case("_np_cumsum int32", lambda F, x: F.cast(F.cumsum(F.cast(x, "int32"), axis=1), "float32"),
+         _both(_ints(9, 3, 4, low=-9)), grad=False),
+    # reductions with exclude=True: the axes `axis` does not name
+    *[Case(f"{op} exclude {kw}", (lambda op, kw: lambda F, x: getattr(F, op)(x, exclude=True, **kw))(op, kw),
+           _both(_u(2, 3, 4, low=0.5, high=1.5)))
+      for op in ("sum", "mean", "max", "min", "prod", "nansum", "nanprod")
+      for kw in ({"axis": 1}, {"axis": (0, -1), "keepdims": True})],
+    Case("mean exclude every axis", lambda F, x: F.mean(x, axis=(0, 1), exclude=True) * 2, _both(_u(2, 3))),
+    Case("sum exclude no axis", lambda F, x: F.sum(x, axis=(), exclude=True), _both(_u(2, 3))),
+    Case("nansum/nanprod with NaN", lambda F, x: (F.nansum(x, axis=1), F.nanprod(x, axis=0, exclude=True)),
+         _both(lambda r: np.where(r.rand(3, 4) < 0.3, np.nan, r.uniform(0.5, 1.5, (3, 4))).astype(np.float32))),
     *[Case(f"Pad {mode}", (lambda m: lambda F, x: F.pad(x, mode=m, pad_width=(0, 0, 0, 0, 1, 2, 2, 1),
                                                          constant_value=1.5))(mode), _both(_u(2, 3, 4, 5)))
       for mode in ("constant", "edge", "reflect")],
@@ -177,6 +330,9 @@ CASES = [
     # indexing and ordering
     Case("take clip", lambda F, a, i: F.take(a, i, axis=1), _both(_u(3, 4, 2), _ints(6, 2, 5, low=-2))),
     Case("take wrap", lambda F, a, i: F.take(a, i, axis=0, mode="wrap"), _both(_u(4, 3), _ints(9, 5, low=-5))),
+    Case("Embedding clips indices to its rows", lambda F, i, w: F.Embedding(F.BlockGrad(i), w, input_dim=4,
+                                                                          output_dim=3),
+         _both(lambda r: np.array([[-3, -0.5, 0.7], [3.9, 4, 7]], np.float32), _u(4, 3))),
     Case("batch_take", lambda F, a, i: F.batch_take(a, i), _both(_u(4, 5), lambda r: r.randint(0, 5, 4).astype(
         np.int32)), grad=False),  # MXNet registers no gradient
     Case("pick clip", lambda F, a, i: F.pick(a, i, axis=1), _both(_u(3, 4, 2), _ints(6, 3, 2, low=-1))),
@@ -524,6 +680,65 @@ class TestROIAlignIgnoredROIs:
         _assert_close(want_grads[0], got_grads[0], TOL, "gradient of the feature map")
 
 
+class _Residual(gluon.HybridBlock):
+    """conv-BN-ReLU, a block of two whose sum with its input is ReLU'd (a uint8 residual), a conv-BN summed with a
+    conv-BN downsample (an int8 residual), max pooling, a Dense: the layers MXNet's quantization fuses into
+    _sg_mkldnn_conv. (MXNet's quantized net crashes on a residual that is the same convolution's input, and on two
+    outputs.)"""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.convs = gluon.nn.HybridSequential()
+            for channels, in_channels in ((8, 3), (8, 8), (8, 8), (8, 8)):
+                self.convs.add(gluon.nn.Conv2D(channels, 3, padding=1, in_channels=in_channels))
+            self.norms = gluon.nn.HybridSequential()
+            for _ in range(5):
+                self.norms.add(gluon.nn.BatchNorm(in_channels=8))
+            self.down = gluon.nn.Conv2D(8, 1, in_channels=8, use_bias=False)
+            self.out = gluon.nn.Dense(5, in_units=8 * 2 * 2)
+
+    def hybrid_forward(self, F, x):
+        relu = lambda y: F.Activation(y, act_type="relu")  # noqa: E731
+        h = relu(self.norms[0](self.convs[0](x)))
+        h = relu(self.norms[2](self.convs[2](relu(self.norms[1](self.convs[1](h))))) + h)
+        h = relu(self.norms[3](self.convs[3](h)) + self.norms[4](self.down(h)))
+        return self.out(F.Pooling(h, kernel=(2, 2), stride=(2, 2), pool_type="max"))
+
+
+class TestQuantizedNetwork:
+    """A network quantized by MXNet's own quantize_net (calibrated, the Dense left float): _contrib_quantize_v2,
+    _sg_mkldnn_conv with BatchNorm, ReLU and uint8/int8 residual sums, _contrib_quantized_pooling,
+    _contrib_dequantize and the float _sg_mkldnn_fully_connected generate."""
+
+    def test_matches_mxnet(self, tmp_path):
+        """The output within 1e-6 of MXNet's (the float Dense's rounding; one int8 step of a feature moves it by
+        about 1e-2)."""
+        from mxnet.contrib import quantization
+        mx.random.seed(0)
+        rng = np.random.RandomState(0)
+        net = _Residual(prefix="res_")
+        net.initialize(mx.init.Xavier(magnitude=2.0))
+        net.hybridize()
+        for name, param in net.collect_params().items():
+            if name.endswith(("running_mean", "running_var", "gamma", "beta")):
+                low = 0.5 if name.endswith(("running_var", "gamma")) else -0.5
+                param.set_data(mx.nd.array(rng.uniform(low, low + 1.0, param.shape)))
+        x = rng.uniform(-1, 1, (2, 3, 4, 4)).astype(np.float32)
+        net(mx.nd.array(x))
+        calib = gluon.data.DataLoader(gluon.data.ArrayDataset(mx.nd.array(rng.uniform(-1, 1, (4, 3, 4, 4))),
+                                                              mx.nd.zeros(4)), batch_size=2)
+        qnet = quantization.quantize_net(net, quantized_dtype="auto", calib_mode="naive", calib_data=calib,
+                                         num_calib_examples=4, ctx=mx.cpu(), exclude_layers_match=["dense"])
+        want = qnet(mx.nd.array(x)).asnumpy()
+        model = generate_torch(qnet, x.shape, tmp_path / "int8.py").eval()
+        ops = set(re.findall(r"\b(mx_\w+)\(", (tmp_path / "int8.py").read_text()))
+        assert {"mx_quantize_v2", "mx_int8_convolution", "mx_dequantize"} <= ops, ops
+        with torch.no_grad():
+            got = model(torch.from_numpy(x)).numpy()
+        _assert_close(want, got, 1e-6, "output")
+
+
 def _mxnet_sample(fn, arrays, grad_head):
     """MXNet's outputs of ``fn`` (``mx.random.seed(0)``) and its input gradients for head ``grad_head(shape)`` on the
     last output (no gradients where ``grad_head`` is None)."""
@@ -658,6 +873,52 @@ class TestRandomOps:
             _assert_close(expected.astype(np.float32), grads[0], 1e-5, f"{side}: gradient")
 
 
+# op, its two parameter arrays (two settings each), mean and variance of one draw, whether draws are counts
+_SAMPLERS = [
+    ("sample_normal", ([1.5, -2.0], [0.5, 2.0]), lambda mu, s: (mu, s ** 2), False),
+    ("sample_uniform", ([-1.0, 2.0], [2.0, 2.5]), lambda lo, hi: ((lo + hi) / 2, (hi - lo) ** 2 / 12), False),
+    ("sample_gamma", ([2.0, 0.7], [1.5, 3.0]), lambda a, b: (a * b, a * b ** 2), False),
+    ("sample_exponential", ([0.5, 4.0],), lambda lam: (1 / lam, 1 / lam ** 2), False),
+    ("sample_poisson", ([3.0, 0.4],), lambda lam: (lam, lam), True),
+    ("sample_negative_binomial", ([3.0, 7.0], [0.4, 0.8]), lambda k, p: (k * (1 - p) / p, k * (1 - p) / p ** 2), True),
+    ("sample_generalized_negative_binomial", ([2.0, 5.0], [0.5, 0.0]), lambda mu, a: (mu, mu + a * mu ** 2), True),
+]
+
+
+class TestSampleOps:
+    """The _sample_* ops (parameters as arrays, MXNet's parameterizations) draw torch's numbers: shapes and dtypes
+    as MXNet's, both sides' 10000 draws per parameter setting within 5 standard errors of the distribution's mean and
+    within 8% of its variance, counts integral, and no gradient for the parameters on either side (MXNet's are
+    zeros)."""
+
+    @pytest.mark.parametrize("op, params, moments, counts", _SAMPLERS, ids=[s[0] for s in _SAMPLERS])
+    def test_distribution(self, tmp_path, op, params, moments, counts):
+        """Mean and variance of each setting's draws, on both sides."""
+        arrays = [np.array(p, np.float32) for p in params]
+        fn = lambda F, *xs: getattr(F, op)(*xs, shape=(100, 100))  # noqa: E731
+        head = lambda shape: np.ones(shape, np.float32)  # noqa: E731
+        (want, want_grads), (got, got_grads) = _sampled(fn, arrays, tmp_path, grad_head=head)
+        _assert_same_kind(want[0], got[0], "sample")
+        for side, values, grads in (("MXNet", want[0], want_grads), ("torch", got[0], got_grads)):
+            for k in range(2):
+                mean, var = moments(*(float(a[k]) for a in arrays))
+                draws = values[k].astype(np.float64).ravel()
+                assert abs(draws.mean() - mean) <= 5 * np.sqrt(var / draws.size), f"{side} {k}: mean {draws.mean()}"
+                assert abs(draws.var() / var - 1) <= 0.08, f"{side} {k}: variance {draws.var()}, expected {var}"
+                assert not counts or np.array_equal(draws, np.round(draws)), f"{side} {k}: draws are not counts"
+            assert not any(g.any() for g in grads), f"{side}: a parameter has a gradient"
+
+    @pytest.mark.parametrize("dtype", [None, "float64"])
+    def test_dtype_and_shape(self, tmp_path, dtype):
+        """float64 parameters of shape (2, 3) without a ``shape``: draws of shape (2, 3), float32 unless ``dtype``
+        says otherwise, as MXNet's."""
+        kw = {} if dtype is None else {"dtype": dtype}
+        arrays = [np.full((2, 3), 2.0), np.full((2, 3), 0.5)]
+        (want, _), (got, _) = _sampled(lambda F, a, b: F.sample_gamma(a, b, **kw), arrays, tmp_path)
+        _assert_same_kind(want[0], got[0], "sample")
+        assert got[0].dtype == np.dtype(dtype or "float32") and got[0].shape == (2, 3)
+
+
 def test_every_op_mxnet_exports_to_onnx_has_a_translation():
     """Every op MXNet 1.9.1's own ONNX exporter converts (all its opsets) has a translation: files read without
     MXNet (matching against the translated graph) never refuse a graph that the MXNet path exports."""
@@ -709,6 +970,22 @@ def test_exporter_ops_generate_alike_without_mxnet(case, tmp_path):
     assert _from_files(case.fn, shapes, tmp_path, True) == _from_files(case.fn, shapes, tmp_path, False)
 
 
+_FILE_PATH_OPS = ("_foreach", "_contrib_quantize_v2 int8", "_contrib_quantized_conv", "_contrib_quantized_concat",
+                  "_contrib_quantized_fully_connected int8", "_linalg_trsm", "_linalg_maketrian", "_np_cumsum",
+                  "_eye", "sum exclude")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name.startswith(_FILE_PATH_OPS) and
+                                  all(a.dtype == np.float32 for a in c.inputs(np.random.RandomState(0)))],
+                         ids=lambda c: c.name)
+def test_loop_int8_linalg_ops_generate_alike_without_mxnet(case, tmp_path):
+    """A loop (its body's shapes from the translations), int8 ops (three outputs each), linalg and numpy-interface
+    ops: their files generate, read without MXNet, the same source as with MXNet. (Shapes without MXNet come from
+    running the translations on zeros: potrf or inverse of a graph input is refused there, naming the node.)"""
+    shapes = [a.shape for a in case.inputs(np.random.RandomState(0))]
+    assert _from_files(case.fn, shapes, tmp_path, True) == _from_files(case.fn, shapes, tmp_path, False)
+
+
 def test_random_op_without_a_shape_names_the_op_without_mxnet(tmp_path):
     """A _random_normal whose shape only MXNet's inference completes (from its consumer) is refused without MXNet,
     naming the node and saying that MXNet 1.9.1 completes it; nothing is written."""
@@ -747,4 +1024,17 @@ def test_known_ops_cover_the_model_zoos():
               "ROIPooling", "_contrib_bipartite_matching", "slice_like", "shape_array", "broadcast_axis", "reverse",
               "log2", "broadcast_mod", "reshape_like", "_contrib_SyncBatchNorm",
               "_contrib_ModulatedDeformableConvolution"}
+    assert wanted <= set(known_ops()), sorted(wanted - set(known_ops()))
+
+
+def test_known_ops_cover_gluonts_elmo_and_int8():
+    """The ops issue 40 lists (GluonTS's networks, ELMo's loop, the int8 zoo models) all have translators."""
+    from migrate.generate import known_ops
+    wanted = {"_eye", "_np_cumsum", "_linalg_potrf", "_linalg_potri", "_linalg_trsm", "_linalg_trmm", "_linalg_syrk",
+              "_linalg_gemm", "_linalg_gemm2", "_linalg_sumlogdiag", "_linalg_extractdiag", "_linalg_makediag",
+              "_linalg_extracttrian", "_linalg_maketrian", "_linalg_inverse", "_linalg_det", "_linalg_slogdet",
+              "_sample_gamma", "_sample_normal", "_sample_uniform", "_sample_exponential", "_sample_poisson",
+              "_sample_negative_binomial", "_sample_generalized_negative_binomial", "_foreach",
+              "_contrib_quantize_v2", "_contrib_dequantize", "_contrib_requantize", "_contrib_quantized_conv",
+              "_contrib_quantized_fully_connected", "_contrib_quantized_pooling", "_sg_mkldnn_conv"}
     assert wanted <= set(known_ops()), sorted(wanted - set(known_ops()))

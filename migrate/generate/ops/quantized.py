@@ -1,0 +1,330 @@
+"""MXNet's int8 ops, their integer arithmetic replayed as MXNet 1.9.1's CPU build (oneDNN) computes it:
+``_contrib_quantize_v2``, ``_contrib_dequantize``, ``_contrib_requantize``, ``_contrib_quantized_conv``,
+``_contrib_quantized_fully_connected``, ``_contrib_quantized_pooling``, ``_contrib_quantized_act``,
+``_contrib_quantized_flatten``, ``_contrib_quantized_concat``, and ``_sg_mkldnn_conv`` (the convolution MXNet's
+quantization fuses with BatchNorm, ReLU and a residual sum) with calibrated output ranges; the float forms of
+``_sg_mkldnn_conv`` and ``_sg_mkldnn_fully_connected`` are their subgraphs written out.
+
+A quantized value is three outputs, as in MXNet: the int8 (or uint8) tensor and float32 tensors of shape (1,) holding
+the real range's min and max. MXNet's oneDNN ops scale by 127.5 (int8) or 255.5 (uint8) over the largest absolute
+range bound, compute each scaled value in float32, round half to even and saturate (INT32_MAX reads as
+2147483648.0, its float32 value, as in MXNet's float arithmetic); products of integers are
+exact (computed here in float64: every sum stays far below 2^53, as oneDNN's int32 accumulation does with VNNI).
+A number divided by a tensor is written as a tensor division (torch computes ``number / tensor`` as the
+reciprocal times the number: a second rounding that moves a weight across a rounding tie). torch's own quantized
+ops are not used: their rounding (``round(x / scale)``) and fixed int8 range give other
+numbers than MXNet's ``x * (127.5 / range)``.
+
+``_sg_mkldnn_conv`` folds BatchNorm into the weights as MXNet does (float32), quantizes the weights per output
+channel (scale 127.5 / max |w|, capped so the int32 bias cannot overflow), the bias to int32 at the data scale times
+the weight scale, convolves the integers, then scales each channel by output scale / data scale / weight scale,
+adds a residual sum (scaled by output scale / its scale), applies ReLU, rounds and saturates. With an int8 residual
+MXNet's oneDNN call writes the result into the residual's int8 memory: the output saturates at 127 even where MXNet
+declares it uint8 (the generated module does the same).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from migrate.generate.ops.control_flow import subgraph_lines, value_prefix
+from migrate.generate.registry import OpNode, register, translator
+
+__all__ = ["mx_range_constant", "mx_max_abs", "mx_quantize_scale", "mx_saturate", "mx_quantize_v2", "mx_dequantize",
+           "mx_requantize", "mx_int8_product_range", "mx_quantized_conv", "mx_quantized_fully_connected",
+           "mx_quantized_concat", "mx_fold_batch_norm", "mx_int8_weights", "mx_int8_convolution",
+           "mx_integer_convolution"]
+
+def mx_max_abs(low, high):
+    """MXNet's MaxAbs of a range's bounds (float32 tensors of shape (1,))."""
+    return torch.maximum(low.abs(), high.abs())
+
+
+def mx_quantize_scale(uint8, low, high):
+    """MXNet's GetQuantizeScale: 255.5 (uint8) or 127.5 (int8) over the range's largest bound; INT32_MAX for an
+    empty range."""
+    real = mx_max_abs(low, high)
+    scale = torch.full_like(real, 255.5 if uint8 else 127.5) / real  # number / tensor would round twice
+    return torch.where(real == 0, torch.full_like(real, 2147483648.0), scale)
+
+
+def mx_saturate(x, dtype):
+    """oneDNN's conversion of float32 values to ``dtype`` (int8, uint8, int32): round half to even, saturate."""
+    info = torch.iinfo(dtype)
+    return torch.round(x.double()).clamp(info.min, info.max).to(dtype)
+
+
+def mx_range_constant(value, like):
+    """A range bound from a node attribute as MXNet holds it: a float32 tensor of shape (1,)."""
+    return torch.tensor([value], dtype=torch.float32, device=like.device)
+
+
+def mx_quantize_v2(x, out_type, calib_min, calib_max):
+    """MXNet's quantize_v2 (oneDNN): ``x * scale`` rounded and saturated, scale from the calibrated range or else
+    from x's own min and max; ``auto`` gives uint8 for a calibrated range that starts at 0 or above, else int8.
+    Returns (quantized, min, max): uint8 keeps the range, int8 the symmetric one."""
+    if calib_min is None:
+        low, high = x.detach().min().float().reshape(1), x.detach().max().float().reshape(1)
+    else:
+        low, high = mx_range_constant(calib_min, x), mx_range_constant(calib_max, x)
+    uint8 = out_type == "uint8" or (out_type == "auto" and calib_min is not None and calib_min >= 0)
+    quantized = mx_saturate(x.float() * mx_quantize_scale(uint8, low, high), torch.uint8 if uint8 else torch.int8)
+    real = mx_max_abs(low, high)
+    return (quantized, low, high) if uint8 else (quantized, -real, real)
+
+
+def mx_dequantize(q, low, high):
+    """MXNet's dequantize (oneDNN): q times (range / 255.5 or 127.5), in float32."""
+    return q.float() * (mx_max_abs(low, high) / (255.5 if q.dtype == torch.uint8 else 127.5))
+
+
+def mx_requantize(q, low, high, out_type, calib_min, calib_max):
+    """MXNet's requantize (oneDNN) of int32 values: to the calibrated range (or, without one, the range the values
+    reach), scale (range_in / INT32_MAX) * (127 or 255 / range_out), rounded and saturated."""
+    first = mx_max_abs(low, high) / 2147483648.0
+    if calib_min is None:
+        reach = torch.maximum(q.min().abs(), q.max().abs()).float().trunc()  # MXNet holds it in an int32
+        real = reach * mx_max_abs(low, high) / 2147483648.0
+    else:
+        real = mx_max_abs(mx_range_constant(calib_min, q), mx_range_constant(calib_max, q))
+    uint8 = out_type == "uint8" or (out_type == "auto" and calib_min is not None and calib_min >= 0)
+    second = torch.full_like(real, 255.0 if uint8 else 127.0) / real
+    out = mx_saturate(q.float() * (first * second), torch.uint8 if uint8 else torch.int8)
+    return (out, torch.zeros_like(real), real) if uint8 else (out, -real, real)
+
+
+def mx_int8_product_range(a_low, a_high, b_low, b_high, a_levels, b_levels):
+    """MXNet's QuantizationRangeForMultiplication: the int32 range of a product of values quantized to ``a_levels``
+    and ``b_levels`` steps per range bound (127 or 255, as MXNet's callers pick them)."""
+    high = (mx_max_abs(a_low, a_high) / a_levels) * (mx_max_abs(b_low, b_high) / b_levels) * 2147483648.0
+    return -high, high
+
+
+def mx_integer_convolution(x, weight, stride, pad, dilate, groups):
+    """A convolution of integer-valued tensors, exact in float64 (1, 2 or 3 spatial axes)."""
+    conv = (F.conv1d, F.conv2d, F.conv3d)[weight.dim() - 3]
+    return conv(x.double(), weight.double(), None, stride, pad, dilate, groups)
+
+
+def mx_quantized_conv(data, weight, bias, d_low, d_high, w_low, w_high, stride, pad, dilate, groups):
+    """MXNet's quantized_conv (oneDNN, uint8 data, int8 weight and bias): the int32 convolution plus the raw int8
+    bias, and the int32 range MXNet gives it."""
+    out = mx_integer_convolution(data, weight, stride, pad, dilate, groups)
+    if bias is not None:
+        out = out + bias.double().reshape((1, -1) + (1,) * (out.dim() - 2))
+    return (mx_saturate(out, torch.int32), *mx_int8_product_range(d_low, d_high, w_low, w_high, 127.0, 127.0))
+
+
+def mx_quantized_fully_connected(data, weight, bias, ranges, flatten):
+    """MXNet's quantized_fully_connected (oneDNN): the int32 product, the int8 bias rescaled to the product's scale
+    (truncated to int32, as MXNet does), and the int32 range MXNet gives it (``ranges``: data, weight and bias
+    min/max)."""
+    d_low, d_high, w_low, w_high = ranges[:4]
+    x = data.flatten(1) if flatten else data
+    out = torch.matmul(x.double(), weight.double().t())
+    int8_data = data.dtype == torch.int8
+    if bias is not None:
+        data_scale = mx_quantize_scale(not int8_data, d_low, d_high)
+        rescale = data_scale * mx_quantize_scale(False, w_low, w_high) * mx_max_abs(ranges[4], ranges[5]) / 127.5
+        out = out + (bias.float() * rescale).trunc().double()
+    levels = (127.0, 127.0) if int8_data else (127.0, 255.0)
+    return (mx_saturate(out, torch.int32), *mx_int8_product_range(d_low, d_high, w_low, w_high, *levels))
+
+
+def mx_quantized_concat(parts, lows, highs, dim):
+    """MXNet's quantized_concat (oneDNN): every part rescaled to the widest range (rounded, saturated; int8 if any
+    part is), then concatenated; the range is the widest one, 0 included."""
+    low = torch.minimum(torch.stack(lows).min(0).values, torch.zeros_like(lows[0]))
+    high = torch.maximum(torch.stack(highs).max(0).values, torch.zeros_like(highs[0]))
+    dtype = torch.int8 if any(p.dtype == torch.int8 for p in parts) else torch.uint8
+    out_scale = mx_quantize_scale(dtype == torch.uint8, low, high)
+    rescaled = [mx_saturate(part.float() * (out_scale / mx_quantize_scale(part.dtype == torch.uint8, part_low,
+                                                                          part_high)), dtype)
+                for part, part_low, part_high in zip(parts, lows, highs)]  # a part already at the scale stays as it is
+    return torch.cat(rescaled, dim), low, high
+
+
+def mx_fold_batch_norm(weight, bias, gamma, beta, mean, var, eps, fix_gamma):
+    """MXNet's BatchNorm folded into a convolution's weight and bias (float32; the scale gamma / sqrt(var + eps) in
+    double, as MXNet computes it)."""
+    gamma = torch.ones_like(gamma) if fix_gamma else gamma
+    alpha = (gamma.double() / torch.sqrt(var.double() + eps)).float()
+    shape = (-1,) + (1,) * (weight.dim() - 1)
+    new_bias = beta - alpha * mean if bias is None else beta + alpha * (bias - mean)
+    return weight * alpha.reshape(shape), new_bias
+
+
+def mx_int8_weights(weight, bias, data_scale):
+    """MXNet's per-channel int8 weights of a calibrated fused convolution: (int8 weights, int32 bias or None,
+    float32 scales); a channel's scale 127.5 / max |w| is capped so that its int32 bias stays within INT32_MAX / 2."""
+    w_max = weight.flatten(1).abs().amax(1)
+    scales = mx_quantize_scale(False, w_max, w_max)
+    if bias is None:
+        return mx_saturate(weight * scales.reshape((-1,) + (1,) * (weight.dim() - 1)), torch.int8), None, scales
+    cap = torch.where(bias > 0, 2147483648.0, -2147483648.0) / 2 / bias / data_scale
+    scales = torch.where(bias != 0, torch.minimum(scales, cap), scales)
+    q_weight = mx_saturate(weight * scales.reshape((-1,) + (1,) * (weight.dim() - 1)), torch.int8)
+    return q_weight, mx_saturate(bias * (scales * data_scale), torch.int32), scales
+
+
+def mx_int8_convolution(data, d_low, d_high, weight, bias, bn, residual, conv, act, out_range):
+    """MXNet's calibrated int8 ``_sg_mkldnn_conv``: ``data`` quantized (its range ``d_low``/``d_high``), float32
+    ``weight``/``bias`` (None: no bias), ``bn`` None or (gamma, beta, mean, var, eps, fix_gamma) folded in first,
+    ``residual`` None or (quantized, min, max) added after the scaling, ``conv`` (stride, pad, dilate, groups),
+    ``act`` (ReLU before the sum, ReLU after it), ``out_range`` (min, max, uint8). Returns (quantized output, min,
+    max)."""
+    if bn is not None:
+        weight, bias = mx_fold_batch_norm(weight, bias, *bn)
+    out_low, out_high = mx_range_constant(out_range[0], data), mx_range_constant(out_range[1], data)
+    data_scale = mx_quantize_scale(data.dtype == torch.uint8, d_low, d_high)
+    q_weight, q_bias, w_scales = mx_int8_weights(weight, bias, data_scale)
+    out_scale = mx_quantize_scale(out_range[2], out_low, out_high)
+    acc = mx_integer_convolution(data, q_weight, *conv)
+    channel = (1, -1) + (1,) * (acc.dim() - 2)
+    value = acc.float() if q_bias is None else acc.float() + q_bias.float().reshape(channel)
+    value = value * (out_scale / data_scale / w_scales).reshape(channel)
+    if act[0]:
+        value = value.clamp(min=0)
+    if residual is not None:
+        sum_scale = out_scale / mx_quantize_scale(residual[0].dtype == torch.uint8, residual[1], residual[2])
+        value = (value.double() + sum_scale.double() * residual[0].double()).float()  # one rounding, as an FMA
+    if act[1]:
+        value = value.clamp(min=0)
+    out_dtype = torch.uint8 if out_range[2] else torch.int8
+    if residual is not None and residual[0].dtype == torch.int8:  # the sum is written into the residual's int8 memory
+        return mx_saturate(value, torch.int8).to(out_dtype), out_low, out_high
+    return mx_saturate(value, out_dtype), out_low, out_high
+
+
+def _calib(node: OpNode) -> tuple:
+    low, high = node.attr("min_calib_range"), node.attr("max_calib_range")
+    return (None, None) if low is None or high is None else (float(low), float(high))
+
+
+@register("_contrib_quantize_v2")
+def _quantize_v2(node: OpNode) -> str:
+    return node.call(mx_quantize_v2, node.inputs[0], repr(node.attr("out_type", "int8")), *_calib(node))
+
+
+@register("_contrib_dequantize")
+def _dequantize(node: OpNode) -> str:
+    if node.attr("out_type", "float32") != "float32":
+        raise node.unsupported(f"out_type {node.attr('out_type')!r}")
+    return node.call(mx_dequantize, *node.inputs[:3])
+
+
+@register("_contrib_requantize")
+def _requantize(node: OpNode) -> str:
+    return node.call(mx_requantize, *node.inputs[:3], repr(node.attr("out_type", "int8")), *_calib(node))
+
+
+def _conv_args(node: OpNode, attrs: dict) -> tuple:
+    """(stride, pad, dilate, groups) of a Convolution's attributes."""
+    conv = OpNode("Convolution", node.name, attrs, [])
+    n = len(conv.tuple_attr("kernel"))
+    if conv.attr("layout") not in (None, "None", "NCW", "NCHW", "NCDHW"):
+        raise node.unsupported(f"layout {conv.attr('layout')}")
+    return (conv.tuple_attr("stride", (1,) * n) or (1,) * n, conv.tuple_attr("pad", (0,) * n) or (0,) * n,
+            conv.tuple_attr("dilate", (1,) * n) or (1,) * n, int(conv.attr("num_group", 1)))
+
+
+@register("_contrib_quantized_conv")
+def _quantized_conv(node: OpNode) -> str:
+    has_bias = not node.attr("no_bias", False)
+    data, weight = node.inputs[:2]
+    bias = node.inputs[2] if has_bias else None
+    ranges = node.inputs[3 if has_bias else 2:][:4]
+    return node.call(mx_quantized_conv, data, weight, bias, *ranges, *_conv_args(node, node.attrs))
+
+
+@register("_contrib_quantized_fully_connected")
+def _quantized_fully_connected(node: OpNode) -> str:
+    has_bias = not node.attr("no_bias", False)
+    bias = node.inputs[2] if has_bias else None
+    ranges = node.inputs[3 if has_bias else 2:]
+    return node.call(mx_quantized_fully_connected, *node.inputs[:2], bias, f"[{', '.join(ranges)}]",
+                     bool(node.attr("flatten", True)))
+
+
+@register("_contrib_quantized_pooling")
+def _quantized_pooling(node: OpNode) -> str:
+    """MXNet's Pooling on the integers (its translation, in float64), rounded half to even and saturated to the
+    input's dtype (max pooling is exact; average pooling rounds as oneDNN does); the range passes through."""
+    x = node.inputs[0]
+    pool = OpNode("Pooling", node.name, node.attrs, [f"{x}.double()"], node.in_shapes[:1], node.out_shape)
+    pooled = translator("Pooling", node.name)(pool)
+    node.emitted |= pool.emitted
+    return f"({node.call(mx_saturate, pooled, f'{x}.dtype')}, {node.inputs[1]}, {node.inputs[2]})"
+
+
+@register("_contrib_quantized_act")
+def _quantized_act(node: OpNode) -> str:
+    if node.attr("act_type") != "relu":
+        raise node.unsupported(f"act_type {node.attr('act_type')!r} (relu is translated)")
+    return f"({node.inputs[0]}.clamp(min=0), {node.inputs[1]}, {node.inputs[2]})"
+
+
+@register("_contrib_quantized_flatten")
+def _quantized_flatten(node: OpNode) -> str:
+    return f"({node.inputs[0]}.flatten(1), {node.inputs[1]}, {node.inputs[2]})"
+
+
+@register("_contrib_quantized_concat")
+def _quantized_concat(node: OpNode) -> str:
+    n = int(node.attr("num_args"))
+    parts, ranges = node.inputs[:n], node.inputs[n:]
+    return node.call(mx_quantized_concat, f"[{', '.join(parts)}]", f"[{', '.join(ranges[0::2])}]",
+                     f"[{', '.join(ranges[1::2])}]", int(node.attr("dim", 1)))
+
+
+_FUSED_FLAGS = ("with_bn", "with_act", "with_sum", "with_postsum_act")
+
+
+def _fused_float(node: OpNode) -> str:
+    """A float fused op (``_sg_mkldnn_conv``, ``_sg_mkldnn_fully_connected``): the ops of its subgraph written out
+    one per line (MXNet folds BatchNorm into the weights first: the same values up to float32 rounding)."""
+    lines, heads = subgraph_lines(node, dict(enumerate(node.inputs)), dict(enumerate(node.in_shapes)),
+                                  value_prefix(node.name))
+    node.statements = lines
+    return heads[0] if len(heads) == 1 else f"({', '.join(heads)})"
+
+
+@register("_sg_mkldnn_fully_connected")
+def _sg_mkldnn_fully_connected(node: OpNode) -> str:
+    if node.attr("quantized", False):
+        raise node.unsupported("the int8 fused FullyConnected (its int8 modes are not replayed; quantize_net with "
+                               "exclude_layers keeps the layer float)")
+    return _fused_float(node)
+
+
+@register("_sg_mkldnn_conv")
+def _sg_mkldnn_conv(node: OpNode) -> str:
+    """The quantized, calibrated form of MXNet's fused convolution (its inputs: data, weight, [bias], [gamma, beta,
+    mean, var], [sum], data min/max, [sum min/max]; its subgraph gives the Convolution's, BatchNorm's and
+    Activations' attributes)."""
+    flags = {key: bool(node.attr(key, False)) for key in _FUSED_FLAGS}
+    low, high = _calib(node)
+    if not node.attr("quantized", False):
+        return _fused_float(node)
+    if low is None:
+        raise node.unsupported("an uncalibrated int8 fused convolution (its int32 output; quantize the model with "
+                               "calibration, calib_mode 'naive' or 'entropy')")
+    body = {n["op"]: n.get("attrs", {}) for n in node.subgraphs[0]["nodes"]} if node.subgraphs else {}
+    acts = [n.get("attrs", {}).get("act_type") for n in node.subgraphs[0]["nodes"] if n["op"] == "Activation"]
+    if any(act != "relu" for act in acts) or "Convolution" not in body:
+        raise node.unsupported(f"a fused convolution with activations {acts} (relu is translated)")
+    inputs = list(node.inputs)
+    data, weight = inputs.pop(0), inputs.pop(0)
+    bias = None if OpNode("", "", body["Convolution"], []).attr("no_bias", False) else inputs.pop(0)
+    bn = None
+    if flags["with_bn"]:
+        attrs = OpNode("BatchNorm", node.name, body.get("BatchNorm", {}), [])
+        bn = f"({', '.join(inputs[:4])}, {float(attrs.attr('eps', 1e-3))}, {bool(attrs.attr('fix_gamma', True))})"
+        inputs = inputs[4:]
+    residual = inputs.pop(0) if flags["with_sum"] else None
+    d_low, d_high = inputs[:2]
+    residual = None if residual is None else f"({residual}, {inputs[2]}, {inputs[3]})"
+    uint8 = (flags["with_act"] and not flags["with_sum"]) or flags["with_postsum_act"]
+    return node.call(mx_int8_convolution, data, d_low, d_high, weight, bias, bn, residual,
+                     _conv_args(node, body["Convolution"]), (flags["with_act"], flags["with_postsum_act"]),
+                     (low, high, uint8))
