@@ -35,10 +35,10 @@ from migrate.cli.options import DataOptions, Options, options
 from migrate.cli.report import Report
 from migrate.errors import (InputFileError, LabelsError, MigrateError, MXNetRequiredError,
                             OutputPathError, StatesOrderWarning)
-from migrate.mapping import (EXPORTED_WITH_MXNET, converted_keys, files_reader, generated_mapping, load_mxnet_weights,
-                             model_source, write_state_dict)
+from migrate.mapping import converted_keys, generated_mapping, load_mxnet_weights, write_state_dict
 from migrate.mapping.input_transforms import input_transform_cause
 from migrate.mapping.node_outputs import seeded_inputs
+from migrate.source import TRANSLATION, files_reader, mxnet_reads_files
 from migrate.staged_folder import StagedFolder, pause_point
 
 __all__ = ["main"]
@@ -315,7 +315,7 @@ def _equivalent(report) -> bool:
 
 def _check_needs_mxnet() -> None:
     """``check`` trains the MXNet model: MXNetRequiredError where MXNet does not read the files, before reading."""
-    if files_reader() != EXPORTED_WITH_MXNET:
+    if not mxnet_reads_files():
         raise MXNetRequiredError.for_("training the MXNet model (migrate check, --check-training)")
 
 
@@ -411,17 +411,16 @@ def _verify(opts, model, mapping, report, mx_model) -> bool:
         return False
     source = mx_model.source()
     report.add_mxnet_reader(source.reader)
-    if source.without_mxnet and opts.generated:
+    if opts.generated and source.compared_with == TRANSLATION:  # the module is that translation
         report.add_generated_unverified()
         return False
     with _stage(opts, "verifying node by node", unit="node") as tick:
-        # without MXNet, verify compares with the graph's torch translation
         result = verify(source, model, mapping, opts.input_shapes, input_dtypes=opts.input_dtypes, in_place=True,
                         progress=tick)
     first = result.first_divergence
     cause = first and input_transform_cause(source, model, first.mx_node, first.torch_node,
                                             seeded_inputs(opts.input_shapes, opts.input_dtypes, mapping, 0))
-    report.add_verify(result, "the graph's torch translation" if source.without_mxnet else "MXNet", cause)
+    report.add_verify(result, source.compared_with, cause)
     return True
 
 

@@ -13,9 +13,9 @@ import tempfile
 from mxformats.reading import special_kind
 from migrate.errors import (CliUsageError, InputFileError, InsufficientMemoryError, MappingError, OutputExistsError,
                             SettingsError)
-from migrate.mapping.file_source import model_source
 from migrate.mapping.table import NameMapping
 from migrate.optim.schedules import check_schedule
+from migrate.source.reading import model_source
 from migrate.staged_folder import writable_folder
 
 _MATCH_FLAGS = ("--symbol", "--params", "--input-shape")
@@ -91,7 +91,7 @@ class MxModel:
         self._opts, self._source = opts, None
 
     def source(self):
-        """The model's ``MxSource`` (``migrate.mapping.model_source`` of the files), read on the first call."""
+        """The model's ``MxSource`` (``migrate.source.model_source`` of the files), read on the first call."""
         if self._source is None:
             self._source = model_source(mx_files(self._opts), self._opts.input_shapes, self._opts.input_dtypes)
         return self._source

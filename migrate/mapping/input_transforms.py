@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from migrate.mapping.node_outputs import torch_inputs
-from migrate.mapping.symbol_graph import symbol_document
 
 __all__ = ["TRANSFORM_OPS", "input_transform_cause"]
 
@@ -36,7 +35,7 @@ def input_transform_cause(source, model, mx_node: str, torch_module: str, inputs
     before that layer and the other does not, or ``""``.
 
     Args:
-        source: the ``MxSource`` (its symbol and input names).
+        source: the ``MxSource`` (its graph and input names).
         model: the torch model (run once, in eval mode, on ``inputs``).
         mx_node: the MXNet op of the first diverging pair (``VerifyReport.first_divergence.mx_node``).
         torch_module: its torch module path (``first_divergence.torch_node``).
@@ -51,7 +50,7 @@ def input_transform_cause(source, model, mx_node: str, torch_module: str, inputs
         ...                       report.first_divergence.torch_node, seeded_inputs(shapes, dtypes, mapping, 0))
         ''
     """
-    chain = _mx_chain(symbol_document(source.symbol), mx_node, source.input_names)
+    chain = _mx_chain(source.document, mx_node, source.input_names)
     if chain is None:
         return ""
     data, ops, expression = chain

@@ -25,12 +25,11 @@ from gluon_lr import LrTrainer, Rule
 from migrate.cli.commands import main
 from migrate.errors import InputFileError, UnsupportedOpError
 from migrate.generate import generate_torch
-from migrate.mapping.export import EXPORTED_WITH_MXNET, READ_WITHOUT_MXNET, load_mxnet
-from migrate.mapping.file_source import WITHOUT_MXNET_VARIABLE, model_source, read_mxnet_files
 from migrate.mapping.generated_mapping import generated_mapping
 from migrate.mapping.stream import read_safetensors
 from migrate.mapping.verify_translated import verify_translated
-from migrate.mapping.symbol_graph import aux_state_names, graph_document
+from migrate.source import (EXPORTED_WITH_MXNET, READ_WITHOUT_MXNET, WITHOUT_MXNET_VARIABLE, load_mxnet, model_source,
+                            read_mxnet_files)
 from tests.migrate.mapping import test_gluoncv as gluoncv_pairs
 from tests.migrate.mapping import test_model_zoo as zoo_pairs
 from tests.migrate.mapping import test_module_batchnorm as mod_bn
@@ -197,11 +196,11 @@ class TestReadMxnetFiles:
         files, _, _ = make(tmp_path)
         plain, mx_side = read_mxnet_files(*files), load_mxnet(files, None, None)
         assert plain.reader == READ_WITHOUT_MXNET and mx_side.reader == EXPORTED_WITH_MXNET
-        mine, theirs = graph_document(plain.symbol), json.loads(mx_side.symbol.tojson())
+        mine, theirs = plain.document, json.loads(mx_side.symbol.tojson())
         assert [(n["op"], n["name"], n["attrs"], [e[:2] for e in n["inputs"]]) for n in mine["nodes"]] == [
             (n["op"], n["name"], n.get("attrs", {}), [e[:2] for e in n["inputs"]]) for n in theirs["nodes"]]
         assert [h[:2] for h in mine["heads"]] == [h[:2] for h in theirs["heads"]]
-        assert aux_state_names(plain.symbol) == mx_side.symbol.list_auxiliary_states()
+        assert plain.aux_names == mx_side.symbol.list_auxiliary_states()
         assert plain.input_names == mx_side.input_names and plain.notes == mx_side.notes
         assert sorted(plain.params) == sorted(mx_side.params)
         for name, value in mx_side.params.items():

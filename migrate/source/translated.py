@@ -1,9 +1,10 @@
-"""The MXNet side's ONNX graph without MXNet: the graph translated to torch (``generate``'s translators), exported.
+"""What stands in for MXNet where a ``FileSource`` is read without it: the graph translated to torch
+(``generate``'s translators), here exported to ONNX (``FileSource.onnx``).
 
 Matching reads the MXNet model as an ONNX graph whose initializers carry the MXNet parameter names. MXNet's own
-exporter needs MXNet; for files read without it (``file_source``), the module ``generate_torch`` would write is
-built in memory (``translated_module``), exported by ``export_torch`` (structure-only, training mode, as the torch
-side), and its initializers renamed from ``state_dict`` keys to MXNet names (``MXNET_NAMES``). A linear layer over
+exporter needs MXNet; for files read without it, the module ``generate_torch`` would write is built in memory
+(``translated_module``), exported by ``export_torch`` (structure-only, training mode, as the torch side), and its
+initializers renamed from ``state_dict`` keys to MXNet names (``MXNET_NAMES``). A linear layer over
 packed parameters (GluonNLP's query/key/value weights concatenated) is written as MXNet's exporter writes it, one
 ``Gemm`` over the packed weight and bias, where torch writes ``MatMul`` of its transpose and an ``Add``, so that
 matching splits it per parameter alike. The matched mapping then converts as the one matched against MXNet's export
@@ -19,22 +20,24 @@ from __future__ import annotations
 import onnx.helper
 
 from migrate.generate.generator import translated_module
-from migrate.mapping.export import MxSource, export_torch
+from migrate.onnx_export.torch_export import export_torch
+from migrate.source.base import MxSource
 
 __all__ = ["export_translated"]
 
 
-def export_translated(source: MxSource, shapes, dtypes, *, progress=None):
+def export_translated(source: MxSource, shapes, dtypes, *, with_weights=False, progress=None):
     """Return the ONNX ``ModelProto`` of ``source``'s graph, translated to torch, initializers named as in MXNet.
 
     Args:
         source: the MXNet model (read without MXNet, or with it).
         shapes: one shape per data input.
         dtypes: one numpy dtype per data input.
+        with_weights: export the parameter values too (``export_torch``'s ``with_weights``).
         progress: optional callable ``progress(1)``, called per module traced.
 
     Returns:
-        An ``onnx.ModelProto`` (structure-only, as ``export_torch`` writes it).
+        An ``onnx.ModelProto`` (structure-only unless ``with_weights``, as ``export_torch`` writes it).
 
     Raises:
         UnsupportedOpError: a node has no translation (names the op and the node).
@@ -46,7 +49,7 @@ def export_translated(source: MxSource, shapes, dtypes, *, progress=None):
         'data'
     """
     module = translated_module(source, shapes, dtypes)
-    model = export_torch(module, shapes, dtypes, progress=progress)
+    model = export_torch(module, shapes, dtypes, with_weights=with_weights, progress=progress)
     mx_names = {key: name for name, key in module.MXNET_NAMES.items()}
     graph = model.graph
     for item in list(graph.initializer) + list(graph.input) + list(graph.value_info):
