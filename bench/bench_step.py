@@ -4,7 +4,7 @@ torch.optim, and the memory-bandwidth floor.
 Run: ``OMP_NUM_THREADS=2 PYTHONPATH=$PWD python bench/bench_step.py [--reps 7] [--model all] [--ctx cpu]``. Per model
 and optimizer, everything is measured in one process, interleaved rep by rep (a shared machine's load then hits every
 row alike); the table shows the minimum and the median per row, ratios of minima, and paired ratios. "LrTrainer" is
-the default fast path: on CPU the compiled kernels (``gluon_lr._fused._kernels``, numba), one launch per table of
+the default fast path: on CPU the compiled kernels (``mxupdate.kernels``, numba), one launch per table of
 per-tensor addresses, one share per core; on a GPU (``--ctx gpu``) MXNet's operators on the same tables; "fused=False"
 is the stock loop inside LrTrainer. Before each timed step the gradients are flagged as fresh (what a backward
 does), untimed. Weights are in MXNet's default layout, as in training (an inference forward

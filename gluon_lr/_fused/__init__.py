@@ -25,7 +25,7 @@ addresses, gradient freshness) run in compiled loops once numba is loaded (``_ar
 
 Back-ends, with the arithmetic of the stock loop (tests check each against the stock trainer: max diff 0.0):
 
-- sgd (momentum or not), nag, adam, float32 and float64 on CPU: compiled kernels (``_kernels``, numba, imported at
+- sgd (momentum or not), nag, adam, float32 and float64 on CPU: compiled kernels (``mxupdate.kernels``, numba, shared with migrate's exact optimizers, imported at
   the first CPU update) that walk the table's rows of addresses in one pass over memory, on ``threads.thread_count()``
   threads (OMP_NUM_THREADS or the cores) that take the next of 8 shares per thread as they finish one (a thread the
   OS holds back leaves its work to the others), with the operations, order and rounding of
@@ -60,7 +60,7 @@ holds optimizer state of another structure (``load_states``); ``grad_req='null'`
 Modules: ``table`` (routing, ``Route``, ``Table``), ``plan`` (``Plan``: a context's tables, kept across steps),
 ``update`` (``FusedUpdate``, the driver), ``base`` (array addresses, waits, MXNet's float parsing, the timed choice),
 ``_array_calls`` (MXNet's per-array calls in compiled loops), one module per back-end: ``compiled`` (numba kernels in
-``_kernels``), ``mxnet_ops``, ``numpy_ops``; ``threads`` (the pool and the shares).
+``mxupdate.kernels``), ``mxnet_ops``, ``numpy_ops``; the pool and the shares are ``mxupdate.threads``.
 """
 from .update import FusedUpdate, stock_paths
 

@@ -10,7 +10,7 @@ that MKLDNN reordered is brought back to the default layout by ``MXNDArrayGetDat
 
 Each loop gets the C function's address as an argument (the machine code cached on disk holds no address of this
 process) and releases the GIL, as ctypes does around each call: ``MXNDArrayGetData`` may wait on MXNet's engine.
-Imported with ``_kernels`` (``compiled.load_kernels``), so ``import gluon_lr`` does not import numba.
+Imported with ``mxupdate.kernels`` (``compiled.load_kernels``), so ``import gluon_lr`` does not import numba.
 """
 import ctypes
 
@@ -25,7 +25,7 @@ _JIT = {"nogil": True, "error_model": "numpy", "boundscheck": False}
 
 
 def _jit(function):
-    """``numba.njit`` with the on-disk cache where numba finds a writable cache directory (as ``_kernels._jit``)."""
+    """``numba.njit`` with the on-disk cache where numba finds a writable cache directory (as ``mxupdate.kernels._jit``)."""
     try:
         return numba.njit(cache=True, **_JIT)(function)
     except RuntimeError:  # numba: "cannot cache function ...: no locator available for file ..."

@@ -1,36 +1,40 @@
-"""Back-end: compiled numba kernels (``_kernels``) for sgd, sgd-momentum, nag and adam on CPU: one launch per table,
-cut into one share per core."""
+"""Back-end: the compiled numba kernels of ``mxupdate.kernels`` (MXNet's arithmetic, shared with migrate's exact
+optimizers) for sgd, sgd-momentum, nag and adam on CPU: one launch per table, cut into shares for the threads of
+``mxupdate.threads``."""
 import warnings
 
 import numpy as np
 from mxnet import optimizer as mxopt
 
+import mxupdate
+
 from .base import clip_of, mx_float, param_float32_array
 from .table import Table
-from .threads import MIN_SPLIT, SHARES_PER_THREAD, Shares, run_shares, thread_count
+from mxupdate.threads import MIN_SPLIT, SHARES_PER_THREAD, Shares, run_shares, thread_count
 
 
 def _sgd_consts(optimizer, dtype: np.dtype) -> list:
-    """(rescale, clip, zero) for ``_kernels.sgd``."""
+    """(rescale, clip, zero) for ``mxupdate.kernels.sgd``."""
     f = mx_float(dtype)
     return [f(optimizer.rescale_grad), f(_clip_value(optimizer)), f(0)]
 
 
 def _sgd_single_consts(optimizer, dtype: np.dtype) -> list:
-    """(rescale, clip, one) for ``_kernels.sgd_single``."""
+    """(rescale, clip, one) for ``mxupdate.kernels.sgd_single``."""
     f = mx_float(dtype)
     return [f(optimizer.rescale_grad), f(_clip_value(optimizer)), f(1)]
 
 
 def _mom_consts(optimizer, dtype: np.dtype) -> list:
-    """(rescale, clip, momentum, momentum + 1) for ``_kernels.sgd_mom``/``nag_mom`` (the sum in the data's dtype)."""
+    """(rescale, clip, momentum, momentum + 1) for ``mxupdate.kernels.sgd_mom``/``nag_mom`` (the sum in the data's
+    dtype)."""
     f = mx_float(dtype)
     return [f(optimizer.rescale_grad), f(_clip_value(optimizer)), f(optimizer.momentum), f(optimizer.momentum) + f(1)]
 
 
 def _adam_consts_compiled(optimizer, dtype: np.dtype) -> list:
-    """(rescale, clip, beta1, beta2, 1 - beta1, 1 - beta2, epsilon) for ``_kernels.adam`` (differences in the data's
-    dtype, as ``AdamUpdateKernel`` computes them)."""
+    """(rescale, clip, beta1, beta2, 1 - beta1, 1 - beta2, epsilon) for ``mxupdate.kernels.adam`` (differences in the
+    data's dtype, as ``AdamUpdateKernel`` computes them)."""
     f = mx_float(dtype)
     beta1, beta2 = f(optimizer.beta1), f(optimizer.beta2)
     return [f(optimizer.rescale_grad), f(_clip_value(optimizer)), beta1, beta2, f(1) - beta1, f(1) - beta2,
@@ -57,8 +61,8 @@ def _scalar_floats(values: list, dtype: np.dtype) -> np.ndarray:
     return param_float32_array(values).astype(dtype, copy=False)
 
 
-#: (optimizer class, number of state slots) -> (name in ``_kernels``, constants, how lr/wd reach the kernel). Adam's
-#: lr is bias-corrected before. Stock SGD calls ``multi_sgd_update``/``multi_sgd_mom_update`` (lr and wd in tuples);
+#: (optimizer class, number of state slots) -> (name in ``mxupdate.kernels``, constants, how lr/wd reach the kernel).
+#: Adam's lr is bias-corrected before. Stock SGD calls ``multi_sgd_update``/``multi_sgd_mom_update`` (lr and wd in tuples);
 #: NAG and Adam call per-tensor operators (lr and wd scalar ``float`` parameters).
 _COMPILED = {(mxopt.SGD, 0): ("sgd", _sgd_consts, _tuple_floats),
              (mxopt.SGD, 1): ("sgd_mom", _mom_consts, _tuple_floats),
@@ -68,15 +72,15 @@ _COMPILED = {(mxopt.SGD, 0): ("sgd", _sgd_consts, _tuple_floats),
 
 
 def load_kernels():
-    """The ``_kernels`` module (imports numba, loads or compiles the kernels), or None with a warning if numba is
-    missing: the numpy and MXNet implementations then run."""
+    """The ``mxupdate.kernels`` module (imports numba, loads or compiles the kernels), or None with a warning if numba
+    is missing: the numpy and MXNet implementations then run."""
     try:
-        from . import _kernels
+        kernels = mxupdate.load_kernels()
     except ImportError as error:
         warnings.warn(f"LrTrainer: the compiled update kernels need numba ({error}); the fast update path runs its "
                       f"slower numpy/MXNet kernels instead. Install numba==0.60.0 to get them.")
         return None
-    return _kernels
+    return kernels
 
 
 def load_array_calls():
@@ -97,7 +101,7 @@ def compiled_applies(optimizer, ctx, dtype: np.dtype, slot_count: int) -> bool:
 
 def compiled_update(kernels, table: Table, optimizer, lrs: list, wds: list, calls) -> None:
     """Update every tensor of ``table`` (after ``compiled_applies`` and ``base.wait_all``) with one launch of the
-    compiled kernel of ``kernels`` (the loaded ``_kernels`` module) on ``thread_count()`` threads, the calling thread
+    compiled kernel of ``kernels`` (the loaded ``mxupdate.kernels``) on ``thread_count()`` threads, the calling thread
     included, each taking the next of ``SHARES_PER_THREAD`` shares per thread as it finishes one. ``lrs``/``wds``:
     per tensor of the table, as the optimizer computed them; ``calls``: the ``base.ArrayCalls`` that asks MXNet for the
     addresses. The cut into shares is worked out at the table's first update and kept with it (``table.derived``)."""

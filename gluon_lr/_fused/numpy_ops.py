@@ -4,7 +4,7 @@ from mxnet import optimizer as mxopt
 
 from .base import clip_of, numpy_at, param_float32
 from .table import Table
-from .threads import pool, split_segments, thread_count
+from mxupdate.threads import pool, split_segments, thread_count
 
 
 #: Elements per numpy chunk: six float32 arrays of this length stay in a 2 MiB L2 cache.

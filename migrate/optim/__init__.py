@@ -1,7 +1,8 @@
 """Stage 2 of a migration, training settings: MXNet's optimizers, lr schedules and optimizer states in torch.
 
 ``registry`` holds one ``OptimizerRecord`` per MXNet 1.9.1 optimizer: its exact torch class (which replays MXNet's
-update, on the machinery of ``base``; compiled CPU loops in ``_kernels``), its closest stock ``torch.optim``
+update, on the machinery of ``base``; MXNet's kernels compiled for CPU tensors through ``compiled``, torch's
+multi-tensor ops elsewhere; DTensor shards through ``sharded``), its closest stock ``torch.optim``
 counterpart and the converters of its saved state. The optimizers live by family: ``sgd_family`` (sgd, nag, signum,
 sgld, dcasgd, test), ``large_batch`` (lars, lbsgd), ``adam_family`` (adam, adamax, nadam, lamb, ftml) and
 ``adagrad_family`` (adagrad, groupadagrad, adadelta, rmsprop, ftrl); each registers its records when imported, and

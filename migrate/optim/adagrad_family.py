@@ -8,9 +8,9 @@ adadelta and groupadagrad (``mxnet.optimizer.contrib``) are written in python in
 import torch
 
 from migrate.errors import UnsupportedOptimizerError
-from migrate.optim import _kernels
-from migrate.optim.base import (MXNetOptimizer, cache_pieces, clips, decayed_grads, kernel_float, python_scaled,
-                                state_buffers)
+from migrate.optim import compiled
+from migrate.optim.base import (MXNetOptimizer, cache_pieces, cached_on_cpu, clip_bound, compiled_on, decayed_grads,
+                                kernel_float, pick, python_scaled, state_buffers)
 from migrate.optim.registry import OptimizerRecord, register
 
 __all__ = ["AdaDelta", "AdaGrad", "Ftrl", "GroupAdaGrad", "RMSProp"]
@@ -25,6 +25,7 @@ class RMSProp(MXNetOptimizer):
 
     hyperparameters = {"gamma1": 0.9, "gamma2": 0.9, "epsilon": 1e-8, "centered": False, "clip_weights": None}
     state_names = ("n", "g", "delta")
+    capturable_supported = True
     state_layouts = (("n",), ("n", "g", "delta"))  # plain, centered
 
     def _new_state(self, param, group):
@@ -35,16 +36,21 @@ class RMSProp(MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         lr, gamma1 = kernel_float(group["lr"]), kernel_float(group["gamma1"])
-        hyper = (lr, kernel_float(group["weight_decay"]), gamma1, kernel_float(group["gamma2"]),
-                 kernel_float(group["epsilon"]), kernel_float(group["rescale_grad"]),
-                 kernel_float(group["clip_gradient"]) if clips(group) else -1.0,
-                 kernel_float(group["clip_weights"]) if group["clip_weights"] else -1.0)
+        gamma2, eps, rescale = (kernel_float(group[key]) for key in ("gamma2", "epsilon", "rescale_grad"))
+        clip = clip_bound(group)
+        clip_w = kernel_float(group["clip_weights"]) if group["clip_weights"] else -1.0
         centered = group["centered"]
-        rows = [(p, g, s) for p, g, s in zip(params, grads, states)
-                if not _kernels.run_in_place(_kernels.rmsprop_update, (p, g, *_rmsprop_buffers(s, centered)), *hyper)]
-        if not rows:
+        names = self.state_layouts[1] if centered else self.state_layouts[0]
+        rows = [(p, g, *(s[name] for name in names)) for p, g, s in zip(params, grads, states)]
+        def consts(kind):  # RMSPropAlexUpdateKernel's also hold gamma2
+            head = [kind(rescale), kind(clip), kind(gamma1)] + ([kind(gamma2)] if centered else [])
+            return head + [kind(1) - kind(gamma1), kind(eps), kind(clip_w)]
+
+        left = compiled.update("rmspropalex" if centered else "rmsprop", rows, [lr] * len(rows),
+                               [kernel_float(group["weight_decay"])] * len(rows), consts, clip >= 0, compiled_on(group))
+        if not left:
             return
-        params, grads, states = (list(column) for column in zip(*rows))  # CUDA, strided, half: the torch path
+        params, grads, states = pick(params, left), pick(grads, left), pick(states, left)  # CUDA, strided, half
         grads = decayed_grads(grads, params, group)
         n = state_buffers(states, "n")
         torch._foreach_mul_(n, gamma1)
@@ -70,11 +76,6 @@ class RMSProp(MXNetOptimizer):
             torch._foreach_clamp_max_(params, clip)
 
 
-def _rmsprop_buffers(state, centered):
-    """(n, g, delta) of an RMSProp state; g and delta None when not centered (the plain kernel has n only)."""
-    return (state["n"], state["g"], state["delta"]) if centered else (state["n"], None, None)
-
-
 class AdaGrad(MXNetOptimizer):
     """MXNet ``adagrad``: ``h += clip(rescale_grad*g)^2; w -= lr*(g/sqrt(h + eps) + wd*w)`` (decoupled wd).
 
@@ -84,22 +85,31 @@ class AdaGrad(MXNetOptimizer):
 
     hyperparameters = {"eps": 1e-7}
     state_names = ("history",)
+    capturable_counterpart = "torch.optim.Adagrad"
 
     def _update(self, group, params, grads, states):
-        grads = self._scaled(grads, group)
-        for piece in cache_pieces((params, grads, state_buffers(states, "history"))):
-            _adagrad_piece(*piece, group["lr"], group["weight_decay"], group["eps"])
+        grads, hyper = self._scaled(grads, group), (group["lr"], group["weight_decay"], group["eps"])
+        columns = (params, grads, state_buffers(states, "history"))
+        if cached_on_cpu(params, group):  # every pass over a cache-sized piece while it is in cache
+            for piece in cache_pieces(columns):
+                _adagrad_update([[tensor] for tensor in piece], *hyper)
+        else:
+            _adagrad_update(columns, *hyper)
 
 
-def _adagrad_piece(weight, grad, history, lr, wd, eps):
-    """MXNet's adagrad update on one piece (python-double hyperparameters, as MXNet's python AdaGrad)."""
-    history.addcmul_(grad, grad)
-    denom = history.add(eps).sqrt_()
+def _adagrad_update(columns, lr, wd, eps):
+    """MXNet's adagrad update on lists (weights, grads, histories), python-double hyperparameters as MXNet's python
+    AdaGrad: ``h += g*g; w -= lr*(g/sqrt(h + eps) + wd*w)``."""
+    weights, grads, histories = columns
+    torch._foreach_addcmul_(histories, grads, grads)
+    denom = torch._foreach_add(histories, eps)
+    torch._foreach_sqrt_(denom)
     if wd:
-        step = grad.div(denom).add_(weight, alpha=wd)
-        weight.add_(step, alpha=-lr)
+        step = torch._foreach_div(grads, denom)
+        torch._foreach_add_(step, weights, alpha=wd)
+        torch._foreach_add_(weights, step, alpha=-lr)
     else:
-        weight.addcdiv_(grad, denom, value=-lr)
+        torch._foreach_addcdiv_(weights, grads, denom, value=-lr)
 
 
 class GroupAdaGrad(MXNetOptimizer):
@@ -118,6 +128,7 @@ class GroupAdaGrad(MXNetOptimizer):
 
     hyperparameters = {"eps": 1e-5}
     state_names = ("history",)
+    capturable_counterpart = "torch.optim.Adagrad"
 
     def __init__(self, params, lr, **kwargs):
         super().__init__(params, lr, **kwargs)
@@ -160,29 +171,42 @@ class AdaDelta(MXNetOptimizer):
 
     hyperparameters = {"rho": 0.9, "epsilon": 1e-5}
     state_names = ("acc_g", "acc_delta")
+    capturable_supported = True
 
     def _update(self, group, params, grads, states):
-        grads = self._scaled(grads, group)
-        for piece in cache_pieces((params, grads, state_buffers(states, "acc_g"), state_buffers(states, "acc_delta"))):
-            _adadelta_piece(*piece, group["rho"], group["epsilon"], group["weight_decay"])
+        grads, hyper = self._scaled(grads, group), (group["rho"], group["epsilon"], group["weight_decay"])
+        columns = (params, grads, state_buffers(states, "acc_g"), state_buffers(states, "acc_delta"))
+        if cached_on_cpu(params, group):
+            for piece in cache_pieces(columns):
+                _adadelta_update([[tensor] for tensor in piece], *hyper)
+        else:
+            _adadelta_update(columns, *hyper)
 
 
-def _adadelta_piece(weight, grad, acc_g, acc_delta, rho, eps, wd):
-    """MXNet's adadelta update on one piece: ``delta = sqrt(acc_delta + eps)/sqrt(acc_g + eps)*g``."""
-    acc_g.mul_(rho).addcmul_(grad, grad, value=1.0 - rho)
-    delta = acc_delta.add(eps).sqrt_()
-    delta.div_(acc_g.add(eps).sqrt_()).mul_(grad)
-    acc_delta.mul_(rho).addcmul_(delta, delta, value=1.0 - rho)
-    delta.add_(weight, alpha=wd)
-    weight.sub_(delta)
+def _adadelta_update(columns, rho, eps, wd):
+    """MXNet's adadelta update on lists (weights, grads, acc_g, acc_delta):
+    ``delta = sqrt(acc_delta + eps)/sqrt(acc_g + eps)*g``; ``w -= delta + wd*w``."""
+    weights, grads, acc_g, acc_delta = columns
+    torch._foreach_mul_(acc_g, rho)
+    torch._foreach_addcmul_(acc_g, grads, grads, value=1.0 - rho)
+    delta = torch._foreach_add(acc_delta, eps)
+    torch._foreach_sqrt_(delta)
+    denom = torch._foreach_add(acc_g, eps)
+    torch._foreach_sqrt_(denom)
+    torch._foreach_div_(delta, denom)
+    torch._foreach_mul_(delta, grads)
+    torch._foreach_mul_(acc_delta, rho)
+    torch._foreach_addcmul_(acc_delta, delta, delta, value=1.0 - rho)
+    torch._foreach_add_(delta, weights, alpha=wd)
+    torch._foreach_sub_(weights, delta)
 
 
 class Ftrl(MXNetOptimizer):
     """MXNet ``ftrl``: FTRL-proximal with L1 ``lamda1``, ``beta`` and L2 ``wd``; weights are recomputed from z, n.
 
     Contiguous CPU float32/float64 tensors take one compiled pass of MXNet's FtrlUpdateKernel
-    (``migrate.optim._kernels``, bit for bit ``ftrl_update``); others a torch path in another order of operations
-    (~1e-7 relative per step).
+    (``mxupdate.kernels.ftrl``, bit for bit ``ftrl_update``); others torch's multi-tensor ops in another order
+    of operations (~1e-7 relative per step).
 
     Examples:
         >>> opt = Ftrl(model.parameters(), lr=0.1, lamda1=0.01, beta=1.0)
@@ -190,50 +214,45 @@ class Ftrl(MXNetOptimizer):
 
     hyperparameters = {"lamda1": 0.01, "beta": 1.0}
     state_names = ("z", "n")
+    capturable_counterpart = "torch.optim.Adagrad"
 
     def _update(self, group, params, grads, states):
-        hyper = tuple(kernel_float(group[key]) for key in ("lr", "weight_decay", "lamda1", "beta"))
-        clip = kernel_float(group["clip_gradient"]) if clips(group) else -1.0
-        rows = [row for row in zip(params, grads, state_buffers(states, "z"), state_buffers(states, "n"))
-                if not _kernels.run_in_place(_kernels.ftrl_update, row, *hyper, kernel_float(group["rescale_grad"]),
-                                             clip)]
-        if rows:  # CUDA, non-contiguous or half-precision tensors: the torch path
-            params, grads, zs, ns = (list(column) for column in zip(*rows))
-            for piece in cache_pieces((params, self._scaled(grads, group), zs, ns)):
-                _ftrl_piece(*piece, *hyper)
+        lr, wd, lamda1, beta = (kernel_float(group[key]) for key in ("lr", "weight_decay", "lamda1", "beta"))
+        rescale, clip = kernel_float(group["rescale_grad"]), clip_bound(group)
+        zs, ns = state_buffers(states, "z"), state_buffers(states, "n")
+        left = compiled.update("ftrl", list(zip(params, grads, zs, ns)), [lr] * len(params), [wd] * len(params),
+                               lambda kind: [kind(rescale), kind(clip), kind(lamda1), kind(beta), kind(0)], clip >= 0,
+                               compiled_on(group))
+        if left:  # CUDA, strided, half (or compiled=False): torch's multi-tensor ops
+            _ftrl_torch(pick(params, left), self._scaled(pick(grads, left), group), pick(zs, left), pick(ns, left), lr,
+                        wd, lamda1, beta)
 
 
-def _ftrl_piece(weight, grad, z, n, lr, wd, lamda1, beta):
-    """MXNet's FTRL kernel on one piece, in nine torch passes (another order of operations: ~1e-7 relative).
+def _ftrl_torch(weights, grads, zs, ns, lr, wd, lamda1, beta):
+    """MXNet's FTRL kernel with torch's multi-tensor ops, in another order of operations (~1e-7 relative):
 
     ``z += g - (sqrt(n + g^2) - sqrt(n))*w/lr; n += g^2``, then the weight
     ``(sign(z)*lamda1 - z)/((beta + sqrt(n))/lr + wd)`` where ``|z| > lamda1``, else 0, written as
-    ``-softshrink(z, lamda1)*lr/(sqrt(n) + beta + lr*wd)``.
+    ``-softshrink(z, lamda1)*lr/(sqrt(n) + beta + lr*wd)`` (``softshrink(z) = z - clamp(z, -lamda1, lamda1)``).
     """
-    sigma = n.sqrt()
-    n.addcmul_(grad, grad)
-    root = n.sqrt()
-    sigma.sub_(root)
-    z.addcmul_(sigma, weight, value=1.0 / lr)
-    z.add_(grad)
-    root.add_(beta + lr * wd)
+    sigma = torch._foreach_sqrt(ns)
+    torch._foreach_addcmul_(ns, grads, grads)
+    root = torch._foreach_sqrt(ns)
+    torch._foreach_sub_(sigma, root)
+    torch._foreach_addcmul_(zs, sigma, weights, value=1.0 / lr)
+    torch._foreach_add_(zs, grads)
+    torch._foreach_add_(root, beta + lr * wd)
     if lamda1 >= 0:
-        shrunk = torch.nn.functional.softshrink(z, lamda1)
+        shrunk = torch._foreach_clamp_min(zs, -lamda1)
+        torch._foreach_clamp_max_(shrunk, lamda1)
+        torch._foreach_neg_(shrunk)
+        torch._foreach_add_(shrunk, zs)
     else:  # |z| > lamda1 everywhere
-        shrunk = z - torch.sign(z) * lamda1
-    torch.addcdiv(_zero(weight), shrunk, root, value=-lr, out=weight)
-
-
-_ZEROS = {}
-
-
-def _zero(like):
-    """A 0-dim zero of ``like``'s dtype on its device: ``addcdiv(zero, a, b, value, out=w)`` writes ``value*a/b`` into
-    ``w`` in one pass (a CPU zero would not do on CUDA)."""
-    key = (like.dtype, like.device)
-    if key not in _ZEROS:
-        _ZEROS[key] = torch.zeros((), dtype=like.dtype, device=like.device)
-    return _ZEROS[key]
+        shrunk = torch._foreach_sign(zs)
+        torch._foreach_mul_(shrunk, -lamda1)
+        torch._foreach_add_(shrunk, zs)
+    torch._foreach_zero_(weights)
+    torch._foreach_addcdiv_(weights, shrunk, root, value=-lr)
 
 
 # ---------------------------------------------------------------- stock counterparts and their state
@@ -321,13 +340,13 @@ def _ftrl_stock_state(given):
         "MXNet's FTRL z (the accumulated proximal gradient) was not converted: torch Adagrad has no counterpart"]
 
 
-register(OptimizerRecord("rmsprop", RMSProp, _kernels.rmsprop_update, torch.optim.RMSprop, _rmsprop_stock_optimizer,
+register(OptimizerRecord("rmsprop", RMSProp, ("rmsprop", "rmspropalex"), torch.optim.RMSprop, _rmsprop_stock_optimizer,
                          _rmsprop_stock_state))
-register(OptimizerRecord("adagrad", AdaGrad, None, torch.optim.Adagrad, _adagrad_stock_optimizer,
+register(OptimizerRecord("adagrad", AdaGrad, (), torch.optim.Adagrad, _adagrad_stock_optimizer,
                          _adagrad_stock_state))
-register(OptimizerRecord("groupadagrad", GroupAdaGrad, None, torch.optim.Adagrad, _groupadagrad_stock_optimizer,
+register(OptimizerRecord("groupadagrad", GroupAdaGrad, (), torch.optim.Adagrad, _groupadagrad_stock_optimizer,
                          _groupadagrad_stock_state, state_shape=_row_state_shape))
-register(OptimizerRecord("adadelta", AdaDelta, None, torch.optim.Adadelta, _adadelta_stock_optimizer,
+register(OptimizerRecord("adadelta", AdaDelta, (), torch.optim.Adadelta, _adadelta_stock_optimizer,
                          _adadelta_stock_state))
-register(OptimizerRecord("ftrl", Ftrl, _kernels.ftrl_update, torch.optim.Adagrad, _ftrl_stock_optimizer,
+register(OptimizerRecord("ftrl", Ftrl, ("ftrl",), torch.optim.Adagrad, _ftrl_stock_optimizer,
                          _ftrl_stock_state))

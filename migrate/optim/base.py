@@ -6,9 +6,13 @@ multiplied by ``rescale_grad`` and clipped elementwise to ``+-clip_gradient``, e
 ``step`` is kept, and the hyperparameters that MXNet's kernels take as C ``float`` are the float32 values MXNet parses
 from ``str(value)`` (``kernel_float``; ``migrate.optim.dmlc_float``; tuple and array parameters correctly rounded:
 ``rounded_float32``), so float64 runs agree to ~1e-16 per step.
-Where torch has no kernel that keeps MXNet's order of operations (SGD, NAG and FTRL: torch's ``add(alpha=)`` is a
-fused multiply-add, MXNet's kernels round each operation; LAMB's float64 norms), compiled numba loops
-(``migrate.optim._kernels``) replay MXNet's C++ loops on CPU tensors, bit for bit; other tensors take a torch path.
+Where MXNet runs a C++ kernel (sgd, nag, adam, rmsprop, ftrl, signum, lamb and its ``multi_sum_sq`` norms), the
+same kernel compiled with numba (``mxupdate.kernels``, shared with LrTrainer's fast step; ``migrate.optim.compiled``)
+updates contiguous CPU float32/float64 tensors, bit for bit MXNet's (torch's ``add(alpha=)`` is a fused multiply-add,
+MXNet's kernels round each operation). Other tensors (CUDA, strided, half precision), and every tensor of a group
+with ``compiled=False``, take torch's multi-tensor ops (``torch._foreach_*`` and torch's fused kernels with adjusted
+constants): a few launches per group whatever its tensor count, the same numbers on CPU and CUDA where the ops
+allow, within float32 rounding of the compiled kernels.
 A group's ``lr`` and ``weight_decay`` are absolute (MXNet's ``schedule(num_update) * lr_mult`` and
 ``wd * wd_mult``); ``migrate.torch_lr_scheduler`` keeps ``lr`` on MXNet's schedule.
 
@@ -26,11 +30,14 @@ import torch
 from migrate.optim.dmlc_float import mx_float32
 from migrate.optim.sharded import is_dtensor, like_param, local, mesh_sums
 
-__all__ = ["HALF_DTYPES", "MXNetOptimizer", "cache_pieces", "clip_", "clips", "decayed_grads", "half_sum_sq",
-           "kernel_float", "momentum_state", "python_scaled", "rounded_float32", "state_buffers"]
+__all__ = ["CAPTURABLE", "HALF_DTYPES", "MXNetOptimizer", "addcdiv_", "by_dtype", "cache_pieces", "clip_",
+           "cached_on_cpu", "clip_bound", "clips", "compiled_on", "decayed_grads", "half_sum_sq", "kernel_float", "momentum_state",
+           "per_tensor", "pick", "python_scaled", "python_scaled_all", "rounded_float32", "state_buffers"]
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 """Parameter dtypes that keep a float32 master copy under ``multi_precision``."""
+CAPTURABLE = ("adadelta", "adam", "adamax", "ftml", "lamb", "nadam", "rmsprop")
+"""The exact optimizers that offer ``capturable=True`` (those whose torch counterpart offers it)."""
 
 
 def kernel_float(value):
@@ -69,6 +76,14 @@ class MXNetOptimizer(torch.optim.Optimizer):
             ``convert_optimizer_state`` fills them); ``_new_state`` makes them zero unless a subclass overrides it.
         state_layouts: Every list of state names MXNet may keep for one parameter (RMSProp keeps ``n`` alone when
             not centered); None: ``state_names`` only.
+        capturable_supported: Whether ``capturable=True`` is offered (where torch's counterpart,
+            ``capturable_counterpart``, offers it): update counts and every per-step scalar stay on the parameters'
+            device, so a step never synchronises the host and can be captured in a CUDA graph.
+
+    Args (the group options every exact optimizer takes besides its ``hyperparameters``):
+        compiled: Run MXNet's compiled kernels on the CPU tensors they can take (default); False: torch's
+            multi-tensor ops everywhere, the path CUDA tensors take (the same numbers on CPU and CUDA).
+        capturable: See ``capturable_supported`` (implies ``compiled=False``).
 
     Examples:
         >>> class Plain(MXNetOptimizer):  # w -= lr * clip(rescale_grad * g)
@@ -79,16 +94,31 @@ class MXNetOptimizer(torch.optim.Optimizer):
     hyperparameters = {}
     state_names = ()
     state_layouts = None
+    capturable_supported = False
+    capturable_counterpart = "torch.optim.SGD"
 
     def __init__(self, params, lr, weight_decay=0.0, rescale_grad=1.0, clip_gradient=None, multi_precision=False,
-                 **hyper):
+                 compiled=True, capturable=False, **hyper):
         unknown = sorted(set(hyper) - set(self.hyperparameters))
         if unknown:
             raise TypeError(f"{type(self).__name__} got unknown hyperparameters {unknown}; "
                             f"expected some of {sorted(self.hyperparameters)}")
         defaults = dict(self.hyperparameters, lr=lr, weight_decay=weight_decay, rescale_grad=rescale_grad,
-                        clip_gradient=clip_gradient, multi_precision=bool(multi_precision), **hyper)
+                        clip_gradient=clip_gradient, multi_precision=bool(multi_precision), compiled=bool(compiled),
+                        capturable=bool(capturable), **hyper)
         super().__init__(params, defaults)
+        if any(group["capturable"] for group in self.param_groups) and not self.capturable_supported:
+            raise TypeError(f"{type(self).__name__} has no capturable=True: torch's counterpart "
+                            f"({self.capturable_counterpart}) offers none; the optimizers that do: "
+                            f"{', '.join(CAPTURABLE)}")
+
+    def __setstate__(self, state):
+        """``torch.optim.Optimizer.__setstate__`` (what ``load_state_dict`` ends with), giving groups saved before the
+        ``compiled`` and ``capturable`` options existed their defaults."""
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("compiled", True)
+            group.setdefault("capturable", False)
 
     def state_dict(self):
         """``torch.optim.Optimizer.state_dict``, with the optimizer-wide entries (string keys of ``self.state``:
@@ -145,7 +175,7 @@ class MXNetOptimizer(torch.optim.Optimizer):
         tensors are the same (local) tensors; ``_finish_entries`` rounds masters into their parameters and writes
         DTensor states back after the step.
         """
-        entries = []
+        entries, counts = [], []
         if group.get("frozen"):  # frozen parameters: no update, state and count untouched
             return entries
         for param in group["params"]:
@@ -154,8 +184,15 @@ class MXNetOptimizer(torch.optim.Optimizer):
             if param.grad.is_sparse:
                 raise TypeError(f"{type(self).__name__} does not support sparse gradients; use a dense embedding")
             state = self._fresh_state(param, group)
-            state["step"] += 1
+            if group.get("capturable"):  # the count on the device, all counts advanced in one operation
+                if not torch.is_tensor(state["step"]):
+                    state["step"] = torch.tensor(float(state["step"]), device=local(param).device)
+                counts.append(state["step"])
+            else:
+                state["step"] += 1
             entries.append(self._entry(param, state, group))
+        if counts:
+            torch._foreach_add_(counts, 1.0)
         return entries
 
     def _entry(self, param, state, group):
@@ -310,6 +347,15 @@ class MXNetOptimizer(torch.optim.Optimizer):
             return [half[0] if half is not None else p for p, half in zip(params, halves)]
         return [half[1] if half is not None else g for g, half in zip(grads, halves)]
 
+    def _constant(self, values, device, dtype=torch.float64):
+        """``values`` as a tensor on ``device``, made once (kept out of the state_dict): a step under capturable
+        copies nothing from the host, so it can be captured in a CUDA graph after its first steps."""
+        cache = self.__dict__.setdefault("_constants", {})
+        key = (tuple(values), str(device), dtype)
+        if key not in cache:
+            cache[key] = torch.tensor(values, dtype=dtype, device=device)
+        return cache[key]
+
     def _mesh_sums(self, sums, weights):
         """Per-tensor sums over the local shards of ``weights`` (this step's) added over the ranks of each DTensor
         parameter (``sharded.mesh_sums``); the sums themselves where no parameter is a DTensor."""
@@ -359,12 +405,95 @@ def clips(group):
     return group["clip_gradient"] is not None and group["clip_gradient"] > 0
 
 
+def clip_bound(group) -> float:
+    """clip_gradient as MXNet's kernels take it: the float32 bound, or -1 when it does not clip.
+
+    Examples:
+        >>> clip_bound({"clip_gradient": None}), clip_bound({"clip_gradient": 0.5})
+        (-1.0, 0.5)
+    """
+    return kernel_float(group["clip_gradient"]) if clips(group) else -1.0
+
+
 def clip_(tensors, group):
     """Clip ``tensors`` in place to +-clip_gradient when it is set (as MXNet's kernels: float32 bound)."""
     if clips(group):
         clip = kernel_float(group["clip_gradient"])
         torch._foreach_clamp_min_(tensors, -clip)
         torch._foreach_clamp_max_(tensors, clip)
+
+
+def compiled_on(group) -> bool:
+    """Whether ``group`` may take the compiled CPU kernels (``migrate.optim.compiled``): its ``compiled`` option (on
+    by default) and not ``capturable``.
+
+    Examples:
+        >>> compiled_on({"compiled": True}), compiled_on({"compiled": False}), compiled_on({"capturable": True})
+        (True, False, False)
+    """
+    return group.get("compiled", True) and not group.get("capturable", False)
+
+
+def per_tensor(formula, states, group, like) -> list:
+    """``formula(t)`` of each state's update count ``t``: python floats, or under ``capturable`` 0-dim tensors of
+    ``like``'s dtype on its device, computed there in float64 from the device counts (no host sync). ``formula`` is
+    written once for both (``beta ** t``, ``x ** 0.5``, arithmetic).
+
+    Examples:
+        >>> per_tensor(lambda t: 1 - 0.9 ** t, [{"step": 1}, {"step": 2}], {}, torch.zeros(1))
+        [0.09999999999999998, 0.18999999999999995]
+    """
+    if not group.get("capturable"):
+        return [formula(state["step"]) for state in states]
+    counts = torch.stack([state["step"] for state in states]).to(device=like.device, dtype=torch.float64)
+    return list(formula(counts).to(like.dtype).unbind())
+
+
+def addcdiv_(tensors, numerators, denominators, scalars) -> None:
+    """``tensors[i] += scalars[i] * numerators[i] / denominators[i]`` with torch's multi-tensor ops; ``scalars``
+    python floats (one addcdiv) or 0-dim device tensors (``per_tensor`` under capturable: divide, scale, add)."""
+    if not scalars or not torch.is_tensor(scalars[0]):
+        torch._foreach_addcdiv_(tensors, numerators, denominators, scalars)
+        return
+    quotients = torch._foreach_div(numerators, denominators)
+    torch._foreach_mul_(quotients, scalars)
+    torch._foreach_add_(tensors, quotients)
+
+
+def cached_on_cpu(params, group) -> bool:
+    """Whether a CPU group runs its torch ops piece by piece in cache (``cache_pieces``), not on whole lists: CPU
+    tensors and the ``compiled`` option (off: the multi-tensor path CUDA takes, on CPU too).
+
+    Examples:
+        >>> cached_on_cpu([torch.zeros(1)], {"compiled": True}), cached_on_cpu([torch.zeros(1)], {"compiled": False})
+        (True, False)
+    """
+    return params[0].device.type == "cpu" and compiled_on(group)
+
+
+def pick(items, positions):
+    """``items`` at ``positions`` (the list itself when ``positions`` covers all of it in order).
+
+    Examples:
+        >>> pick(["a", "b", "c"], [2, 0])
+        ['c', 'a']
+    """
+    if len(positions) == len(items) and all(i == p for i, p in enumerate(positions)):
+        return items
+    return [items[i] for i in positions]
+
+
+def by_dtype(tensors) -> dict:
+    """Positions of ``tensors`` by dtype (the torch ops that take per-dtype scalars run once per dtype).
+
+    Examples:
+        >>> by_dtype([torch.zeros(1), torch.zeros(1, dtype=torch.float64), torch.zeros(2)])
+        {torch.float32: [0, 2], torch.float64: [1]}
+    """
+    out = {}
+    for position, tensor in enumerate(tensors):
+        out.setdefault(tensor.dtype, []).append(position)
+    return out
 
 
 def state_buffers(states, name):
@@ -401,6 +530,23 @@ def python_scaled(grad, group):
     if clip >= 0:
         return out.clamp_(-clip, clip)
     return torch.where(out > clip, torch.full_like(out, clip), torch.full_like(out, -clip))
+
+
+def python_scaled_all(grads, group):
+    """``python_scaled`` of each of ``grads`` with torch's multi-tensor ops (one new list).
+
+    Examples:
+        >>> python_scaled_all([torch.tensor([3.0, -1.0])], {"rescale_grad": 0.5, "clip_gradient": 1.0})
+        [tensor([ 1.0000, -0.5000])]
+    """
+    clip = group["clip_gradient"]
+    if clip is not None and clip < 0:
+        return [python_scaled(grad, group) for grad in grads]
+    out = torch._foreach_mul(grads, group["rescale_grad"])
+    if clip is not None:
+        torch._foreach_clamp_min_(out, -clip)
+        torch._foreach_clamp_max_(out, clip)
+    return out
 
 
 def half_sum_sq(tensor):

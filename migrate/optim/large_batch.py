@@ -8,8 +8,9 @@ import os
 import numpy as np
 import torch
 
-from migrate.optim import _kernels
-from migrate.optim.base import HALF_DTYPES, MXNetOptimizer, half_sum_sq, kernel_float, momentum_state, rounded_float32
+from migrate.optim import compiled
+from migrate.optim.base import (HALF_DTYPES, MXNetOptimizer, compiled_on, half_sum_sq, kernel_float, momentum_state,
+                                rounded_float32)
 from migrate.optim.mx_states import state_tensor
 from migrate.optim.registry import OptimizerRecord, register
 from migrate.optim.sgd_family import sgd_stock_optimizer, sgd_stock_state
@@ -24,7 +25,7 @@ class LARS(MXNetOptimizer):
     parameters too; ``by_name=True`` skips those whose MXNet name ends in gamma, beta or bias, as MXNet does under a
     ``Module``, names from the groups' ``mx_names``): ``lr = lr*eta*|w| / (|g|*rescale_grad + wd*|w| + eps)``
     in float32 when ``|w| > 0`` and ``|g| > 0``, the norms from MXNet's float ``multi_sum_sq`` (replayed element
-    by element on CPU; ``migrate.optim._kernels``). Then MXNet's ``multi_sgd(_mom)_update`` (which takes ``lr*wd``
+    by element on CPU; ``mxupdate.kernels.sum_sq``). Then MXNet's ``multi_sgd(_mom)_update`` (which takes ``lr*wd``
     as a float32 product). Parameters are updated in MXNet's index order in chunks of
     ``MXNET_OPTIMIZER_AGGREGATION_SIZE`` (4), as MXNet's Updater calls LARS; with ``momentum_correction`` a chunk's
     momentum is ``momentum * lr/last_lr`` where ``last_lr`` is the schedule's lr at the previous chunk (so after an
@@ -65,8 +66,9 @@ class LARS(MXNetOptimizer):
         scaled = {}
         if lars:
             weights = [row[2] for row in lars]
-            w_sums = self._mesh_sums(_sums_sq(self._stored(weights)), weights)
-            g_sums = self._mesh_sums(_sums_sq(self._stored(weights, [row[3] for row in lars])), weights)
+            on = compiled_on(group)
+            w_sums = self._mesh_sums(_sums_sq(self._stored(weights), on), weights)
+            g_sums = self._mesh_sums(_sums_sq(self._stored(weights, [row[3] for row in lars]), on), weights)
             for row, w_sum, g_sum in zip(lars, w_sums, g_sums):
                 scaled[id(row[2])] = _lars_lr(row[1], w_sum, g_sum)
         for _, grp, param, grad, state, _ in rows:
@@ -90,13 +92,14 @@ def _multi_sgd_update(optimizer, group, param, grad, state):
         param.add_(step)
 
 
-def _sums_sq(tensors):
-    """MXNet's multi_sum_sq (float sums of squares) of ``tensors``, as numpy float32 values."""
+def _sums_sq(tensors, on=True):
+    """MXNet's multi_sum_sq (float sums of squares) of ``tensors``: replayed by the compiled kernel where it can
+    run (and ``on``: the group's ``compiled_on``), else float64 sums rounded to float32."""
     if any(t.dtype in HALF_DTYPES for t in tensors):
-        return [half_sum_sq(t) if t.dtype in HALF_DTYPES else _sums_sq([t])[0] for t in tensors]
-    if _kernels.available(*tensors):
-        return _kernels.sum_sqs([_kernels.flat(t) for t in tensors]).tolist()
-    return [rounded_float32(torch.sum(t.double() ** 2).item()) for t in tensors]
+        return [half_sum_sq(t) if t.dtype in HALF_DTYPES else _sums_sq([t], on)[0] for t in tensors]
+    if on and compiled.available(*tensors):
+        return compiled.sum_sqs(tensors).tolist()
+    return [rounded_float32(total) for total in torch.stack([t.double().square().sum() for t in tensors]).tolist()]
 
 
 def _lars_lr(group, w_sum, g_sum):
@@ -283,7 +286,7 @@ def _lbsgd_stock_state(given):
                               "batch_scale calls) were not carried"]
 
 
-register(OptimizerRecord("lars", LARS, _kernels.sum_sqs, torch.optim.SGD, _lars_stock_optimizer, _lars_stock_state,
+register(OptimizerRecord("lars", LARS, ("sum_sq",), torch.optim.SGD, _lars_stock_optimizer, _lars_stock_state,
                          master_last=True, extra_state=_lars_extra_state))
-register(OptimizerRecord("lbsgd", LBSGD, None, torch.optim.SGD, _lbsgd_stock_optimizer, _lbsgd_stock_state,
+register(OptimizerRecord("lbsgd", LBSGD, (), torch.optim.SGD, _lbsgd_stock_optimizer, _lbsgd_stock_state,
                          extra_state=_lbsgd_extra_state))

@@ -1,11 +1,12 @@
 """The registry of MXNet optimizers: one ``OptimizerRecord`` per MXNet 1.9.1 optimizer, keyed by MXNet's name.
 
 A record holds everything migrate knows of one optimizer: its exact torch class (with its state names), the
-compiled loop that class runs on CPU, its closest stock ``torch.optim`` counterpart with the builder that lists what
-differs, and the converters of MXNet's saved state into either. The family modules (``sgd_family``,
-``large_batch``, ``adam_family``, ``adagrad_family``) each register their records; ``migrate.optim`` imports them
-all, so the registry is full once ``migrate.optim`` is imported. Adding an optimizer is one record in one family
-module (and its test). Registering a name twice is an error; looking up an unknown name names the nearest ones.
+compiled kernels that class runs on CPU (``mxupdate.kernels``), its closest stock ``torch.optim`` counterpart with
+the builder that lists what differs, and the converters of MXNet's saved state into either. The family modules
+(``sgd_family``, ``large_batch``, ``adam_family``, ``adagrad_family``) each register their records;
+``migrate.optim`` imports them all, so the registry is full once ``migrate.optim`` is imported. Adding an optimizer
+is one record in one family module (and its test). Registering a name twice is an error; looking up an unknown
+name names the nearest ones.
 """
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ class OptimizerRecord:
     Attributes:
         name: MXNet's registered name (``mx.optimizer.create(name)``), lower case.
         exact_class: migrate's torch optimizer that replays MXNet's update (a ``base.MXNetOptimizer``).
-        kernel: The compiled CPU loop of ``migrate.optim._kernels`` the exact class runs (MXNet's C++ loop replayed
-            bit for bit), or None where torch operations replay the update.
+        kernels: The names of the ``mxupdate.kernels`` the exact class runs on CPU tensors (MXNet's C++ loops replayed
+            bit for bit, through ``migrate.optim.compiled``), empty where torch operations replay the update.
         stock_class: The stock ``torch.optim`` class closest to it, or None where there is none.
         stock_optimizer: ``(groups, options) -> (stock_class optimizer, differences)``: builds the stock counterpart
             from param groups and MXNet's options (``lr``, ``weight_decay``, the hyperparameters) and lists in
@@ -72,7 +73,7 @@ class OptimizerRecord:
 
     name: str
     exact_class: type
-    kernel: Optional[Callable]
+    kernels: tuple
     stock_class: Optional[type]
     stock_optimizer: Optional[Callable]
     stock_state: Optional[Callable]
@@ -100,7 +101,7 @@ def register(entry: OptimizerRecord) -> OptimizerRecord:
             another optimizer's name).
 
     Examples:
-        >>> register(OptimizerRecord("sgd", SGD, None, None, None, None))  # doctest: +SKIP
+        >>> register(OptimizerRecord("sgd", SGD, (), None, None, None))  # doctest: +SKIP
         Traceback (most recent call last):
         ValueError: MXNet optimizer 'sgd' is registered twice (SGD and SGD); keep one record per optimizer
     """

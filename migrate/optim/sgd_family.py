@@ -7,12 +7,13 @@ arithmetic with python-double scalars (cast to the weight's dtype), which torch'
 """
 import math
 
+import numpy as np
 import torch
 
 from migrate.errors import UnsupportedOptimizerError
-from migrate.optim import _kernels
-from migrate.optim.base import (MXNetOptimizer, cache_pieces, clips, kernel_float, momentum_state, python_scaled,
-                                rounded_float32, state_buffers)
+from migrate.optim import compiled
+from migrate.optim.base import (MXNetOptimizer, by_dtype, clip_bound, compiled_on, kernel_float, momentum_state, pick,
+                                python_scaled, python_scaled_all, rounded_float32, state_buffers)
 from migrate.optim.registry import OptimizerRecord, register
 
 __all__ = ["DCASGD", "NAG", "SGD", "SGLD", "Signum", "Test", "default_noise", "nag_mom_update_torch",
@@ -35,23 +36,23 @@ class SGD(MXNetOptimizer):
     def _update(self, group, params, grads, states):
         lr, wd = rounded_float32(group["lr"]), rounded_float32(group["weight_decay"])  # multi_sgd's lrs/wds tuples
         momentum = group["momentum"] > 0
-        hyper = (lr, wd, kernel_float(group["momentum"]) if momentum else 0.0, kernel_float(group["rescale_grad"]),
-                 kernel_float(group["clip_gradient"]) if clips(group) else -1.0)
-        moms = state_buffers(states, "momentum_buffer") if momentum else [None] * len(params)
-        rows = [row for row in zip(params, grads, moms) if not _kernels.run_in_place(_kernels.sgd_update, row, *hyper)]
-        if not rows:
-            return
-        params, grads, moms = (list(column) for column in zip(*rows))  # CUDA, strided, half: the torch path
-        grads = self._scaled(grads, group)
-        if momentum:
-            torch._foreach_mul_(moms, kernel_float(group["momentum"]))
-            torch._foreach_add_(moms, params, alpha=-lr * wd)
-            torch._foreach_add_(moms, grads, alpha=-lr)
-            torch._foreach_add_(params, moms)
-        else:  # multi_sgd_update: the momentum formula with a zero momentum
-            step = torch._foreach_mul(params, -lr * wd)
-            torch._foreach_add_(step, grads, alpha=-lr)
-            torch._foreach_add_(params, step)
+        mu, rescale, clip = (kernel_float(group["momentum"]) if momentum else 0.0, kernel_float(group["rescale_grad"]),
+                             clip_bound(group))
+        moms = state_buffers(states, "momentum_buffer") if momentum else None
+        rows = list(zip(params, grads, moms)) if momentum else list(zip(params, grads))
+        left = compiled.update("sgd_mom" if momentum else "sgd", rows, [lr] * len(rows), [wd] * len(rows),
+                               lambda kind: [kind(rescale), kind(clip), kind(mu)], clip >= 0, compiled_on(group))
+        if left:  # CUDA, strided, half (or compiled=False): torch's fused SGD kernel with adjusted constants
+            _fused_sgd([params[i] for i in left], self._scaled([grads[i] for i in left], group),
+                       [moms[i] for i in left] if momentum else [], lr, wd, mu)
+
+
+def _fused_sgd(params, grads, moms, lr, wd, mu):
+    """MXNet's ``multi_sgd(_mom)_update`` with torch's fused SGD: ``g' = -lr*g`` (a new list: torch's kernel writes
+    an unscaled gradient back), then ``m = mu*m + (g' + (-lr*wd)*w); w = w - (-1)*m`` (without momentum
+    ``w = w + g' - lr*wd*w``): MXNet's arithmetic, each product rounded in another order (float32 rounding)."""
+    torch._fused_sgd_(params, torch._foreach_mul(grads, -lr), moms, weight_decay=-lr * wd, momentum=mu, lr=-1.0,
+                      dampening=0.0, nesterov=False, maximize=False, is_first_step=False)
 
 
 class NAG(MXNetOptimizer):
@@ -72,37 +73,56 @@ class NAG(MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         lr, wd, mom = (kernel_float(group[key]) for key in ("lr", "weight_decay", "momentum"))
-        if mom <= 0:  # sgd_update: w = (1 - lr*wd)*w - lr*clip(rescale_grad*g)
-            clipped = self._scaled(grads, group)
-            torch._foreach_mul_(params, 1.0 - lr * wd)
-            torch._foreach_add_(params, clipped, alpha=-lr)
+        rescale, clip = kernel_float(group["rescale_grad"]), clip_bound(group)
+        scalars = [lr] * len(params), [wd] * len(params)
+        if mom <= 0:  # sgd_update (SGDKernel): w = (1 - lr*wd)*w - lr*clip(rescale_grad*g)
+            left = compiled.update("sgd_single", list(zip(params, grads)), *scalars,
+                                   lambda kind: [kind(rescale), kind(clip), kind(1)], clip >= 0, compiled_on(group))
+            if left:
+                weights = pick(params, left)
+                torch._foreach_mul_(weights, 1.0 - lr * wd)
+                torch._foreach_add_(weights, self._scaled(pick(grads, left), group), alpha=-lr)
             return
-        clip = kernel_float(group["clip_gradient"]) if clips(group) else -1.0
-        rows = [row for row in zip(params, grads, state_buffers(states, "momentum_buffer"))
-                if not _kernels.run_in_place(_kernels.nag_update, row, lr, wd, mom,
-                                             kernel_float(group["rescale_grad"]), clip)]
-        if rows:  # CUDA, non-contiguous or half-precision tensors: the torch path (same order of operations)
-            params, grads, moments = (list(column) for column in zip(*rows))
-            for weight, grad, moment in cache_pieces((params, self._scaled(grads, group), moments)):
-                nag_mom_update_torch(weight, grad, moment, lr, wd, mom)
+        moms = state_buffers(states, "momentum_buffer")
+        left = compiled.update("nag_mom", list(zip(params, grads, moms)), *scalars,
+                               lambda kind: [kind(rescale), kind(clip), kind(mom), kind(mom) + kind(1)], clip >= 0,
+                               compiled_on(group))
+        for index in by_dtype(pick(params, left)).values():  # CUDA, strided, half (or compiled=False): torch ops
+            rows = pick(left, index)
+            nag_mom_update_torch(pick(params, rows), self._scaled(pick(grads, rows), group), pick(moms, rows), lr,
+                                 wd, mom)
 
 
-def nag_mom_update_torch(weight, grad, moment, lr, wd, mom):
-    """MXNet's nag_mom_update (and mp_nag_mom_update on a master) on one piece, in the kernel's order of operations:
-    ``m1 = mu*m; w = (w - m1) + (mu+1)*(m1 - lr*(g + wd*w)); m = m1 - lr*(g + wd*w_new)``, each operation rounded
-    (no fused multiply-add), so float32 runs are bit for bit MXNet's (NAG's path for CUDA and strided tensors).
+def nag_mom_update_torch(weights, grads, moments, lr, wd, mom):
+    """MXNet's nag_mom_update (and mp_nag_mom_update on a master) on lists of one dtype with torch's multi-tensor ops,
+    in the kernel's order of operations: ``m1 = mu*m; w = (w - m1) + (mu+1)*(m1 - lr*(g + wd*w));
+    m = m1 - lr*(g + wd*w_new)``, each operation rounded (no fused multiply-add), so float32 runs are bit for bit
+    MXNet's; 13 launches for the whole list.
 
     Examples:
-        >>> nag_mom_update_torch(weight, scaled_grad, momentum_buffer, 0.1, 1e-4, 0.9)  # doctest: +SKIP
+        >>> nag_mom_update_torch(weights, scaled_grads, momentum_buffers, 0.1, 1e-4, 0.9)  # doctest: +SKIP
     """
-    moment.mul_(mom)
-    decayed = torch.mul(weight, wd).add_(grad) if wd else grad.clone()
-    decayed.mul_(lr)
-    decayed.neg_().add_(moment)  # m1 - lr*gg
-    decayed.mul_(rounded_float32(mom + 1.0))
-    weight.sub_(moment).add_(decayed)
-    step = torch.mul(weight, wd).add_(grad) if wd else grad.clone()
-    moment.sub_(step.mul_(lr))
+    kind = np.float64 if weights[0].dtype == torch.float64 else np.float32
+    torch._foreach_mul_(moments, mom)
+    decayed = _decayed(weights, grads, wd)
+    torch._foreach_mul_(decayed, lr)
+    torch._foreach_neg_(decayed)
+    torch._foreach_add_(decayed, moments)  # m1 - lr*gg
+    torch._foreach_mul_(decayed, float(kind(mom) + kind(1)))
+    torch._foreach_sub_(weights, moments)
+    torch._foreach_add_(weights, decayed)
+    step = _decayed(weights, grads, wd)
+    torch._foreach_mul_(step, lr)
+    torch._foreach_sub_(moments, step)
+
+
+def _decayed(weights, grads, wd):
+    """New tensors ``wd*w + g`` (a copy of ``g`` when wd is 0)."""
+    if not wd:
+        return torch._foreach_mul(grads, 1.0)
+    out = torch._foreach_mul(weights, wd)
+    torch._foreach_add_(out, grads)
+    return out
 
 
 class Signum(MXNetOptimizer):
@@ -122,26 +142,36 @@ class Signum(MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         lr, wd, mom = (kernel_float(group[key]) for key in ("lr", "weight_decay", "momentum"))
+        scalars = [lr] * len(params), [wd] * len(params)
         if mom <= 0:  # signsgd_update: the raw gradient's sign; rescale, clip and wd_lh play no part
-            signs = torch._foreach_sign(grads)
-            torch._foreach_mul_(params, 1.0 - lr * wd)
-            torch._foreach_add_(params, signs, alpha=-lr)
+            left = compiled.update("signsgd", list(zip(params, grads)), *scalars, lambda kind: [kind(1), kind(0)],
+                                   False, compiled_on(group))
+            if left:
+                weights = pick(params, left)
+                torch._foreach_mul_(weights, 1.0 - lr * wd)
+                torch._foreach_add_(weights, torch._foreach_sign(pick(grads, left)), alpha=-lr)
             return
-        grads = self._scaled(grads, group)
+        rescale, clip = kernel_float(group["rescale_grad"]), clip_bound(group)
         wd_lh = kernel_float(group["wd_lh"]) if group["wd_lh"] else 0.0
-        for piece in cache_pieces((params, grads, state_buffers(states, "momentum_buffer"))):
-            _signum_piece(*piece, lr, wd, mom, wd_lh)
+        moms = state_buffers(states, "momentum_buffer")
+        left = compiled.update("signum", list(zip(params, grads, moms)), *scalars,
+                               lambda kind: [kind(rescale), kind(clip), kind(mom), kind(1) - kind(mom), kind(wd_lh),
+                                             kind(1), kind(0)], clip >= 0, compiled_on(group))
+        if left:  # CUDA, strided, half (or compiled=False): torch's multi-tensor ops
+            _signum_torch(pick(params, left), self._scaled(pick(grads, left), group), pick(moms, left), lr, wd, mom,
+                          wd_lh)
 
 
-def _signum_piece(weight, grad, moment, lr, wd, mom, wd_lh):
-    """MXNet's signum_update on one piece: ``m = mu*m - (1-mu)*(wd*w + g); w = (1 - lr*wd_lh)*w + lr*sign(m)``."""
-    moment.mul_(mom)
-    moment.add_(weight, alpha=-(1.0 - mom) * wd)
-    moment.add_(grad, alpha=-(1.0 - mom))
-    signs = moment.sign()
+def _signum_torch(weights, grads, moments, lr, wd, mom, wd_lh):
+    """MXNet's signum_update with torch's multi-tensor ops: ``m = mu*m - (1-mu)*(wd*w + g);
+    w = (1 - lr*wd_lh)*w + lr*sign(m)`` (fused multiply-adds: float32 rounding apart from MXNet's order)."""
+    torch._foreach_mul_(moments, mom)
+    torch._foreach_add_(moments, weights, alpha=-(1.0 - mom) * wd)
+    torch._foreach_add_(moments, grads, alpha=-(1.0 - mom))
+    signs = torch._foreach_sign(moments)
     if wd_lh:
-        weight.mul_(1.0 - lr * wd_lh)
-    weight.add_(signs, alpha=lr)
+        torch._foreach_mul_(weights, 1.0 - lr * wd_lh)
+    torch._foreach_add_(weights, signs, alpha=lr)
 
 
 def default_noise(param, std):
@@ -212,13 +242,16 @@ class DCASGD(MXNetOptimizer):
 
     def _update(self, group, params, grads, states):
         lr, wd, lamda = group["lr"], group["weight_decay"], group["lamda"]
-        for weight, grad, state in zip(params, grads, states):
-            grad = python_scaled(grad, group)
-            previous = state["previous_weight"]
-            compensation = (grad * lamda).mul_(grad).mul_(weight - previous)
-            step = (weight * wd).add_(grad).add_(compensation).mul_(-lr)
-            previous.copy_(weight)
-            weight.add_(step)
+        grads, previous = python_scaled_all(grads, group), state_buffers(states, "previous_weight")
+        compensation = torch._foreach_mul(grads, lamda)  # lamda*g*g*(w - w_prev)
+        torch._foreach_mul_(compensation, grads)
+        torch._foreach_mul_(compensation, torch._foreach_sub(params, previous))
+        step = torch._foreach_mul(params, wd)  # -lr*(wd*w + g + compensation)
+        torch._foreach_add_(step, grads)
+        torch._foreach_add_(step, compensation)
+        torch._foreach_mul_(step, -lr)
+        torch._foreach_copy_(previous, params)
+        torch._foreach_add_(params, step)
 
 
 class Test(MXNetOptimizer):
@@ -232,9 +265,8 @@ class Test(MXNetOptimizer):
     state_names = ("weight_copy",)
 
     def _update(self, group, params, grads, states):
-        for weight, grad, state in zip(params, grads, states):
-            weight.add_(grad.mul(group["rescale_grad"]))  # NDArray * python scalar, as MXNet's update
-            state["weight_copy"].copy_(weight)
+        torch._foreach_add_(params, torch._foreach_mul(grads, group["rescale_grad"]))  # NDArray * python scalar
+        torch._foreach_copy_(state_buffers(states, "weight_copy"), params)
 
 
 # ---------------------------------------------------------------- stock counterparts and their state
@@ -322,11 +354,12 @@ def _dcasgd_stock_state(given):
                 "has no counterpart"]
 
 
-register(OptimizerRecord("sgd", SGD, _kernels.sgd_update, torch.optim.SGD, sgd_stock_optimizer, sgd_stock_state,
+register(OptimizerRecord("sgd", SGD, ("sgd", "sgd_mom"), torch.optim.SGD, sgd_stock_optimizer, sgd_stock_state,
                          master_last=True))
-register(OptimizerRecord("nag", NAG, _kernels.nag_update, torch.optim.SGD, _nag_stock_optimizer, _nag_stock_state,
-                         master_last=True))
-register(OptimizerRecord("signum", Signum, None, torch.optim.SGD, _signum_stock_optimizer, _signum_stock_state))
-register(OptimizerRecord("sgld", SGLD, None, torch.optim.SGD, _sgld_stock_optimizer, _sgld_stock_state))
-register(OptimizerRecord("dcasgd", DCASGD, None, torch.optim.SGD, _dcasgd_stock_optimizer, _dcasgd_stock_state))
-register(OptimizerRecord("test", Test, None, None, None, None))
+register(OptimizerRecord("nag", NAG, ("nag_mom", "sgd_single"), torch.optim.SGD, _nag_stock_optimizer,
+                         _nag_stock_state, master_last=True))
+register(OptimizerRecord("signum", Signum, ("signum", "signsgd"), torch.optim.SGD, _signum_stock_optimizer,
+                         _signum_stock_state))
+register(OptimizerRecord("sgld", SGLD, (), torch.optim.SGD, _sgld_stock_optimizer, _sgld_stock_state))
+register(OptimizerRecord("dcasgd", DCASGD, (), torch.optim.SGD, _dcasgd_stock_optimizer, _dcasgd_stock_state))
+register(OptimizerRecord("test", Test, (), None, None, None))

@@ -3,7 +3,7 @@
 Every test trains the same seeded network twice, with the stock ``gluon.Trainer`` (or ``LrTrainer(fused=False)``,
 which runs the stock loop) and with the fast path, for 20 steps, and compares every parameter on every context.
 Tolerance: 0 (bit-identical) everywhere. On CPU, sgd (with or without momentum), nag and adam run the compiled kernels
-(``gluon_lr._fused._kernels``), which reproduce MXNet's operators operation by operation (``TestCompiledKernels`` checks
+(``mxupdate.kernels``), which reproduce MXNet's operators operation by operation (``TestCompiledKernels`` checks
 each against its operator on random data, NaN and inf included); without numba (``test_without_numba``) the numpy
 and MXNet implementations run, each timed on steps 1-4 (numpy on 1 and 3, MXNet on 2 and 4), so a 20-step comparison
 checks both; rmsprop, adagrad and float16 master copies run MXNet's operators on each tensor.
@@ -539,7 +539,7 @@ def _mxnet_reference(name, arrays, kwargs, segments, dtype):
 
 
 class TestCompiledKernels:
-    """Each compiled kernel (``gluon_lr._fused._kernels``) equals its MXNet 1.9.1 operator bit for bit."""
+    """Each compiled kernel (``mxupdate.kernels``) equals its MXNet 1.9.1 operator bit for bit."""
 
     @pytest.mark.parametrize("clip", [None, 0.3], ids=["noclip", "clip"])
     @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -547,7 +547,7 @@ class TestCompiledKernels:
     def test_kernel_equals_operator(self, name, dtype, clip):
         """Three table rows (addresses of a segment in each array) with their own lr/wd (one wd 0, one lr that
         dmlc's parser rounds one ulp away from np.float32), a gap left alone, NaN/inf gradients: max diff 0.0."""
-        from gluon_lr._fused import _kernels
+        from mxupdate import kernels as _kernels
         arrays, kwargs, consts = _kernel_case(name, dtype, clip)
         segments = [(0, 4000, 0.05, 1e-3), (4000, 7001, 0.3, 0.0), (7500, 10007, DMLC_ROUNDS_UP, DMLC_ROUNDS_UP)]
         expected = _mxnet_reference(name, arrays, kwargs, segments, dtype)
@@ -664,10 +664,8 @@ class TestCompiledPath:
     def test_without_numba(self, monkeypatch, name, hyper):
         """numba not importable: a warning says so, the numpy/MXNet kernels run (each timed, the faster kept): stock."""
         import sys
-        import gluon_lr
         monkeypatch.setitem(sys.modules, "numba", None)
-        monkeypatch.delitem(sys.modules, "gluon_lr._fused._kernels", raising=False)
-        monkeypatch.delattr(gluon_lr._fused, "_kernels", raising=False)
+        monkeypatch.delitem(sys.modules, "mxupdate.kernels", raising=False)
         stock, _ = train(lambda p: gluon.Trainer(p, name, dict(hyper)))
         with pytest.warns(UserWarning, match="compiled update kernels need numba"):
             fast, trainer = train(lambda p: LrTrainer(p, name, dict(hyper)))
@@ -682,7 +680,7 @@ class TestCompiledPath:
         import gluon_lr
         root = os.path.dirname(os.path.dirname(os.path.abspath(gluon_lr.__file__)))
         code = ("import sys, gluon_lr; "
-                "print(sorted(m for m in ('numba', 'gluon_lr._fused._kernels') if m in sys.modules))")
+                "print(sorted(m for m in ('numba', 'mxupdate.kernels') if m in sys.modules))")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env=dict(os.environ, PYTHONPATH=root))
         assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -8,7 +8,6 @@ import pytest
 import mxnet as mx
 from mxnet import autograd, gluon, nd
 
-import gluon_lr
 from gluon_lr import LrTrainer, Rule
 
 
@@ -147,8 +146,7 @@ class TestPaths:
     def test_without_numba_both_implementations_are_timed(self, monkeypatch):
         """numba missing: float32 adam shows 'numpy|mxnet-ops' until both were timed, then the one kept."""
         monkeypatch.setitem(sys.modules, "numba", None)
-        monkeypatch.delitem(sys.modules, "gluon_lr._fused._kernels", raising=False)
-        monkeypatch.delattr(gluon_lr._fused, "_kernels", raising=False)
+        monkeypatch.delitem(sys.modules, "mxupdate.kernels", raising=False)
         net = _mlp()
         with pytest.warns(UserWarning, match="compiled update kernels need numba"):
             trainer = LrTrainer(net, "adam", rules=[Rule("mlp_d1_*", lr_mult=0.5)])

@@ -378,16 +378,17 @@ def test_migrate_all_with_multi_precision_settings(tmp_path):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_nag_torch_path_equals_the_compiled_kernel(dtype):
     """NAG's torch path (CUDA, strided tensors) keeps MXNet's order of operations: bit-equal to the compiled kernel."""
-    from migrate.optim import _kernels
+    from migrate.optim import compiled
     from migrate.optim.base import kernel_float
     from migrate.optim.sgd_family import nag_mom_update_torch
     rng = np.random.RandomState(0)
     weight, grad, moment = (torch.from_numpy(rng.randn(300, 7)).to(dtype) for _ in range(3))
     rows = [(weight.clone(), grad.clone(), moment.clone()) for _ in range(2)]
-    lr, wd, mom, rescale = (kernel_float(v) for v in (0.0123, 1e-3, 0.9, 0.25))
-    assert _kernels.run_in_place(_kernels.nag_update, rows[0], lr, wd, mom, rescale, kernel_float(0.5))
+    lr, wd, mom, rescale, clip = (kernel_float(v) for v in (0.0123, 1e-3, 0.9, 0.25, 0.5))
+    assert compiled.update("nag_mom", [rows[0]], [lr], [wd], lambda k: [k(rescale), k(clip), k(mom), k(mom) + k(1)],
+                           True) == []
     strided = [t.t().contiguous().t() for t in rows[1]]  # same values, not contiguous: the torch path
-    scaled = (strided[1] * rescale).clamp_(-kernel_float(0.5), kernel_float(0.5))
-    nag_mom_update_torch(strided[0], scaled, strided[2], lr, wd, mom)
+    scaled = (strided[1] * rescale).clamp_(-clip, clip)
+    nag_mom_update_torch([strided[0]], [scaled], [strided[2]], lr, wd, mom)
     assert torch.equal(rows[0][0], strided[0]) and torch.equal(rows[0][2], strided[2])
     assert not torch.equal(rows[0][0], weight)

@@ -7,11 +7,9 @@ import torch
 
 import migrate.optim
 from migrate.errors import UnsupportedOptimizerError
-from migrate.optim import _kernels, base, stock
+import mxupdate
+from migrate.optim import base, compiled, stock
 from migrate.optim.registry import OptimizerRecord, record, records, register, registered_names
-
-LOOPS = ("sgd_update", "nag_update", "adam_update", "rmsprop_update", "ftrl_update", "sum_sq", "sum_sqs")
-"""The compiled loops of ``migrate.optim._kernels`` an optimizer may run."""
 
 
 def _full_state_options(entry):
@@ -20,13 +18,16 @@ def _full_state_options(entry):
     return {key: value for key, value in wanted.items() if key in entry.exact_class.hyperparameters}
 
 
-def _stepped(entry, dtype=torch.float64):
-    """(parameters, optimizer) after one step of ``entry``'s exact optimizer on two seeded 2-D parameters."""
+def _stepped(entry, dtype=torch.float64, full=True):
+    """(parameters, optimizer) after one step of ``entry``'s exact optimizer on two seeded 2-D parameters (under
+    ``_full_state_options`` when ``full``, else with momentum 0 and not centered)."""
     generator = torch.Generator().manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(shape, generator=generator, dtype=dtype)) for shape in ((6, 4), (3, 5))]
     for param in params:
         param.grad = torch.randn(param.shape, generator=generator, dtype=dtype)
-    optimizer = entry.exact_class([{"params": params}], lr=0.01, **_full_state_options(entry))
+    options = _full_state_options(entry) if full else {key: 0.0 if key == "momentum" else False
+                                                       for key in _full_state_options(entry)}
+    optimizer = entry.exact_class([{"params": params}], lr=0.01, **options)
     optimizer.step()
     return params, optimizer
 
@@ -53,7 +54,7 @@ class TestRecords:
         assert all(f is None for f in stock_fields) or (issubclass(entry.stock_class, torch.optim.Optimizer)
                                                         and callable(entry.stock_optimizer)
                                                         and callable(entry.stock_state)), stock_fields
-        assert entry.kernel is None or getattr(_kernels, entry.kernel.__name__) is entry.kernel
+        assert all(callable(getattr(mxupdate.load_kernels(), name)) for name in entry.kernels), entry.kernels
 
     @pytest.mark.parametrize("entry", records(), ids=lambda entry: entry.name)
     def test_state_names_are_the_buffers_a_step_makes(self, entry):
@@ -67,15 +68,16 @@ class TestRecords:
             assert all(tuple(v.shape) == tuple(shape) for v in buffers.values()), entry.name
 
     @pytest.mark.parametrize("entry", records(), ids=lambda entry: entry.name)
-    def test_kernel_is_the_loop_a_step_runs(self, entry, monkeypatch):
-        """A float64 CPU step runs the record's compiled loop, and no other (none where the record names none)."""
+    def test_kernels_are_the_ones_steps_run(self, entry, monkeypatch):
+        """Float64 CPU steps with and without a momentum (centered RMSProp or not) run exactly the record's compiled
+        kernels (none where the record names none)."""
         called = []
-        for name in LOOPS:
-            loop = getattr(_kernels, name)
-            monkeypatch.setattr(_kernels, name, lambda *args, _name=name, _loop=loop, **kw: called.append(_name)
-                                or _loop(*args, **kw))
+        launch = compiled.launch
+        monkeypatch.setattr(compiled, "launch", lambda name, *args: called.append(name) or launch(name, *args))
         _stepped(entry)
-        assert sorted(set(called)) == ([entry.kernel.__name__] if entry.kernel is not None else []), entry.name
+        if entry.name not in ("dcasgd", "lars", "lamb"):
+            _stepped(entry, full=False)
+        assert sorted(set(called)) == sorted(entry.kernels), entry.name
 
     @pytest.mark.parametrize("entry", [e for e in records() if e.stock_class is not None], ids=lambda e: e.name)
     def test_stock_optimizer_builds_the_stock_class(self, entry):

@@ -1,4 +1,14 @@
-"""The thread pool of the numpy and compiled back-ends, and how a table is cut into shares for it."""
+"""The one threading choice of the update kernels: a pool of Python threads, each calling a GIL-free kernel on its
+own share of a table, the calling thread taking shares too.
+
+No numba threading layer is involved (no ``prange``): nothing to clash with MXNet's or torch's OpenMP runtime, nothing
+that breaks in a forked child (a child makes its own pool: ``pool`` is keyed by process id), no lock between two
+threads that update at once (each call has its own share buffers), and a thread the OS holds back (other jobs on the
+cores) leaves the rest of the work to the others (``SHARES_PER_THREAD`` shares per thread, taken as threads finish).
+Who calls chooses the thread count: ``gluon_lr._fused`` takes ``thread_count()`` (OMP_NUM_THREADS, what MXNet uses),
+``migrate.optim`` takes ``torch.get_num_threads()``.
+"""
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -64,8 +74,8 @@ class Shares:
         >>> run_shares(kernel, [(*view, consts, use_clip) for view in cut.views], threads)
     """
 
-    def __init__(self, lengths: np.ndarray, columns: int, dtype: np.dtype, parts: int):
-        rows, starts, sizes, bounds = _pieces(lengths, parts)
+    def __init__(self, lengths: np.ndarray, columns: int, dtype: np.dtype, parts: int, align: int = 16):
+        rows, starts, sizes, bounds = pieces(tuple(np.asarray(lengths).tolist()), parts, align)
         self.rows, self.offsets = rows, (starts * dtype.itemsize)[:, None]
         self.addresses = np.empty((rows.size, columns), dtype=np.int64)
         self.lrs, self.wds = np.empty(rows.size, dtype=dtype), np.empty(rows.size, dtype=dtype)
@@ -79,24 +89,41 @@ class Shares:
         np.take(wds, self.rows, out=self.wds)
 
 
-def _pieces(lengths: np.ndarray, parts: int) -> tuple:
+@functools.lru_cache(maxsize=256)
+def pieces(lengths: tuple, parts: int, align: int = 16) -> tuple:
     """(rows, starts, lengths, bounds): the pieces of at most ``parts`` shares (``Shares``), int64 arrays, and each
-    share's [start, stop) range of pieces."""
-    size = (-(-int(lengths.sum()) // parts) + 15) // 16 * 16
-    pieces, bounds, first, filled = [], [], 0, 0
-    for row, n in enumerate(lengths.tolist()):
+    share's [start, stop) range of pieces. A tensor is cut only at multiples of ``align`` (a multiple of 16) elements
+    from its start. Cached: the same lengths give the same cut (do not write the arrays)."""
+    size = (-(-sum(lengths) // parts) + align - 1) // align * align
+    cut, bounds, first, filled = [], [], 0, 0
+    for row, n in enumerate(lengths):
         start = 0
         while start < n:
-            stop = min(n, (start + size - filled + 15) // 16 * 16)
-            pieces.append((row, start, stop - start))
+            stop = min(n, (start + size - filled + align - 1) // align * align)
+            cut.append((row, start, stop - start))
             filled, start = filled + stop - start, stop
             if filled >= size:
-                bounds.append((first, len(pieces)))
-                first, filled = len(pieces), 0
-    if first < len(pieces):
-        bounds.append((first, len(pieces)))
-    table = np.array(pieces, dtype=np.int64).reshape(-1, 3)
+                bounds.append((first, len(cut)))
+                first, filled = len(cut), 0
+    if first < len(cut):
+        bounds.append((first, len(cut)))
+    table = np.array(cut, dtype=np.int64).reshape(-1, 3)
     return table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy(), bounds
+
+
+def lanes(sizes: list, threads: int, width: int = 4) -> list:
+    """Tensor indices for ``mxupdate.kernels.sum_sq``, one (groups, width) int64 array per thread: largest first,
+    groups of ``width`` summed side by side, each group to the least-loaded thread; ``len(sizes)`` (an empty
+    tensor) fills short groups."""
+    filler = len(sizes)
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    groups = [order[i:i + width] + [filler] * max(0, i + width - len(order)) for i in range(0, len(order), width)]
+    shares, loads = [[] for _ in range(threads)], [0] * threads
+    for group in groups:
+        lightest = loads.index(min(loads))
+        shares[lightest].append(group)
+        loads[lightest] += sizes[group[0]]
+    return [np.array(share, dtype=np.int64).reshape(-1, width) for share in shares if share]
 
 
 def run_shares(kernel, calls: list, threads: int) -> None:
