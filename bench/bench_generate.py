@@ -6,8 +6,9 @@ For one model per family of the GluonCV/GluonNLP zoos (random weights, the small
 "generate" is generate_torch end to end (symbol and shape inference, translation, writing and importing the file,
 loading the weights), best of --repeat runs; "export" is MXNet's ``HybridBlock.export`` of the same block (symbol
 JSON and params file), best of as many runs, as a yardstick for the cost of reading a model at all; "ratio" is
-generate / export; "lines" and "KiB" measure the generated file; "ops" counts its graph nodes; "helpers" the
-runtime helpers copied into it.
+generate / export; "lines" and "KiB" measure the generated file; "ops" counts the lines of its forward (one per
+graph node); "layers" the torch layers its ``__init__`` builds; "helpers" the helper functions and layer classes
+copied into it.
 """
 import argparse
 import os
@@ -49,10 +50,13 @@ def _measure(entry, repeat) -> dict:
         import mxnet as mx
         net(*[mx.nd.array(x) for x in inputs])
         export = _best(lambda: net.export(os.path.join(folder, "mx")), repeat)
-    body = source[source.index("    def forward("):]
+    body = source[source.rindex("    def forward("):source.rindex("    MXNET_NAMES = {")]  # the model class: last
+    init = source[source.rindex("    def __init__(self):"):source.rindex("    def forward(")]
     return {"generate": generate, "export": export, "lines": len(source.splitlines()), "kib": len(source) / 1024,
             "ops": len([line for line in body.splitlines()[1:] if " = " in line]),
-            "helpers": len(re.findall(r"^def _mx_", source, re.M))}
+            "layers": len(re.findall(r"\bnn\.[A-Z]\w*\(|\b(?:BatchNorm|LayerNorm|InstanceNorm|GroupNorm|PReLU|Clip)\(",
+                                     init)),
+            "helpers": len(re.findall(r"^(?:def|class) ", source, re.M)) - 1}
 
 
 def main(argv=None) -> int:
@@ -63,11 +67,11 @@ def main(argv=None) -> int:
     wanted = [m for m in MODELS if args.only is None or re.search(args.only, m)]
     by_name = {e.name: e for e in zoo_models.entries()}
     print(f"{'model':34} {'generate s':>10} {'export s':>9} {'ratio':>6} {'lines':>6} {'KiB':>6} {'ops':>5} "
-          f"{'helpers':>7}")
+          f"{'layers':>6} {'helpers':>7}")
     for name in wanted:
         r = _measure(by_name[name], args.repeat)
         print(f"{name:34} {r['generate']:10.2f} {r['export']:9.2f} {r['generate'] / r['export']:6.1f} "
-              f"{r['lines']:6d} {r['kib']:6.0f} {r['ops']:5d} {r['helpers']:7d}", flush=True)
+              f"{r['lines']:6d} {r['kib']:6.0f} {r['ops']:5d} {r['layers']:6d} {r['helpers']:7d}", flush=True)
     return 0
 
 

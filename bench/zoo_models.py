@@ -448,11 +448,12 @@ def _translation_on(node, x_mx, y_mx) -> float:
     """Relative difference from MXNet's output ``y_mx`` of ``node``'s translation run on MXNet's input ``x_mx``."""
     import torch
 
+    from migrate.generate import ops  # noqa: F401  (fills the registry)
     from migrate.generate.registry import OpNode, translator
-    from migrate.generate.runtime import HELPERS
     op = OpNode(node["op"], node["name"], node.get("attrs", {}), ["x"], [x_mx.shape], y_mx.shape)
+    expression = translator(op.op, op.name)(op)
     with torch.no_grad():
-        y = eval(translator(op.op, op.name)(op), {**HELPERS, "torch": torch, "x": torch.from_numpy(x_mx)})
+        y = eval(expression, {**op.namespace(), "x": torch.from_numpy(x_mx)})
     return relative_difference([y_mx], [_flat(y)[0].numpy()])
 
 

@@ -211,12 +211,13 @@ def _check_weights(torch_model, weights, path):
     target = torch_model.state_dict()
     missing = [k for k in target if k not in weights]
     unexpected = [k for k in weights if k not in target]
-    shapes = [f"{k} {tuple(v)} vs {tuple(target[k].shape)}" for k, v in weights.shapes.items()
-              if k in target and tuple(v) != tuple(target[k].shape)]
+    shapes = [f"{k!r}: the folder holds {tuple(v)}, the model {tuple(target[k].shape)}"
+              for k, v in weights.shapes.items() if k in target and tuple(v) != tuple(target[k].shape)]
     if missing or unexpected or shapes:
         raise InputFileError(f"{path!r} does not fit the {type(torch_model).__name__} model: missing keys "
-                             f"{missing[:8]}, unexpected keys {unexpected[:8]}, shapes (file vs model) {shapes[:8]}; "
-                             f"build the model with the arguments given to `migrate all --torch/--kwargs`")
+                             f"{missing[:8]}, unexpected keys {unexpected[:8]}, shapes {shapes[:8]}; build the model "
+                             f"with the arguments given to `migrate all --torch/--kwargs`, and replace a layer (a new "
+                             f"head) after load_migration, as torchvision's fine-tuning does")
 
 
 def _load_weights(torch_model, weights):

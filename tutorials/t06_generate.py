@@ -3,9 +3,11 @@
 The story. Your MXNet model is your own: a small CNN with depthwise convolutions, a squeeze-and-excitation gate
 (global pooling, a broadcast multiply), MXNet's 'full' pooling convention and a BatchNorm with MXNet's momentum.
 Nobody wrote it in torch, so tutorial 4's ``migrate all --torch package:factory`` has nothing to point at.
-``--torch generate`` writes the torch model itself: ``model.py``, readable source that imports only torch, whose
-``forward`` follows the MXNet graph op by op (training-mode BatchNorm and Dropout included) and whose ``state_dict``
-keys follow the Gluon block tree.
+``--torch generate`` writes the torch model itself: ``model.py``, readable source that imports only torch, as a
+torch engineer writes a model: ``__init__`` builds the block tree from torch layers (``nn.Conv2d``, ``nn.Linear``,
+``nn.ReLU``, a BatchNorm with MXNet's semantics that is a torch ``_BatchNorm``), ``forward`` calls them in the MXNet
+graph's order (training-mode BatchNorm and Dropout included), and the ``state_dict`` keys follow the Gluon block
+tree.
 
 1. MXNet trains N steps (LrTrainer, momentum SGD, the head at lr_mult 2) and exports what ``migrate`` reads.
 2. ``migrate all --torch generate`` writes ``model.py`` next to the weights, param groups and optimizer state.
@@ -188,8 +190,10 @@ def main(argv=None) -> int:
     if code != 0:
         return code
     source = open(os.path.join(folder, "model.py")).read().splitlines()
-    first = next(i for i, line in enumerate(source) if "def forward" in line)
+    first = max(i for i, line in enumerate(source) if "def forward" in line)  # the model class's (the last class)
     print("\nmodel.py, the start of forward:\n" + "\n".join(source[first:first + 8]) + "\n    ...")
+    layers = str(generated_class(os.path.join(folder, "model.py"))()).splitlines()
+    print("\nprint(model), its first layers:\n" + "\n".join(layers[:12]) + "\n  ...")
     torch_losses, model = torch_phase(folder, batches[n:])
     summary = compare(net, model, mx_losses, torch_losses, n)
     summary["eval_output_rel_gap"] = eval_gap(mx_folder, folder, batches[0][0])

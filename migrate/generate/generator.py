@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import sys
 import types
@@ -11,7 +12,7 @@ import numpy as np
 from migrate.errors import InputFileError, InputShapeError
 from migrate.generate import ops  # noqa: F401  (importing the op families fills the registry)
 from migrate.generate.module_tree import ModuleTree, module_expression
-from migrate.generate.names import block_paths, identifier, local_names, param_keys, tree_order
+from migrate.generate.names import block_paths, identifier, param_keys, tree_order
 from migrate.generate.registry import MULTI_OUTPUT, OpNode, translator
 from migrate.generate.shapes import LOSS_HEADS, mxnet_node_shapes, translated_shapes
 from migrate.generate.source_file import GeneratedClass, file_text
@@ -23,16 +24,21 @@ from mxformats.atomic import write_text
 __all__ = ["generate_torch", "translated_module"]
 
 
-def generate_torch(mx_model, input_shapes, path, *, input_dtypes=None):
+def generate_torch(mx_model, input_shapes, path: str | os.PathLike, *, input_dtypes=None) -> "torch.nn.Module":
     """Write a standalone PyTorch module for ``mx_model`` to ``path`` and return an instance with its weights.
 
-    The file imports only torch and holds one ``torch.nn.Module`` subclass whose ``state_dict`` keys mirror the
-    Gluon block tree (``features.3.conv.weight``; rebuilt from MXNet's name prefixes for symbol/params files) and
-    whose ``forward`` follows the MXNet graph op by op, in training mode too: BatchNorm uses batch statistics and
-    updates its running statistics as MXNet does (``running = running * momentum + batch * (1 - momentum)`` with the
-    biased batch variance), ``use_global_stats`` and ``fix_gamma`` (gamma read as 1, with zero gradient) are kept,
-    Dropout drops in ``train()`` mode. The class attribute ``MXNET_NAMES`` maps each MXNet name to its key: pass it
-    as the ``mapping`` of ``torch_optimizer``, ``convert_optimizer_state`` and ``convert_weights``.
+    The file imports only torch and reads as a hand-written model: ``__init__`` builds the Gluon block tree from
+    torch layers (``nn.Conv2d``, ``nn.Linear``, ``nn.Embedding``, ``nn.ReLU``, pooling, ``nn.Dropout``, and layers
+    keeping MXNet's semantics and names: ``BatchNorm``, a torch ``_BatchNorm``; ``LayerNorm``, ``PReLU`` ...),
+    ``Block`` containers for the blocks that hold others, and ``forward`` calls them in the MXNet graph's order
+    (``x = self.features[0](data)``); ops torch has no layer for are function calls. The ``state_dict`` keys mirror
+    the Gluon block tree (``features.3.conv.weight``; rebuilt from MXNet's name prefixes for symbol/params files).
+    Training mode follows MXNet: BatchNorm uses batch statistics and updates its running statistics as MXNet does
+    (``running = running * momentum + batch * (1 - momentum)`` with the biased batch variance), ``use_global_stats``
+    and ``fix_gamma`` (gamma read as 1, with zero gradient) are kept, Dropout drops in ``train()`` mode. The class
+    attribute ``MXNET_NAMES`` maps each MXNet name to its key: pass it as the ``mapping`` of ``torch_optimizer``,
+    ``convert_optimizer_state`` and ``convert_weights``. The module compiles without graph breaks and exports
+    (docs/migrate/generation.md); ``convert_sync_batchnorm`` syncs its BatchNorm layers keeping MXNet's statistics.
 
     Args:
         mx_model: an initialized Gluon ``HybridBlock`` or a tuple ``(symbol_json_path, params_path)`` (Module
@@ -66,10 +72,9 @@ def generate_torch(mx_model, input_shapes, path, *, input_dtypes=None):
         Detection ops keep MXNet's fixed output shapes (NMS writes the kept boxes first and -1 rows after them), and
         where MXNet gives an op no gradient (box_decode, box_iou, MultiBoxDetection, ROI coordinates) the module
         gives none either; see docs/zoo_report.md for the GluonCV/GluonNLP models that generate.
-        MXNet updates BatchNorm's running statistics in
-        the backward pass, the generated module in the forward pass: the same values after each training step,
-        but a training-mode forward without a backward changes them here and not in MXNet. Dropout draws torch's
-        random numbers, not MXNet's.
+        MXNet updates BatchNorm's running statistics in the backward pass, the generated module in the forward pass:
+        the same values after each training step, but a training-mode forward without a backward changes them here
+        and not in MXNet. Dropout draws torch's random numbers, not MXNet's.
     """
     shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
     source = model_source(mx_model, shapes, dtypes)
@@ -85,7 +90,7 @@ def generate_torch(mx_model, input_shapes, path, *, input_dtypes=None):
     return model
 
 
-def translated_module(source, input_shapes, input_dtypes=None):
+def translated_module(source, input_shapes, input_dtypes=None) -> "torch.nn.Module":
     """The module ``generate_torch`` would write for ``source``, built in memory (no file), MXNet's weights loaded.
 
     ``name_mapping`` and ``verify`` use it as the MXNet side of files read without MXNet: one translation of MXNet's
@@ -184,7 +189,7 @@ def _source(source, mx_model, shapes, dtypes, class_name) -> tuple:
                                     name in aux) for name in used}, tree_order(mx_model))
     arg_names = [identifier(name) for name in inputs]
     walk = _Walk(nodes, out_shapes, keys, dict(zip(inputs, arg_names)), tree)
-    walk.run(block_paths(mx_model, [n["name"] for n in nodes if n["op"] != "null"], used))
+    walk.run(block_paths(mx_model, [n["name"] for n in nodes if n["op"] != "null"], used), heads)
     outputs = [walk.ref(h) for h in heads]
     walk.lines.append(f"return {outputs[0] if len(outputs) == 1 else '(' + ', '.join(outputs) + ')'}")
     missing = [n["name"] for i, n in enumerate(nodes) if n["op"] == "null" and walk.exprs[i] is None
@@ -200,17 +205,20 @@ def _source(source, mx_model, shapes, dtypes, class_name) -> tuple:
 
 
 class _Walk:
-    """The graph's nodes in order, each written as one line of the forward by its translator."""
+    """The graph's nodes in order, each written as one line of the forward by its translator. Values are named as a
+    hand-written forward names them: a node's output takes the name of an input that is not read after it
+    (``x = self.features[1](x)``), else the first of ``x``, ``x1``, ``x2`` ... that holds nothing still read."""
 
     def __init__(self, nodes, out_shapes, keys, inputs, tree):
         self.nodes, self.out_shapes, self.keys, self.inputs, self.tree = nodes, out_shapes, keys, inputs, tree
         self.multi = {i for i, n in enumerate(nodes) if n["op"] in MULTI_OUTPUT or len(out_shapes[i]) > 1}
         self.exprs, self.lines, self.emitted = {}, [], set()
 
-    def run(self, blocks: dict) -> None:
-        """Write every node (``blocks``: op node name -> the module path of the block that made it alone)."""
-        op_nodes = [i for i, n in enumerate(self.nodes) if n["op"] != "null"]
-        local = dict(zip(op_nodes, local_names([self.nodes[i]["name"] for i in op_nodes], set(self.inputs.values()))))
+    def run(self, blocks: dict, heads: list) -> None:
+        """Write every node (``blocks``: op node name -> the module path of the block that made it alone; ``heads``:
+        the graph's outputs, read at the end)."""
+        last = _last_reads(self.nodes, heads)
+        live = {}  # variable name -> the node whose value it holds
         for i, node in enumerate(self.nodes):
             if node["op"] == "null":
                 self.exprs[i] = self._variable(node["name"])
@@ -220,26 +228,26 @@ class _Walk:
                              [self._shape(e) for e in entries], self._shape([i, 0]),
                              in_ops=[(self.nodes[e[0]]["op"], self.nodes[e[0]].get("attrs", {})) for e in entries],
                              param_keys=[self._key(e) for e in entries], block=blocks.get(node["name"]),
+                             last_read=[last[e[0]] == i and self.nodes[e[0]]["op"] != "null"
+                                        and e[0] not in self.multi for e in entries],
                              site=self.tree, subgraphs=node.get("subgraphs", []))
             expression = translator(node["op"], node["name"])(op_node)
             self.lines += op_node.statements  # a loop's lines (_foreach) before the value it gives
-            self.lines.append(f"{local[i]} = {expression}")
-            self._record(entries, local[i])
+            done = sorted({name for name, j in live.items() if last[j] <= i}, key=_number)
+            for name in done:
+                del live[name]
+            name = done[0] if done else next(n for n in _names() if n not in live and n not in self.inputs.values())
+            self.lines.append(f"{name} = {expression}")
+            live[name] = i
             self.emitted |= op_node.emitted
-            self.exprs[i] = local[i]
-
-    def _record(self, entries, name) -> None:
-        owners = sorted({self.keys[self.nodes[e[0]]["name"]].rsplit(".", 1)[0] for e in entries
-                         if self._key(e) is not None and "." in self._key(e)})
-        data_in = any(self._key(e) is None for e in entries)
-        if len(owners) == 1 and data_in:  # a layer with parameters: verify compares its output node by node
-            self.lines.append(f"self._record({owners[0]!r}, {name})")
+            self.exprs[i] = name
 
     def _key(self, entry):
         node = self.nodes[entry[0]]
         return self.keys.get(node["name"]) if node["op"] == "null" else None
 
     def _variable(self, name):
+        """The expression of a graph variable: a parameter's module path, or a data input's argument name."""
         if name in self.keys:
             self.tree.touch(self.keys[name])
             return module_expression(self.keys[name])
@@ -256,3 +264,24 @@ class _Walk:
         shape = shapes[entry[1]] if entry[1] < len(shapes) else None
         key = self._key(entry)
         return tuple(self.tree.specs[key].shape) if shape is None and key is not None else shape
+
+
+def _names():
+    """``x``, ``x1``, ``x2``, ...: the names of the forward's values."""
+    return itertools.chain(["x"], (f"x{k}" for k in itertools.count(1)))
+
+
+def _number(name: str) -> int:
+    return int(name[1:] or 0)
+
+
+def _last_reads(nodes, heads) -> dict:
+    """Node index -> the index of the last node that reads its value (past the end for the graph's outputs)."""
+    last = {i: i for i in range(len(nodes))}
+    for i, node in enumerate(nodes):
+        entries = node["inputs"][:1] if node["op"] in LOSS_HEADS else node["inputs"]
+        for entry in entries:
+            last[entry[0]] = i
+    for entry in heads:
+        last[entry[0]] = len(nodes)
+    return last

@@ -1,4 +1,4 @@
-"""Readable names for the generated module: ``state_dict`` keys that mirror the Gluon block tree, local variables.
+"""Readable names for the generated module: ``state_dict`` keys that mirror the Gluon block tree, module paths.
 
 From a HybridBlock the keys follow its attribute tree (``features.3.body.0.weight``: ``features`` is an attribute,
 ``3`` a child of a ``HybridSequential``). From symbol/params files the tree is rebuilt from MXNet's name prefixes:
@@ -13,7 +13,7 @@ import re
 
 import torch
 
-__all__ = ["param_keys", "block_paths", "tree_order", "local_names", "identifier"]
+__all__ = ["param_keys", "block_paths", "tree_order", "identifier"]
 
 _SUFFIXES = ("running_mean", "running_var", "moving_mean", "moving_var", "moving_inv_var")
 _RESERVED = set(dir(torch.nn.Module)) | {"self", "torch", "F", "math"}
@@ -147,17 +147,3 @@ def _consistent(keys) -> bool:
     modules = {k.rsplit(".", 1)[0] for k in keys if "." in k}
     prefixes = {".".join(k.split(".")[:i]) for k in modules for i in range(1, k.count(".") + 2)}
     return not any(k in prefixes for k in keys)
-
-
-def local_names(node_names: list, taken: set) -> list:
-    """Local variable names for the graph's op nodes (shared prefix and ``_fwd`` dropped, made unique)."""
-    prefix = _common_prefix(node_names)
-    out, used = [], set(taken)
-    for name in node_names:
-        base = identifier(re.sub(r"_(fwd|output)$", "", name[len(prefix):]) or "out")
-        candidate, i = base, 2
-        while candidate in used:
-            candidate, i = f"{base}_{i}", i + 1
-        used.add(candidate)
-        out.append(candidate)
-    return out

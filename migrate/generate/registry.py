@@ -59,6 +59,8 @@ class OpNode:
         out_shape: the shape of the node's first output (None if unknown).
         in_ops: for each input, ``(op, attrs)`` of the node that makes it (``("null", {...})`` for a variable).
         param_keys: for each input, the state_dict key of the parameter it reads (None for other inputs).
+        last_read: for each input, whether it is an op's output that no later node reads (an in-place op on it is
+            safe where its producer's backward does not need it).
         block: the module path of the parameterless Gluon block that made this node alone (None: none known).
         site: where layers go (None: the node is written as function calls only, as ``shapes`` evaluates them).
         emitted: the helper functions and layer classes the expression uses (the generator copies them).
@@ -75,6 +77,7 @@ class OpNode:
     out_shape: tuple = None
     in_ops: list = field(default_factory=list)
     param_keys: list = field(default_factory=list)
+    last_read: list = field(default_factory=list)
     block: str = None
     site: LayerSite = None
     emitted: set = field(default_factory=set)

@@ -74,9 +74,7 @@ def _class(model: GeneratedClass, init: list, base: str) -> str:
     lines = [f"class {model.name}({base}):",
              f'    """The MXNet {model.origin} as a torch module (weights: load a state_dict, or use '
              f'migrate.generate_torch)."""', "",
-             "    def __init__(self):", "        super().__init__()",
-             "        self.recorded = None  # set to a dict to collect each layer's output by module path "
-             "(migrate.verify does)"]
+             "    def __init__(self):", "        super().__init__()"]
     lines += ["        " + line for line in init]
     if device:
         lines += ["", "    def _device(self):",
@@ -85,8 +83,6 @@ def _class(model: GeneratedClass, init: list, base: str) -> str:
                   "        for tensor in self.parameters():", "            return tensor.device",
                   "        for tensor in self.buffers():", "            return tensor.device",
                   '        return torch.device("cpu")']
-    lines += ["", "    def _record(self, path, value):", "        if self.recorded is not None:",
-              "            self.recorded[path] = value.detach().clone()"]
     args = ", ".join(name for name, _ in model.inputs)
     lines += ["", f"    def forward(self, {args}):", body, ""] + ["    " + line for line in _names(model.mx_names)]
     return "\n".join(lines)

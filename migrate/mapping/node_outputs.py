@@ -120,10 +120,9 @@ def mxnet_executor(symbol, values: dict, ops, *, with_final=True, grad_req="null
 
 @contextlib.contextmanager
 def captured_module_outputs(model, modules):
-    """Within the block, every forward of ``model`` records a copy of each named module's output: yields the dict
-    module path -> output (torch tensors, detached), filled when the block ends for a module from
-    ``migrate.generate_torch`` (its layers are code, recorded by the module itself). TorchScript modules have no
-    forward hooks: nothing is recorded.
+    """Within the block, every forward of ``model`` records a copy of each named module's output (a forward hook on
+    it, removed when the block ends): yields the dict module path -> output (torch tensors, detached). A module that
+    runs twice keeps its last output. TorchScript modules have no forward hooks: nothing is recorded.
 
     Examples:
         >>> with captured_module_outputs(model, ["conv1"]) as found:  # doctest: +SKIP
@@ -134,22 +133,15 @@ def captured_module_outputs(model, modules):
     found, handles = {}, []
     named = dict(model.named_modules())
     hookable = not isinstance(model, torch.jit.ScriptModule)
-    wanted = set(modules)
     for path in dict.fromkeys(modules) if hookable else ():
         if path in named:
             handles.append(named[path].register_forward_hook(
                 lambda _m, _i, out, path=path: found.__setitem__(path, _detached(out))))
-    recording = hookable and hasattr(model, "recorded")
-    if recording:
-        model.recorded = {}
     try:
         yield found
     finally:
         for h in handles:
             h.remove()
-        if recording:
-            found.update({path: out for path, out in (model.recorded or {}).items() if path in wanted})
-            model.recorded = None
 
 
 def _detached(out):

@@ -42,8 +42,8 @@ def verify_translated(source: MxSource, torch_model, mapping: NameMapping, input
         input_dtypes: None (float32), one dtype, or one per input.
 
     Returns:
-        A ``VerifyReport`` whose rows pair each MXNet node (by its graph name) with the torch module; a node whose
-        output the translation does not record alone (parameters of several owners) is skipped.
+        A ``VerifyReport`` whose rows pair each MXNet node (by its graph name) with the torch module; a node no layer
+        of the translation computes (parameters of several blocks, or read by function calls) is skipped.
 
     Raises:
         UnsupportedOpError: the graph has an op with no translation (names it and the node).
@@ -98,7 +98,7 @@ def _node_pairs(source: MxSource, mapping: NameMapping, mx_names: dict) -> list:
 
 def _compare(op, module, a, b, source, folded_bias, atol) -> NodeCheck:
     if a is None or b is None:
-        side = "translated MXNet output not recorded" if a is None else "torch module output not captured"
+        side = "no layer of the translation computes it" if a is None else "torch module output not captured"
         return NodeCheck(op, module, None, 0.0, True, f"skipped: {side}")
     a = without_folded_bias(a, source.params.get(folded_bias))
     note = f"compared without {folded_bias!r} (folded into the next BatchNorm)" if folded_bias else ""

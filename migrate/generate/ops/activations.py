@@ -5,15 +5,24 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 
+from migrate.generate.ops.layers import MXNetNames
 from migrate.generate.registry import OpNode, register
 
-__all__ = ["mx_masked_softmax", "mx_softmax_output"]
+__all__ = ["PReLU", "mx_masked_softmax", "mx_softmax_output"]
 
 
-_ACTIVATIONS = {"relu": "F.relu({})", "sigmoid": "torch.sigmoid({})", "tanh": "torch.tanh({})",
-                "softrelu": "F.softplus({})", "softsign": "F.softsign({})", "log_sigmoid": "F.logsigmoid({})",
-                "mish": "F.mish({})"}
+_ACTIVATIONS = {"relu": (nn.ReLU, "F.relu({})"), "sigmoid": (nn.Sigmoid, "torch.sigmoid({})"),
+                "tanh": (nn.Tanh, "torch.tanh({})"), "softrelu": (nn.Softplus, "F.softplus({})"),
+                "softsign": (nn.Softsign, "F.softsign({})"), "log_sigmoid": (nn.LogSigmoid, "F.logsigmoid({})"),
+                "mish": (nn.Mish, "F.mish({})")}
+
+
+# ops whose backward does not read their output: a ReLU may overwrite it when nothing else reads it (torchvision's
+# ReLU(inplace=True) after its batch norms and residual additions)
+_IN_PLACE_AFTER = {"Convolution", "Deconvolution", "FullyConnected", "BatchNorm", "_contrib_SyncBatchNorm",
+                   "elemwise_add", "_plus", "_Plus", "broadcast_add", "broadcast_plus"}
 
 
 @register("Activation")
@@ -21,17 +30,37 @@ def _activation(node: OpNode) -> str:
     kind = node.attr("act_type")
     if kind not in _ACTIVATIONS:
         raise node.unsupported(f"act_type {kind!r} (known: {sorted(_ACTIVATIONS)})")
-    return _ACTIVATIONS[kind].format(node.inputs[0])
+    layer, form = _ACTIVATIONS[kind]
+    if kind == "relu" and node.last_read[:1] == [True] and node.in_ops[0][0] in _IN_PLACE_AFTER:
+        return node.layer(nn.ReLU, inplace=True) or f"F.relu({node.inputs[0]}, inplace=True)"
+    return node.layer(layer) or form.format(node.inputs[0])
 
 
 @register("LeakyReLU")
 def _leaky_relu(node: OpNode) -> str:
-    kind, x, slope = node.attr("act_type", "leaky"), node.inputs[0], node.attr("slope", 0.25)
-    forms = {"leaky": f"F.leaky_relu({x}, {slope})", "elu": f"F.elu({x}, {slope})", "selu": f"F.selu({x})",
-             "gelu": f"F.gelu({x})", "prelu": f"F.prelu({x}, {node.optional_input(1)})"}
+    kind, x, slope = node.attr("act_type", "leaky"), node.inputs[0], float(node.attr("slope", 0.25))
+    forms = {"leaky": (nn.LeakyReLU, (slope,), f"F.leaky_relu({x}, {slope})"),
+             "elu": (nn.ELU, (slope,), f"F.elu({x}, {slope})"), "selu": (nn.SELU, (), f"F.selu({x})"),
+             "gelu": (nn.GELU, (), f"F.gelu({x})"), "prelu": (None, (), f"F.prelu({x}, {node.optional_input(1)})")}
     if kind not in forms:
         raise node.unsupported(f"act_type {kind!r} (known: {sorted(forms)}; rrelu is random)")
-    return forms[kind]
+    layer, args, form = forms[kind]
+    if kind == "prelu":
+        alpha = node.in_shapes[1] if len(node.in_shapes) > 1 else None
+        name = (node.param_keys[1] or "").rsplit(".", 1)[-1] if len(node.param_keys) > 1 else ""
+        return (alpha and name.isidentifier() and node.layer(
+            PReLU, *([] if alpha == (1,) else [alpha[0]]), **({} if name == "alpha" else {"name": name}),
+            params={name: 1})) or form
+    return node.layer(layer, *args) or form
+
+
+class PReLU(MXNetNames, nn.PReLU):
+    """torch's PReLU holding its slopes under MXNet's name (Gluon's ``alpha``; the symbol API's ``gamma``), which
+    ``weight`` reads."""
+
+    def __init__(self, num_parameters=1, name="alpha", dtype=None):
+        super().__init__(num_parameters, dtype=dtype)
+        self.hold_as(weight=name)
 
 
 @register("hard_sigmoid")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from migrate.generate.ops.layers import Clip
 from migrate.generate.registry import OpNode, register
 
 __all__ = ["mx_div", "mx_mod", "mx_where"]
@@ -88,7 +89,8 @@ def _add_n(node: OpNode) -> str:
 
 @register("clip")
 def _clip(node: OpNode) -> str:
-    return f"torch.clamp({node.inputs[0]}, {float(node.attr('a_min'))}, {float(node.attr('a_max'))})"
+    low, high = float(node.attr("a_min")), float(node.attr("a_max"))
+    return node.layer(Clip, low, high) or f"torch.clamp({node.inputs[0]}, {low}, {high})"
 
 
 @register("_contrib_div_sqrt_dim")

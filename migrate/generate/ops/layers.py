@@ -17,7 +17,7 @@ from torch import nn
 
 from migrate.generate.registry import OpNode, as_tuple, register
 
-__all__ = ["Block", "mx_pool_full", "mx_axes_dropout"]
+__all__ = ["Block", "MXNetNames", "Clip", "mx_pool_full", "mx_axes_dropout"]
 
 
 class Block(nn.Module):
@@ -38,6 +38,30 @@ class Block(nn.Module):
 
     def __getitem__(self, index):
         return getattr(self, str(index))
+
+
+class MXNetNames(nn.Module):
+    """A torch layer holding its parameters and buffers under MXNet's names (``gamma`` where torch says
+    ``weight``), so that its state_dict keys are MXNet's; torch's names read them (``layer.weight`` is
+    ``layer.gamma``), as the tools that look for torch's layers expect."""
+
+    def hold_as(self, **mx_names):
+        """Move parameters and buffers to MXNet's names: ``hold_as(weight="gamma", bias="beta")``."""
+        for torch_name, mx_name in mx_names.items():
+            store = self._parameters if torch_name in self._parameters else self._buffers
+            store[mx_name] = store.pop(torch_name)
+        self.torch_names = {**self.__dict__.get("torch_names", {}), **mx_names}
+
+    def __getattr__(self, name):
+        return super().__getattr__(self.__dict__.get("torch_names", {}).get(name, name))
+
+
+class Clip(nn.Hardtanh):
+    """MXNet's clip as a layer (``Clip(0.0, 6.0)`` is ReLU6): values at the bounds pass their gradient, as MXNet's
+    clip and ``torch.clamp`` pass it (``nn.Hardtanh`` does not)."""
+
+    def forward(self, x):
+        return torch.clamp(x, self.min_val, self.max_val)
 
 
 def _size(values: tuple):
@@ -119,25 +143,35 @@ def _pooling(node: OpNode) -> str:
     if node.attr("global_pool", False):
         form = {"max": f"{x}.amax({dims}, keepdim=True)", "avg": f"{x}.mean({dims}, keepdim=True)",
                 "sum": f"{x}.sum({dims}, keepdim=True)"}
-        return form[pool]
+        return (pool == "avg" and n <= 3 and node.layer(getattr(nn, f"AdaptiveAvgPool{n}d"), 1)) or form[pool]
     kernel = as_tuple(node.attr("kernel"))
     stride, pad = as_tuple(node.attr("stride") or (1,) * n), as_tuple(node.attr("pad") or (0,) * n)
-    include = node.attr("count_include_pad", True)
+    include = node.attr("count_include_pad", True) or pool == "sum"
     convention = node.attr("pooling_convention", "valid")
     if convention not in ("valid", "full"):
         raise node.unsupported(f"pooling_convention {convention!r}")
-    size = 1
-    for k in kernel:
-        size *= k
     small = bool(node.in_shapes and node.in_shapes[0]) and any(s < k for s, k in zip(node.in_shapes[0][2:], kernel))
     if convention == "full" or (small and pool != "max"):  # torch's pools refuse an input smaller than the kernel
-        expr = node.call(mx_pool_full, x, repr("max" if pool == "max" else "avg"), kernel, stride, pad,
-                     include or pool == "sum", convention == "full")
-    elif pool == "max":
-        expr = f"F.max_pool{n}d({x}, {kernel}, {stride}, {pad})"
+        expr = node.call(mx_pool_full, x, repr("max" if pool == "max" else "avg"), kernel, stride, pad, include,
+                         convention == "full")
+    elif pool == "sum":
+        expr = f"F.avg_pool{n}d({x}, {kernel}, {stride}, {pad}, count_include_pad=True)"
     else:
-        expr = f"F.avg_pool{n}d({x}, {kernel}, {stride}, {pad}, count_include_pad={include or pool == 'sum'})"
-    return f"{expr} * {size}" if pool == "sum" else expr
+        expr = _pool_layer(node, pool, n, kernel, stride, pad, include) or (
+            f"F.max_pool{n}d({x}, {kernel}, {stride}, {pad})" if pool == "max" else
+            f"F.avg_pool{n}d({x}, {kernel}, {stride}, {pad}, count_include_pad={include})")
+    return f"{expr} * {math.prod(kernel)}" if pool == "sum" else expr
+
+
+def _pool_layer(node: OpNode, pool: str, n: int, kernel: tuple, stride: tuple, pad: tuple, include: bool):
+    """The call of a torch pooling layer (MXNet's stride defaults to 1, torch's to the kernel: written unless
+    equal), or None."""
+    options = {"stride": _size(stride)} if stride != kernel else {}
+    options.update({"padding": _size(pad)} if any(pad) else {})
+    if pool == "avg" and not include:
+        options["count_include_pad"] = False
+    cls = getattr(nn, f"{'Max' if pool == 'max' else 'Avg'}Pool{n}d", None)
+    return cls and node.layer(cls, _size(kernel), **options)
 
 
 def mx_pool_full(x, pool, kernel, stride, pad, count_include_pad, full=True):
@@ -162,20 +196,24 @@ def mx_pool_full(x, pool, kernel, stride, pad, count_include_pad, full=True):
 @register("_contrib_AdaptiveAvgPooling2D")
 def _adaptive_avg_pool(node: OpNode) -> str:
     size = as_tuple(node.attr("output_size") or (1,))
-    return f"F.adaptive_avg_pool2d({node.inputs[0]}, {size if len(size) == 2 else (size[0], size[0])})"
+    size = size if len(size) == 2 else (size[0], size[0])
+    return node.layer(nn.AdaptiveAvgPool2d, _size(size)) or f"F.adaptive_avg_pool2d({node.inputs[0]}, {size})"
 
 
 @register("Flatten", "flatten")
 def _flatten(node: OpNode) -> str:
-    return f"{node.inputs[0]}.flatten(1)"
+    return node.layer(nn.Flatten) or f"{node.inputs[0]}.flatten(1)"
 
 
 @register("Dropout")
 def _dropout(node: OpNode) -> str:
-    training = "True" if node.attr("mode", "training") == "always" else "self.training"
+    p = float(node.attr("p", 0.5))
     if node.attr("axes") not in (None, ()):  # variational dropout: one mask shared along these axes
-        return node.call(mx_axes_dropout, node.inputs[0], node.attr("p", 0.5), node.tuple_attr("axes"), training)
-    return f"F.dropout({node.inputs[0]}, {node.attr('p', 0.5)}, {training})"
+        training = "True" if node.attr("mode", "training") == "always" else "self.training"
+        return node.call(mx_axes_dropout, node.inputs[0], p, node.tuple_attr("axes"), training)
+    if node.attr("mode", "training") == "always":
+        return f"F.dropout({node.inputs[0]}, {p}, True)"
+    return node.layer(nn.Dropout, p) or f"F.dropout({node.inputs[0]}, {p}, self.training)"
 
 
 def mx_axes_dropout(x, p, axes, training):

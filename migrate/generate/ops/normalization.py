@@ -7,66 +7,140 @@ momentum (held as a float32) and the biased batch variance, ``fix_gamma`` (gamma
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
 
+from migrate.generate.ops.layers import MXNetNames
 from migrate.generate.registry import OpNode, register
 
-__all__ = ["mx_batch_norm", "mx_layer_norm", "mx_group_norm", "mx_l2_normalization", "mx_lrn"]
+__all__ = ["BatchNorm", "mx_batch_norm", "LayerNorm", "mx_layer_norm", "InstanceNorm", "GroupNorm", "mx_group_norm",
+           "mx_l2_normalization", "mx_lrn"]
 
 
-@register("BatchNorm")
+@register("BatchNorm", "_contrib_SyncBatchNorm")
 def _batch_norm(node: OpNode) -> str:
+    """One device's ``_contrib_SyncBatchNorm`` is MXNet's BatchNorm (statistics of this process's batch)."""
     x, gamma, beta, mean, var = node.inputs[:5]
-    return node.call(mx_batch_norm, x, gamma, beta, mean, var, "self.training",
-                 f"momentum={node.attr('momentum', 0.9)}", f"eps={node.attr('eps', 1e-3)}",
-                 f"fix_gamma={node.attr('fix_gamma', True)}",
-                 f"use_global_stats={node.attr('use_global_stats', False)}", f"axis={node.attr('axis', 1)}")
+    settings = {"eps": float(node.attr("eps", 1e-3)), "momentum": float(node.attr("momentum", 0.9)),
+                "fix_gamma": bool(node.attr("fix_gamma", True)),
+                "use_global_stats": bool(node.attr("use_global_stats", False)), "axis": node.attr("axis", 1)}
+    stats = tuple(key.rsplit(".", 1)[-1] if key else None for key in node.param_keys[3:5])
+    layer = None
+    if node.in_shapes and node.in_shapes[1] and len(stats) == 2 and None not in stats:
+        written = {k: v for k, v in settings.items() if v != _BATCH_NORM_DEFAULTS[k]}
+        layer = node.layer(BatchNorm, node.in_shapes[1][0], **written,
+                           **({} if stats == ("running_mean", "running_var") else {"stats": stats}),
+                           params={"gamma": 1, "beta": 2, stats[0]: 3, stats[1]: 4})
+    momentum = float(np.float32(settings["momentum"]))  # MXNet holds it as a float32
+    return layer or node.call(mx_batch_norm, x, gamma, beta, mean, var, "self.training", f"momentum={momentum!r}",
+                              *(f"{k}={settings[k]!r}" for k in ("eps", "fix_gamma", "use_global_stats", "axis")))
 
 
-@register("_contrib_SyncBatchNorm")
-def _sync_batch_norm(node: OpNode) -> str:
-    """One device's SyncBatchNorm is MXNet's BatchNorm (statistics of this process's batch)."""
-    x, gamma, beta, mean, var = node.inputs[:5]
-    return node.call(mx_batch_norm, x, gamma, beta, mean, var, "self.training",
-                     f"momentum={node.attr('momentum', 0.9)}", f"eps={node.attr('eps', 1e-3)}",
-                     f"fix_gamma={node.attr('fix_gamma', True)}",
-                     f"use_global_stats={node.attr('use_global_stats', False)}")
+_BATCH_NORM_DEFAULTS = {"eps": 1e-3, "momentum": 0.9, "fix_gamma": True, "use_global_stats": False, "axis": 1}
+
+
+class BatchNorm(MXNetNames, _BatchNorm):
+    """MXNet's BatchNorm, a torch ``_BatchNorm`` (so ``convert_sync_batchnorm``, fusion and pruning tools see a batch
+    norm) holding MXNet's names: ``gamma``, ``beta`` and the running statistics (``weight``, ``bias``,
+    ``running_mean`` and ``running_var`` read them).
+
+    In training it normalizes with the batch statistics by torch's kernel (cuDNN on a GPU), run once, and updates the
+    running statistics as MXNet does: ``running = running * momentum + batch * (1 - momentum)`` with the biased batch
+    variance (torch's layers use the unbiased one). MXNet updates them in the backward pass, this layer in the
+    forward: the same values after each training step.
+
+    Args:
+        num_features: the size of ``axis``.
+        eps: added to the variance.
+        momentum: MXNet's momentum, held as the float32 MXNet holds (0.9 -> 0.8999999762); the ``momentum``
+            attribute is torch's (1 - that), as torch's tools read it.
+        fix_gamma: gamma is read as 1 and gets a zero gradient (MXNet's default).
+        use_global_stats: normalize with the running statistics in training too.
+        axis: the channel axis.
+        stats: the names of the running mean and variance (``moving_mean``, ``moving_var`` in symbol files).
+        dtype: of the parameters and buffers.
+    """
+
+    def __init__(self, num_features, eps=1e-3, momentum=0.9, fix_gamma=True, use_global_stats=False, axis=1,
+                 stats=("running_mean", "running_var"), dtype=None):
+        mx_momentum = float(torch.tensor(momentum, dtype=torch.float32))
+        super().__init__(num_features, eps, 1.0 - mx_momentum, dtype=dtype)
+        self.hold_as(weight="gamma", bias="beta", running_mean=stats[0], running_var=stats[1])
+        self.register_buffer("num_batches_tracked", None)  # MXNet counts no batches (and saves no such key)
+        self.mx_momentum, self.fix_gamma, self.use_global_stats, self.axis = (mx_momentum, fix_gamma,
+                                                                               use_global_stats, axis)
+
+    def forward(self, x):
+        return mx_batch_norm(x, self.gamma, self.beta, self.running_mean, self.running_var, self.training,
+                             self.mx_momentum, self.eps, self.fix_gamma, self.use_global_stats, self.axis)
+
+    def reset_running_stats(self):
+        self.running_mean.zero_()
+        self.running_var.fill_(1)
+
+    def _load_from_state_dict(self, *args):
+        nn.Module._load_from_state_dict(self, *args)  # torch's _NormBase would add a num_batches_tracked key
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.mx_momentum:.7g}, fix_gamma={self.fix_gamma}, "
+                f"use_global_stats={self.use_global_stats}, axis={self.axis}")
 
 
 def mx_batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps, fix_gamma,
-                   use_global_stats, axis=1):
-    """MXNet's BatchNorm: batch statistics in training (biased variance), running = running * momentum +
-    batch * (1 - momentum) with the BIASED batch variance (torch's own uses the unbiased one); fix_gamma uses
-    gamma = 1 with a zero gradient. MXNet updates the running statistics in the backward pass, this in the forward.
-    MXNet holds momentum as a float32 (0.9 -> 0.89999998), whatever the data's dtype."""
-    momentum = float(torch.tensor(momentum, dtype=torch.float32))
+                  use_global_stats, axis=1):
+    """MXNet's BatchNorm (``momentum`` as the float32 MXNet holds): in training, the batch statistics, and the running
+    ones updated with the biased batch variance, by one call of torch's kernel: its update uses the unbiased
+    variance, so it updates a copy of the running variance multiplied by n / (n - 1) (n values per channel), divided
+    back into the running variance: two operations on one value per channel. One value per channel (which torch's
+    kernel refuses) has variance 0."""
     if fix_gamma:
         gamma = gamma * 0 + 1
     axis = axis % x.dim()
     if axis != 1:
         x = x.movedim(axis, 1)
-    batch_stats = training and not use_global_stats
-    if batch_stats and not torch.onnx.is_in_onnx_export():
-        dims = [d for d in range(x.dim()) if d != 1]
+    count = x.numel() // x.shape[1]
+    if not training or use_global_stats or torch.onnx.is_in_onnx_export():
+        y = F.batch_norm(x, running_mean, running_var, gamma, beta, training and not use_global_stats,
+                         1 - momentum, eps)
+    elif count > 1:
         with torch.no_grad():
-            var, mean = torch.var_mean(x, dims, correction=0)
-            running_mean.mul_(momentum).add_(mean, alpha=1 - momentum)
-            running_var.mul_(momentum).add_(var, alpha=1 - momentum)
-        y = F.batch_norm(x, None, None, gamma, beta, True, 0.0, eps)
+            scaled = running_var * (count / (count - 1))
+        y = F.batch_norm(x, running_mean, scaled, gamma, beta, True, 1 - momentum, eps)
+        with torch.no_grad():
+            torch.div(scaled, count / (count - 1), out=running_var)
     else:
-        y = F.batch_norm(x, running_mean, running_var, gamma, beta, batch_stats, 1 - momentum, eps)
+        with torch.no_grad():
+            running_mean.mul_(momentum).add_(x.reshape(-1), alpha=1 - momentum)
+            running_var.mul_(momentum)
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        y = (x - x) * gamma.reshape(shape) + beta.reshape(shape)
     return y.movedim(1, axis) if axis != 1 else y
 
 
 @register("LayerNorm")
 def _layer_norm(node: OpNode) -> str:
     x, gamma, beta = node.inputs[:3]
-    axis, eps = node.attr("axis", -1), node.attr("eps", 1e-5)
+    axis, eps = node.attr("axis", -1), float(node.attr("eps", 1e-5))
     ndim = len(node.in_shapes[0]) if node.in_shapes and node.in_shapes[0] else None
     if axis == -1 or (ndim is not None and axis == ndim - 1):
-        return f"F.layer_norm({x}, {gamma}.shape, {gamma}, {beta}, {eps})"
+        layer = node.in_shapes[1] and node.layer(LayerNorm, node.in_shapes[1][0], **({} if eps == 1e-5 else
+                                                                                      {"eps": eps}),
+                                                 params={"gamma": 1, "beta": 2})
+        return layer or f"F.layer_norm({x}, {gamma}.shape, {gamma}, {beta}, {eps})"
     return node.call(mx_layer_norm, x, gamma, beta, axis, eps)
+
+
+class LayerNorm(MXNetNames, nn.LayerNorm):
+    """torch's LayerNorm over the last axis holding MXNet's ``gamma`` and ``beta`` (``weight`` and ``bias`` read
+    them)."""
+
+    def __init__(self, normalized_shape, eps=1e-5, dtype=None):
+        super().__init__(normalized_shape, eps, dtype=dtype)
+        self.hold_as(weight="gamma", bias="beta")
 
 
 def mx_layer_norm(x, gamma, beta, axis, eps):
@@ -79,14 +153,49 @@ def mx_layer_norm(x, gamma, beta, axis, eps):
 @register("InstanceNorm")
 def _instance_norm(node: OpNode) -> str:
     x, gamma, beta = node.inputs[:3]
-    return f"F.instance_norm({x}, weight={gamma}, bias={beta}, eps={float(node.attr('eps', 1e-3))})"
+    eps = float(node.attr("eps", 1e-3))
+    layer = node.in_shapes[1] and node.layer(InstanceNorm, node.in_shapes[1][0], **({} if eps == 1e-3 else
+                                                                                    {"eps": eps}),
+                                             params={"gamma": 1, "beta": 2})
+    return layer or f"F.instance_norm({x}, weight={gamma}, bias={beta}, eps={eps})"
+
+
+class InstanceNorm(MXNetNames, _InstanceNorm):
+    """MXNet's InstanceNorm, a torch ``_InstanceNorm`` of any input rank holding ``gamma`` and ``beta``."""
+
+    def __init__(self, num_features, eps=1e-3, dtype=None):
+        super().__init__(num_features, eps, affine=True, dtype=dtype)
+        self.hold_as(weight="gamma", bias="beta")
+
+    def forward(self, x):
+        return F.instance_norm(x, weight=self.gamma, bias=self.beta, eps=self.eps)
 
 
 @register("GroupNorm")
 def _group_norm(node: OpNode) -> str:
     if node.attr("output_mean_var", False):
         raise node.unsupported("output_mean_var=True")
-    return node.call(mx_group_norm, *node.inputs[:3], node.attr("num_groups", 1), float(node.attr("eps", 1e-5)))
+    groups, eps = node.attr("num_groups", 1), float(node.attr("eps", 1e-5))
+    channels = node.in_shapes[0][1] if node.in_shapes and node.in_shapes[0] else None
+    layer = channels and node.in_shapes[1] and node.layer(
+        GroupNorm, groups, channels, **({} if eps == 1e-5 else {"eps": eps}),
+        **({} if node.in_shapes[1][0] == groups else {"affine_size": node.in_shapes[1][0]}),
+        params={"gamma": 1, "beta": 2})
+    return layer or node.call(mx_group_norm, *node.inputs[:3], groups, eps)
+
+
+class GroupNorm(MXNetNames, nn.GroupNorm):
+    """MXNet's GroupNorm, a torch ``GroupNorm`` holding ``gamma`` and ``beta``: MXNet 1.x holds one of each per
+    group (``affine_size`` = the groups), later versions one per channel."""
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine_size=None, dtype=None):
+        super().__init__(num_groups, num_channels, eps, dtype=dtype)
+        size = num_groups if affine_size is None else affine_size
+        self.weight.data, self.bias.data = self.weight.data[:size], self.bias.data[:size]
+        self.hold_as(weight="gamma", bias="beta")
+
+    def forward(self, x):
+        return mx_group_norm(x, self.gamma, self.beta, self.num_groups, self.eps)
 
 
 def mx_group_norm(x, gamma, beta, num_groups, eps):

@@ -132,37 +132,47 @@ class TestSegmentationAndPose:
         _check(net, [_image(1, 3, 64, 48)], tmp_path / "m.py")
 
 
+def small_bert(dropout=0.0):
+    """(a small GluonNLP BERT: 2 layers, 4 heads, pooler; its inputs: tokens, token types, valid lengths)."""
+    from gluonnlp.model.bert import BERTEncoder, BERTModel
+    encoder = BERTEncoder(num_layers=2, units=32, hidden_size=64, max_length=16, num_heads=4, dropout=dropout)
+    net = BERTModel(encoder, vocab_size=30, token_type_vocab_size=2, units=32, embed_size=32, use_pooler=True,
+                    use_decoder=False, use_classifier=False)
+    rng = np.random.RandomState(0)
+    return net, [rng.randint(0, 30, (2, 8)).astype(np.float32), rng.randint(0, 2, (2, 8)).astype(np.float32),
+                 np.array([8, 5], np.float32)]
+
+
+def transformer_decoder(dropout=0.0):
+    """(a GluonNLP transformer decoder called once over an encoder memory with valid lengths; its inputs)."""
+    from gluonnlp.model.transformer import get_transformer_encoder_decoder
+    _, dec, _ = get_transformer_encoder_decoder(num_layers=2, num_heads=2, units=16, hidden_size=32,
+                                                max_src_length=16, max_tgt_length=16, dropout=dropout)
+
+    class Decoder(gluon.HybridBlock):
+        def __init__(self):
+            super().__init__(prefix="dec_")
+            self.decoder = dec
+
+        def hybrid_forward(self, F, inputs, memory, memory_length):  # the mask init_state_from_encoder makes
+            steps = F.contrib.arange_like(memory, axis=1).reshape((1, -1))
+            mask = F.broadcast_lesser(steps, memory_length.reshape((-1, 1)))
+            return self.decoder(inputs, [memory, mask], None)[0]
+    return Decoder(), [_image(2, 5, 16), _image(2, 6, 16, seed=1), np.array([6, 3], np.float32)]
+
+
 class TestGluonNLP:
     def test_bert_with_valid_length(self, tmp_path):
         """Small BERT (2 layers, 4 heads): interleaved attention, masked softmax by valid length, arange_like,
         SequenceMask; sequence output and pooled output."""
-        from gluonnlp.model.bert import BERTEncoder, BERTModel
-        encoder = BERTEncoder(num_layers=2, units=32, hidden_size=64, max_length=16, num_heads=4, dropout=0.0)
-        net = BERTModel(encoder, vocab_size=30, token_type_vocab_size=2, units=32, embed_size=32, use_pooler=True,
-                        use_decoder=False, use_classifier=False)
-        rng = np.random.RandomState(0)
-        tokens = rng.randint(0, 30, (2, 8)).astype(np.float32)
-        types = rng.randint(0, 2, (2, 8)).astype(np.float32)
-        _check(net, [tokens, types, np.array([8, 5], np.float32)], tmp_path / "bert.py")
+        net, inputs = small_bert()
+        _check(net, inputs, tmp_path / "bert.py")
 
     def test_transformer_decoder(self, tmp_path):
         """GluonNLP transformer decoder (one call over an encoder memory with valid lengths): where, ones_like,
         broadcast_lesser_equal, arange_like."""
-        from gluonnlp.model.transformer import get_transformer_encoder_decoder
-        _, dec, _ = get_transformer_encoder_decoder(num_layers=2, num_heads=2, units=16, hidden_size=32,
-                                                    max_src_length=16, max_tgt_length=16, dropout=0.0)
-
-        class Decoder(gluon.HybridBlock):
-            def __init__(self):
-                super().__init__(prefix="dec_")
-                self.decoder = dec
-
-            def hybrid_forward(self, F, inputs, memory, memory_length):  # the mask init_state_from_encoder makes
-                steps = F.contrib.arange_like(memory, axis=1).reshape((1, -1))
-                mask = F.broadcast_lesser(steps, memory_length.reshape((-1, 1)))
-                return self.decoder(inputs, [memory, mask], None)[0]
-        inputs = [_image(2, 5, 16), _image(2, 6, 16, seed=1), np.array([6, 3], np.float32)]
-        _check(Decoder(), inputs, tmp_path / "dec.py")
+        net, inputs = transformer_decoder()
+        _check(net, inputs, tmp_path / "dec.py")
 
 
 class TestCustomBlocks:
