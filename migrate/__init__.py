@@ -15,7 +15,7 @@ files (symbol JSON, params, states) are read without it, and the CLI maps, verif
 without it; only what reads a live Gluon block or runs the MXNet model (``check_training``, ``migrate check``) needs
 it, and raises ``MXNetRequiredError`` without it.
 
-The names below are imported when first used (``migrate.verify`` imports ``migrate.mapping.verify`` then), so that
+The names below are imported when first used (``migrate.verify`` imports ``migrate.verification.verify`` then), so that
 ``import migrate`` costs no torch import: ``python -m migrate`` installs its Ctrl-C handling (``migrate.cli``) before
 the libraries load. The library itself imports nothing of its command line.
 """
@@ -29,7 +29,7 @@ _HOMES = {  # name -> the module that defines it
     "TensorCheck": "migrate.check", "TrainingReport": "migrate.check", "check_training": "migrate.check",
     "generate_torch": "migrate.generate",
     "name_mapping": "migrate.mapping.name_mapping", "NameMapping": "migrate.mapping.table",
-    "NodeCheck": "migrate.mapping.verify", "VerifyReport": "migrate.mapping.verify", "verify": "migrate.mapping.verify",
+    "NodeCheck": "migrate.verification", "VerifyReport": "migrate.verification", "verify": "migrate.verification",
     "convert_weights": "migrate.mapping.weights",
     "load_migration": "migrate.migration_folder",
     "ParamGroups": "migrate.optim.groups", "param_groups": "migrate.optim.groups",
@@ -101,7 +101,7 @@ if TYPE_CHECKING:  # the same names for type checkers and the API reference, whi
     from migrate.generate import generate_torch
     from migrate.mapping.name_mapping import name_mapping
     from migrate.mapping.table import NameMapping
-    from migrate.mapping.verify import NodeCheck, VerifyReport, verify
+    from migrate.verification import NodeCheck, VerifyReport, verify
     from migrate.mapping.weights import convert_weights
     from migrate.migration_folder import load_migration
     from migrate.optim.groups import ParamGroups, param_groups

@@ -16,11 +16,12 @@ from migrate.check.torch_training import TorchTraining
 from migrate import arguments
 from migrate.errors import ArgumentError, SettingsError
 from migrate.mapping.name_mapping import name_mapping
-from migrate.mapping.node_outputs import node_pairs, packing_consumers, seeded_inputs, without_folded_bias
 from migrate.mapping.table import NameMapping
 from migrate.mapping.weights import converted_tensors
 from migrate.optim.state_conversion import split_master, torch_state_of
+from migrate.source.live import packing_consumers
 from migrate.source.reading import load_mxnet
+from migrate.verification.nodes import node_pairs, seeded_inputs, without_folded_bias
 
 __all__ = ["check_training", "MAX_STEPS"]
 
@@ -239,7 +240,7 @@ class _Run:
             self.rows.append(row)
 
     def _forward_rows(self, mx_nodes, torch_nodes, controls) -> list:
-        packed = packing_consumers(self.source.symbol)
+        packed = packing_consumers(self.source.document)
         mx_control, _, torch_control, _ = controls if controls is not None else ({}, None, {}, None)
         rows = []
         for op, module, bias in self.pairs:

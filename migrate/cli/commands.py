@@ -36,9 +36,9 @@ from migrate.cli.report import Report
 from migrate.errors import (InputFileError, LabelsError, MigrateError, MXNetRequiredError,
                             OutputPathError, StatesOrderWarning)
 from migrate.mapping import converted_keys, generated_mapping, load_mxnet_weights, write_state_dict
-from migrate.mapping.input_transforms import input_transform_cause
-from migrate.mapping.node_outputs import seeded_inputs
-from migrate.source import TRANSLATION, files_reader, mxnet_reads_files
+from migrate.verification.input_transforms import input_transform_cause
+from migrate.verification.nodes import seeded_inputs
+from migrate.source import TRANSLATION, mxnet_reads_files
 from migrate.staged_folder import StagedFolder, pause_point
 
 __all__ = ["main"]
@@ -271,12 +271,12 @@ def _run_all(opts, report):
     document = inputs.settings(opts.settings)
     model = None if opts.generated else _model(opts)
     report.sections["inputs"] = _fingerprints(opts)
+    mx_model = inputs.MxModel(opts)
     with folder:
         pause_point("staged")
         if opts.generated:
-            model = _generated_model(opts, folder.file(GENERATED))
+            model = _generated_model(opts, folder.file(GENERATED), mx_model)
             report.outputs.append(os.path.join(opts.out, GENERATED))
-        mx_model = inputs.MxModel(opts)
         mapping = _mapping(opts, model, report, mx_model, document, show=True)
         loaded = _verify(opts, model, mapping, report, mx_model)
         if opts.check_training is not None:
@@ -323,8 +323,8 @@ def _run_check(opts, report):
     _check_needs_mxnet()
     document, labels = inputs.settings(opts.settings), _labels(opts)
     with tempfile.TemporaryDirectory(prefix="migrate-check-") as folder:  # --torch generate: model.py lives here
-        model = _generated_model(opts, os.path.join(folder, GENERATED)) if opts.generated else _model(opts)
         mx_model = inputs.MxModel(opts)
+        model = _generated_model(opts, os.path.join(folder, GENERATED), mx_model) if opts.generated else _model(opts)
         mapping = _mapping(opts, model, report, mx_model, document)
         try:
             _training_check(opts, model, mapping, document, report, mx_model, opts.steps, labels)
@@ -360,8 +360,9 @@ def _labels(opts):
 
 def _run_generate(opts, report):
     inputs.output_paths([opts.out], opts.input_files, opts.force)
-    model = _generated_model(opts, opts.out)
-    report.add_mxnet_reader(files_reader())
+    mx_model = inputs.MxModel(opts)
+    model = _generated_model(opts, opts.out, mx_model)
+    report.add_mxnet_reader(mx_model.source().reader)
     report.add_generated(model, opts.out)
 
 
@@ -378,10 +379,11 @@ def _model(opts):
         return inputs.torch_model(opts.torch, dict(opts.kwargs))
 
 
-def _generated_model(opts, path):
-    """``migrate.generate_torch`` of the MXNet files, written to ``path`` (inside the staged folder of ``all``)."""
+def _generated_model(opts, path, mx_model):
+    """``migrate.generate_torch`` of the MXNet model (read once, shared with matching and verification), written
+    to ``path`` (inside the staged folder of ``all``)."""
     with _stage(opts, "generating the torch module"):
-        return generate_torch(inputs.mx_files(opts), opts.input_shapes, path, input_dtypes=opts.input_dtypes)
+        return generate_torch(mx_model.source(), opts.input_shapes, path, input_dtypes=opts.input_dtypes)
 
 
 def _mapping(opts, model, report, mx_model, document=None, show=False):

@@ -1,10 +1,12 @@
 """The MXNet model a migration reads: one type per way of reading it, one interface (``MxSource``).
 
-``base`` (the interface: graph document, auxiliary states, parameters, inputs, ONNX export, the model as MXNet runs
-it), ``live`` (``LiveSource``: MXNet holds the model) with its kinds ``gluon_block`` (``BlockSource``) and
-``checkpoint`` (``CheckpointSource``: symbol/params files through MXNet), ``files`` (``FileSource``: the files read by
-``mxformats`` without MXNet; ``translated``: its graph's torch translation in MXNet's place), ``module_checkpoint``
-(loss heads cut, for both file kinds) and ``reading`` (which kind reads a model: ``model_source``, ``load_mxnet``).
+``base`` (the interface: parameters, inputs, the graph's symbol JSON document, auxiliary states, node shapes, ONNX
+export, node outputs, the model as MXNet runs it), ``live`` (``LiveSource``: MXNet holds the model) with its kinds
+``gluon_block`` (``BlockSource``) and ``checkpoint`` (``CheckpointSource``: symbol/params files through MXNet),
+``files`` (``FileSource``: the files read by ``mxformats`` without MXNet; ``translated``: its graph's torch translation
+in MXNet's place), ``module_checkpoint`` (loss heads cut, for both file kinds) and ``reading`` (which kind reads a
+model: ``model_source``, ``load_mxnet``). A new way of reading a model is one module: a class with ``accepts`` and
+``read``, added to ``reading.LIVE_KINDS``.
 
 Examples:
     >>> from migrate.source import model_source

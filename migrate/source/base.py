@@ -1,8 +1,9 @@
 """``MxSource``: the one interface of an MXNet model, whichever way it was read.
 
 A source holds the model's parameter values and data inputs, and answers for its graph: the symbol JSON document,
-the auxiliary states, the shapes of its nodes, its ONNX export (what matching reads) and the MXNet side of a
-comparison (``live``: the model as MXNet runs it). Each way of reading a model is one subclass in one module:
+the auxiliary states, the shapes of its nodes (what generation reads), its ONNX export (what matching reads), the
+outputs of its nodes (what verification compares a torch model with) and the model as MXNet runs it (``live``: what
+the training check runs). Each way of reading a model is one subclass in one module:
 ``LiveSource`` (MXNet holds the model: ``BlockSource`` from a Gluon block, ``CheckpointSource`` from symbol/params
 files through MXNet) and ``FileSource`` (the files read by ``mxformats``, no MXNet: the graph's torch translation
 stands in for MXNet). Mapping, generation, verification, the training check and the CLI ask the source; none of them
@@ -70,6 +71,16 @@ class MxSource(abc.ABC):
         them."""
 
     @abc.abstractmethod
+    def node_shapes(self, inputs: list, shapes, dtypes) -> list:
+        """Each node's output shapes on data ``inputs`` (names) of ``shapes`` and ``dtypes``: a list per node of
+        ``document["nodes"]``, in node order (None for an output left unknown).
+
+        Raises:
+            InputShapeError: the shapes do not fit the graph.
+            UnsupportedOpError: a node cannot be evaluated (names the op).
+        """
+
+    @abc.abstractmethod
     def onnx(self, shapes, dtypes, *, with_weights=False, progress=None):
         """The graph as an ONNX ``ModelProto`` whose initializers carry the MXNet parameter names (structure-only
         unless ``with_weights``): what matching reads.
@@ -86,6 +97,20 @@ class MxSource(abc.ABC):
         """
 
     @abc.abstractmethod
+    def node_outputs(self, shapes, dtypes, mapping):
+        """The outputs of the nodes a torch model is compared with, node by node, in eval mode: an object with
+        ``run(inputs, pairs, with_final=True) -> (outputs, finals)`` (``pairs``: ``(MXNet op, torch module, ...)``
+        tuples; numpy arrays, None where a node's output cannot be had), ``output_sizes(ops)`` (op -> elements, where
+        known before running), ``skip_note(op)`` (why a node is not compared on its own, or None) and ``missing``
+        (the note of a node whose output is None).
+
+        Args:
+            shapes: One shape per data input.
+            dtypes: One numpy dtype per data input.
+            mapping: The ``NameMapping`` the comparison follows.
+        """
+
+    @abc.abstractmethod
     def live(self, what: str) -> "MxSource":
         """The model as MXNet runs it (an ``mx.sym.Symbol`` in ``symbol`` and ``mx.nd.NDArray`` parameters), for
         ``what`` needs MXNet itself (training the MXNet model).
@@ -93,11 +118,6 @@ class MxSource(abc.ABC):
         Raises:
             MXNetRequiredError: the model was read without MXNet (names ``what``).
         """
-
-    @property
-    def without_mxnet(self) -> bool:
-        """True when no MXNet read the model (``reader`` is ``READ_WITHOUT_MXNET``)."""
-        return self.reader == READ_WITHOUT_MXNET
 
     def parameter_users(self) -> dict:
         """Parameter name -> ``(node, input position)`` of the first op node reading it, in node order (``node`` as

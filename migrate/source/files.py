@@ -54,11 +54,6 @@ class FileSource(MxSource):
         """``read_mxnet_files`` of the pair ``mx_model`` (``shapes`` and ``dtypes`` are not needed)."""
         return read_mxnet_files(*mx_model)
 
-    @property
-    def symbol(self) -> SymbolGraph:
-        """The graph (``graph``), under the name a live source holds its symbol by."""
-        return self.graph
-
     def _document(self) -> dict:
         return graph_document(self.graph)
 
@@ -66,10 +61,20 @@ class FileSource(MxSource):
     def aux_names(self) -> list:
         return aux_state_names(self.graph)
 
+    def node_shapes(self, inputs: list, shapes, dtypes) -> list:
+        """Each node's output shapes from running its translation (``migrate.generate.shapes.translated_shapes``)."""
+        from migrate.generate.shapes import translated_shapes  # torch and the translators, imported when first used
+        return translated_shapes(self.document["nodes"], inputs, shapes, dtypes, self.params)
+
     def onnx(self, shapes, dtypes, *, with_weights=False, progress=None):
         """The ONNX export of the graph's torch translation, initializers named as in MXNet (``translated``)."""
-        from migrate.source.translated import export_translated  # imports torch and the translators when first used
+        from migrate.source.translated import export_translated  # torch and the translators, imported when first used
         return export_translated(self, shapes, dtypes, with_weights=with_weights, progress=progress)
+
+    def node_outputs(self, shapes, dtypes, mapping):
+        """The outputs of the graph's torch translation in MXNet's place (``translated.TranslatedNodeOutputs``)."""
+        from migrate.source.translated import TranslatedNodeOutputs
+        return TranslatedNodeOutputs(self, shapes, dtypes, mapping)
 
     def live(self, what: str) -> MxSource:
         """Raises ``MXNetRequiredError``: no MXNet read these files."""

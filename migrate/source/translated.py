@@ -1,5 +1,6 @@
 """What stands in for MXNet where a ``FileSource`` is read without it: the graph translated to torch
-(``generate``'s translators), here exported to ONNX (``FileSource.onnx``).
+(``generate``'s translators), exported to ONNX (``FileSource.onnx``) and run for its nodes' outputs
+(``TranslatedNodeOutputs``, ``FileSource.node_outputs``).
 
 Matching reads the MXNet model as an ONNX graph whose initializers carry the MXNet parameter names. MXNet's own
 exporter needs MXNet; for files read without it, the module ``generate_torch`` would write is built in memory
@@ -9,6 +10,10 @@ packed parameters (GluonNLP's query/key/value weights concatenated) is written a
 ``Gemm`` over the packed weight and bias, where torch writes ``MatMul`` of its transpose and an ``Add``, so that
 matching splits it per parameter alike. The matched mapping then converts as the one matched against MXNet's export
 does (tests/migrate/test_without_mxnet_files.py: model-zoo, GluonCV and GluonNLP pairs, RNNs, Module checkpoints).
+
+The translation's nodes are read as its layers' outputs: the output of the MXNet op that first reads a parameter is
+that of the translated layer holding the parameter (forward hooks, ``migrate.module_outputs``); a node no layer of the
+translation computes (parameters of several blocks, or read by function calls) has none. All are held at once.
 
 Examples:
     >>> model = export_translated(read_mxnet_files(*files), [(1, 3, 32, 32)], [np.float32])  # doctest: +SKIP
@@ -20,10 +25,68 @@ from __future__ import annotations
 import onnx.helper
 
 from migrate.generate.generator import translated_module
+from migrate.module_outputs import captured_module_outputs, torch_inputs
 from migrate.onnx_export.torch_export import export_torch
 from migrate.source.base import MxSource
 
-__all__ = ["export_translated"]
+__all__ = ["TranslatedNodeOutputs", "export_translated"]
+
+
+class TranslatedNodeOutputs:
+    """The outputs of a source's nodes in eval mode, its graph's torch translation computing them (see
+    ``MxSource.node_outputs``).
+
+    Args:
+        source: The model (its graph, parameters and inputs).
+        shapes, dtypes: The data inputs.
+        mapping: The ``NameMapping``: which torch module each node is compared with.
+
+    Raises:
+        UnsupportedOpError: the graph has an op with no translation (names it and the node).
+        InputShapeError: the shapes do not fit the graph.
+    """
+
+    missing = "no layer of the translation computes it"
+
+    def __init__(self, source: MxSource, shapes, dtypes, mapping):
+        self.module = translated_module(source, shapes, dtypes).eval()
+        self.layers = _layers(source, mapping, self.module.MXNET_NAMES)
+
+    def output_sizes(self, ops) -> dict:
+        """``{}``: the sizes are known once the translation has run (all outputs are held at once)."""
+        return {}
+
+    def skip_note(self, op: str) -> None:
+        """None: a node the translation cannot show alone has no output (``missing``)."""
+        return None
+
+    def run(self, inputs: list, pairs: list, *, with_final=True) -> tuple[list, list]:
+        """(the output of each pair's node, the final outputs), as numpy arrays, on the numpy ``inputs``."""
+        import torch
+        wanted = [self.layers.get(pair[:2]) for pair in pairs]
+        with torch.no_grad(), captured_module_outputs(self.module, [w for w in wanted if w is not None]) as found:
+            final = self.module(*torch_inputs(inputs))
+        final = final if isinstance(final, (tuple, list)) else [final]
+        return [_numpy(found.get(w)) for w in wanted], [f.detach().numpy() for f in final]
+
+
+def _layers(source: MxSource, mapping, mx_names: dict) -> dict:
+    """``(MXNet op, torch module path)`` of each node compared -> the translated layer whose output is that op's:
+    the holder of the first mapped parameter the op reads."""
+    consumer = {name: node["name"] for name, (node, _) in source.parameter_users().items()}
+    layers = {}
+    for name in mapping:
+        entry = mapping.entry(name)
+        if entry.get("fold") or name not in consumer or name not in mx_names:
+            continue
+        module = entry["torch"].rsplit(".", 1)[0] if "." in entry["torch"] else ""
+        layers.setdefault((consumer[name], module), mx_names[name].rsplit(".", 1)[0] if "." in mx_names[name] else "")
+    return layers
+
+
+def _numpy(value):
+    import torch
+    return value.detach().numpy() if isinstance(value, torch.Tensor) else None
 
 
 def export_translated(source: MxSource, shapes, dtypes, *, with_weights=False, progress=None):

@@ -27,7 +27,6 @@ from migrate.errors import InputFileError, UnsupportedOpError
 from migrate.generate import generate_torch
 from migrate.mapping.generated_mapping import generated_mapping
 from migrate.mapping.stream import read_safetensors
-from migrate.mapping.verify_translated import verify_translated
 from migrate.source import (EXPORTED_WITH_MXNET, READ_WITHOUT_MXNET, WITHOUT_MXNET_VARIABLE, load_mxnet, model_source,
                             read_mxnet_files)
 from tests.migrate.mapping import test_gluoncv as gluoncv_pairs
@@ -295,8 +294,8 @@ class TestMatchingWithoutMxnet:
     @pytest.mark.parametrize("pair", list(PAIRS))
     def test_same_mapping_and_verified(self, tmp_path, monkeypatch, pair):
         """The mapping converts as the one matched against MXNet's export (keys, layout steps, folds, held scales,
-        shapes, unmatched, defaults); verify_translated passes node by node and at the output (1e-5), with the
-        same nodes as verify against MXNet and differences within 1e-5 of MXNet's."""
+        shapes, unmatched, defaults); verify against the translation passes node by node and at the output (1e-5),
+        with the same nodes as verify against MXNet and differences within 1e-5 of MXNet's."""
         _assert_same_mapping_and_verified(*PAIRS[pair](tmp_path), monkeypatch=monkeypatch)
 
     def test_gluoncv_resnet18_v1b(self, tmp_path, monkeypatch, model_zoo):
@@ -341,7 +340,7 @@ class TestMatchingWithoutMxnet:
         first, second = by_key["layer1.0.conv1.weight"], by_key["layer1.0.conv2.weight"]
         first["torch"], second["torch"] = second["torch"], first["torch"]
         (tmp_path / "swapped.json").write_text(json.dumps(document))
-        report = verify_translated(source, twin(), migrate.NameMapping.load(tmp_path / "swapped.json"), shape)
+        report = migrate.verify(source, twin(), migrate.NameMapping.load(tmp_path / "swapped.json"), shape)
         assert not report.ok and report.first_divergence.mx_node.endswith("_stage1_conv0_fwd")
         assert report.first_divergence.max_abs_diff > 1e-2
 

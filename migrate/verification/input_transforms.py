@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from migrate.mapping.node_outputs import torch_inputs
+from migrate.module_outputs import torch_inputs
 
 __all__ = ["TRANSFORM_OPS", "input_transform_cause"]
 
@@ -39,7 +39,7 @@ def input_transform_cause(source, model, mx_node: str, torch_module: str, inputs
         model: the torch model (run once, in eval mode, on ``inputs``).
         mx_node: the MXNet op of the first diverging pair (``VerifyReport.first_divergence.mx_node``).
         torch_module: its torch module path (``first_divergence.torch_node``).
-        inputs: the numpy inputs both models ran on (``node_outputs.seeded_inputs``), in ``source.input_names`` order.
+        inputs: the numpy inputs both models ran on (``nodes.seeded_inputs``), in ``source.input_names`` order.
 
     Returns:
         One sentence naming the transform (MXNet's ops and their expression, or torch's measured scale and offset),
