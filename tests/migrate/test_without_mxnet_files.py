@@ -23,7 +23,7 @@ from mxnet.gluon.model_zoo import vision
 import migrate
 from gluon_lr import LrTrainer, Rule
 from migrate.cli.commands import main
-from migrate.errors import InputFileError, UnsupportedOpError
+from migrate.errors import InputFileError, MXNetRequiredError, UnsupportedOpError
 from migrate.generate import generate_torch
 from migrate.mapping.generated_mapping import generated_mapping
 from migrate.mapping.stream import read_safetensors
@@ -358,6 +358,15 @@ DAMAGED = [  # (description, damage(symbol path, params path), message pattern)
 class TestErrors:
     """Bad input on the path without MXNet: typed errors naming the thing."""
 
+    def test_check_training_of_files_read_without_mxnet(self, cases):
+        """check_training trains the MXNet model: given files read without MXNet, MXNetRequiredError names it."""
+        files, case = cases["module"]["files"], cases["module"]
+        source = read_mxnet_files(files["symbol"], files["params"])
+        model = getattr(torch_models, MODULE_TWIN.split(":")[1])()
+        with pytest.raises(MXNetRequiredError, match=r"^migrate\.check_training \(running the MXNet model\) needs "
+                                                     r"MXNet 1\.9\.1"):
+            migrate.check_training(source, model, [tuple(int(d) for d in case["shape"].split(","))])
+
     def _symbol_file(self, tmp_path, symbol, params):
         symbol.save(str(tmp_path / "x-symbol.json"))
         mx.nd.save(str(tmp_path / "x-0000.params"), params)
@@ -591,6 +600,20 @@ def _optimizer_state(folder, case, torch_flag) -> dict:
 
 class TestCli:
     """The migrate command on files read without MXNet (MIGRATE_WITHOUT_MXNET=1 here)."""
+
+    @pytest.mark.parametrize("without", [False, True], ids=["with-mxnet", "without-mxnet"])
+    def test_all_generate_reads_the_files_once(self, cases, tmp_path, capsys, monkeypatch, without):
+        """`all --torch generate` reads the MXNet files once (generation, matching and verification share the source),
+        with MXNet and without it."""
+        from migrate.source import CheckpointSource, FileSource
+        reads = []
+        for kind in (CheckpointSource, FileSource):
+            def read(mx_model, shapes=None, dtypes=None, _read=kind.read):
+                reads.append(mx_model)
+                return _read(mx_model, shapes, dtypes)
+            monkeypatch.setattr(kind, "read", read)
+        code, _, err = _cli(_all_args(cases["module"], "generate", tmp_path / "out"), capsys, without, monkeypatch)
+        assert code == 0 and len(reads) == 1, (err, reads)
 
     def test_report_says_which_path_read_the_graph(self, cases, tmp_path, capsys, monkeypatch):
         """`generate --json` has mxnet_graph: 'exported with MXNet' by default, the other path with the variable;
