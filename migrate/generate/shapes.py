@@ -20,7 +20,7 @@ import numpy as np
 from migrate.errors import InputShapeError, UnsupportedOpError
 from migrate.generate.registry import OpNode, translator
 
-__all__ = ["translated_shapes", "mxnet_node_shapes"]
+__all__ = ["LOSS_HEADS", "translated_shapes"]
 
 LOSS_HEADS = {"SoftmaxOutput", "Softmax", "LinearRegressionOutput", "MAERegressionOutput", "LogisticRegressionOutput"}
 _INFERRED_BY_CONSUMER = {"_zeros", "zeros", "_ones", "ones", "_full", "full"}
@@ -81,49 +81,6 @@ def translated_shapes(nodes: list, inputs: list, shapes: list, dtypes: list, par
                 values[i] = _evaluate(i, nodes, values, out, shapes)
             out.append(_output_shapes(values[i]))
     return out
-
-
-def mxnet_node_shapes(nodes: list, names: list, shapes: list) -> list:
-    """Each node's output shapes (a list per node, in node order) from MXNet's internal outputs.
-
-    Args:
-        nodes: the graph's nodes as a symbol JSON lists them.
-        names: ``symbol.get_internals().list_outputs()``: every node's outputs, in node order (a variable's own name;
-            ``<node>_output``, or ``<node>_output0``, ``<node>_output1``...; or ``<node>_output`` followed by the
-            op's own output names: an ``RNN``'s ``<node>_state_output`` and ``<node>_statecell_output``, an int8 op's
-            ``<node>_min_output`` and ``<node>_max_output``, ``_sg_mkldnn_conv``'s ``<node>_output_min`` and
-            ``<node>_output_max``).
-        shapes: the shape of each of ``names`` (None where unknown).
-
-    Returns:
-        ``[[shape, ...], ...]``. Names are not keys: a Gluon block called twice (one Activation reused) makes nodes of
-        the same name, so the outputs are read in order.
-    """
-    out, k = [], 0
-    for node in nodes:
-        name, mine = node["name"], []
-        extra = [f"{name}_{suffix}" for suffix in _named_outputs(node["op"])]
-        if node["op"] == "null":
-            if k < len(names) and names[k] == name:
-                mine, k = [shapes[k]], k + 1
-        elif k < len(names) and names[k] == f"{name}_output":
-            mine, k = [shapes[k]], k + 1
-            while k < len(names) and names[k] in extra:
-                mine, k = mine + [shapes[k]], k + 1
-        else:
-            while k < len(names) and names[k] == f"{name}_output{len(mine)}":
-                mine, k = mine + [shapes[k]], k + 1
-        out.append(mine)
-    return out
-
-
-def _named_outputs(op: str) -> tuple:
-    """The names after ``output`` MXNet gives the other outputs of ``op`` (FListOutputNames)."""
-    if op == "RNN":
-        return "state_output", "statecell_output"
-    if op.startswith("_contrib_quantized_"):
-        return "min_output", "max_output"
-    return ("output_min", "output_max") if op.startswith("_sg_mkldnn_") else ()
 
 
 def _evaluate(index: int, nodes: list, values: dict, out: list, shapes: list):

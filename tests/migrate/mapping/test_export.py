@@ -137,7 +137,8 @@ def test_reshape_codes_export_with_static_shapes():
     """MXNet's converter raises 'Shape value not supported in ONNX' for these Reshape codes; the export writes each
     as one Reshape to its constant target (the input shapes are fixed), and the chain of four (with the Dense
     layer's Flatten) collapses into one Reshape to (2, 12); the pair maps and verifies."""
-    from migrate.mapping.export import export_mxnet, load_mxnet
+    from migrate.onnx_export import export_mxnet
+    from migrate.source import load_mxnet
     net = M.gluon(_MxReshapes)
     shapes, dtypes = [(2, 3, 4)], [np.dtype("float32")]
     graph = export_mxnet(load_mxnet(net, shapes, dtypes), shapes, dtypes).graph

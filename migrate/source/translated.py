@@ -1,13 +1,19 @@
-"""The MXNet side's ONNX graph without MXNet: the graph translated to torch (``generate``'s translators), exported.
+"""What stands in for MXNet where a ``FileSource`` is read without it: the graph translated to torch
+(``generate``'s translators), exported to ONNX (``FileSource.onnx``) and run for its nodes' outputs
+(``TranslatedNodeOutputs``, ``FileSource.node_outputs``).
 
 Matching reads the MXNet model as an ONNX graph whose initializers carry the MXNet parameter names. MXNet's own
-exporter needs MXNet; for files read without it (``file_source``), the module ``generate_torch`` would write is
-built in memory (``translated_module``), exported by ``export_torch`` (structure-only, training mode, as the torch
-side), and its initializers renamed from ``state_dict`` keys to MXNet names (``MXNET_NAMES``). A linear layer over
+exporter needs MXNet; for files read without it, the module ``generate_torch`` would write is built in memory
+(``translated_module``), exported by ``export_torch`` (structure-only, training mode, as the torch side), and its
+initializers renamed from ``state_dict`` keys to MXNet names (``MXNET_NAMES``). A linear layer over
 packed parameters (GluonNLP's query/key/value weights concatenated) is written as MXNet's exporter writes it, one
 ``Gemm`` over the packed weight and bias, where torch writes ``MatMul`` of its transpose and an ``Add``, so that
 matching splits it per parameter alike. The matched mapping then converts as the one matched against MXNet's export
 does (tests/migrate/test_without_mxnet_files.py: model-zoo, GluonCV and GluonNLP pairs, RNNs, Module checkpoints).
+
+The translation's nodes are read as its layers' outputs: the output of the MXNet op that first reads a parameter is
+that of the translated layer holding the parameter (forward hooks, ``migrate.module_outputs``); a node no layer of the
+translation computes (parameters of several blocks, or read by function calls) has none. All are held at once.
 
 Examples:
     >>> model = export_translated(read_mxnet_files(*files), [(1, 3, 32, 32)], [np.float32])  # doctest: +SKIP
@@ -19,22 +25,82 @@ from __future__ import annotations
 import onnx.helper
 
 from migrate.generate.generator import translated_module
-from migrate.mapping.export import MxSource, export_torch
+from migrate.module_outputs import captured_module_outputs, torch_inputs
+from migrate.onnx_export.torch_export import export_torch
+from migrate.source.base import MxSource
 
-__all__ = ["export_translated"]
+__all__ = ["TranslatedNodeOutputs", "export_translated"]
 
 
-def export_translated(source: MxSource, shapes, dtypes, *, progress=None):
+class TranslatedNodeOutputs:
+    """The outputs of a source's nodes in eval mode, its graph's torch translation computing them (see
+    ``MxSource.node_outputs``).
+
+    Args:
+        source: The model (its graph, parameters and inputs).
+        shapes, dtypes: The data inputs.
+        mapping: The ``NameMapping``: which torch module each node is compared with.
+
+    Raises:
+        UnsupportedOpError: the graph has an op with no translation (names it and the node).
+        InputShapeError: the shapes do not fit the graph.
+    """
+
+    missing = "no layer of the translation computes it"
+
+    def __init__(self, source: MxSource, shapes, dtypes, mapping):
+        self.module = translated_module(source, shapes, dtypes).eval()
+        self.layers = _layers(source, mapping, self.module.MXNET_NAMES)
+
+    def output_sizes(self, ops) -> dict:
+        """``{}``: the sizes are known once the translation has run (all outputs are held at once)."""
+        return {}
+
+    def skip_note(self, op: str) -> None:
+        """None: a node the translation cannot show alone has no output (``missing``)."""
+        return None
+
+    def run(self, inputs: list, pairs: list, *, with_final=True) -> tuple[list, list]:
+        """(the output of each pair's node, the final outputs), as numpy arrays, on the numpy ``inputs``."""
+        import torch
+        wanted = [self.layers.get(pair[:2]) for pair in pairs]
+        with torch.no_grad(), captured_module_outputs(self.module, [w for w in wanted if w is not None]) as found:
+            final = self.module(*torch_inputs(inputs))
+        final = final if isinstance(final, (tuple, list)) else [final]
+        return [_numpy(found.get(w)) for w in wanted], [f.detach().numpy() for f in final]
+
+
+def _layers(source: MxSource, mapping, mx_names: dict) -> dict:
+    """``(MXNet op, torch module path)`` of each node compared -> the translated layer whose output is that op's:
+    the holder of the first mapped parameter the op reads."""
+    consumer = {name: node["name"] for name, (node, _) in source.parameter_users().items()}
+    layers = {}
+    for name in mapping:
+        entry = mapping.entry(name)
+        if entry.get("fold") or name not in consumer or name not in mx_names:
+            continue
+        module = entry["torch"].rsplit(".", 1)[0] if "." in entry["torch"] else ""
+        layers.setdefault((consumer[name], module), mx_names[name].rsplit(".", 1)[0] if "." in mx_names[name] else "")
+    return layers
+
+
+def _numpy(value):
+    import torch
+    return value.detach().numpy() if isinstance(value, torch.Tensor) else None
+
+
+def export_translated(source: MxSource, shapes, dtypes, *, with_weights=False, progress=None):
     """Return the ONNX ``ModelProto`` of ``source``'s graph, translated to torch, initializers named as in MXNet.
 
     Args:
         source: the MXNet model (read without MXNet, or with it).
         shapes: one shape per data input.
         dtypes: one numpy dtype per data input.
+        with_weights: export the parameter values too (``export_torch``'s ``with_weights``).
         progress: optional callable ``progress(1)``, called per module traced.
 
     Returns:
-        An ``onnx.ModelProto`` (structure-only, as ``export_torch`` writes it).
+        An ``onnx.ModelProto`` (structure-only unless ``with_weights``, as ``export_torch`` writes it).
 
     Raises:
         UnsupportedOpError: a node has no translation (names the op and the node).
@@ -46,7 +112,7 @@ def export_translated(source: MxSource, shapes, dtypes, *, progress=None):
         'data'
     """
     module = translated_module(source, shapes, dtypes)
-    model = export_torch(module, shapes, dtypes, progress=progress)
+    model = export_torch(module, shapes, dtypes, with_weights=with_weights, progress=progress)
     mx_names = {key: name for name, key in module.MXNET_NAMES.items()}
     graph = model.graph
     for item in list(graph.initializer) + list(graph.input) + list(graph.value_info):
