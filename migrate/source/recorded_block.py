@@ -158,6 +158,10 @@ def _notes(block, recording, recorded_on: str, shapes: list, used: list, names: 
         places = ", ".join(dict.fromkeys(recording.paused))
         notes.append(f"paused: ops ran on recorded values with autograd recording off at {places}; their "
                      f"results are constants of the module")
+    if recording.trained:
+        notes.append(f"training mode: forward forced training mode (autograd.train_mode) for {', '.join(recording.trained)}; "
+                     f"the graph holds no mode: the module runs these ops in its own (in eval mode BatchNorm reads its "
+                     f"running statistics where the Block used the batch's)")
     if recording.constants:
         shown = ", ".join(recording.constants[:6]) + (", ..." if len(recording.constants) > 6 else "")
         notes.append(f"constants: {len(recording.constants)} array(s) forward made from no recorded value "

@@ -46,6 +46,7 @@ from migrate.errors import InputShapeError, ModelTypeError, first_line
 __all__ = ["Recording", "block_arrays", "parameter_arrays", "record"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_MODE_OPS = frozenset({"BatchNorm", "_contrib_SyncBatchNorm", "Dropout", "RNN"})  # their result follows the mode
 
 
 @dataclass
@@ -59,6 +60,9 @@ class Recording:
         reads: ``file:line (function)`` of each place the forward read a recorded value into Python.
         paused: ``file:line (function)`` of each op run on recorded values with recording off (not through
             ``mx.autograd.pause``, which is recorded through).
+        trained: ``<op> at file:line (function)`` of each op whose result depends on the training mode (BatchNorm,
+            Dropout, ...) that the forward ran in a training mode it forced (``autograd.train_mode()``; the recording
+            runs in eval mode): the graph holds no mode, the module runs the op in its own.
     """
 
     symbol: object
@@ -66,6 +70,7 @@ class Recording:
     constants: list = field(default_factory=list)
     reads: list = field(default_factory=list)
     paused: list = field(default_factory=list)
+    trained: list = field(default_factory=list)
 
 
 def record(block, inputs: list, input_names: list) -> Recording:
@@ -95,12 +100,15 @@ def record(block, inputs: list, input_names: list) -> Recording:
     names = _variable_names(params, dict(zip(input_names, marked)))
     constants = _constants(document, names, watch.arguments)
     paused = watch.paused_nodes(document)
+    trained = [f"{n['op']} at {watch.training[n['name']]}" for n in document["nodes"]
+               if n["op"] in _MODE_OPS and n["name"] in watch.training]
     _name_nodes(document, {**names, **{v: k for k, (v, _) in constants.items()}}, watch.owners)
     document = _with_gradient_stops(document, paused)
     used = {n["name"] for n in document["nodes"] if n["op"] == "null"}
     values = {k: v for k, v in params.items() if k in used}
     values.update({name: value for name, (_, value) in constants.items()})
-    return Recording(mx.sym.load_json(json.dumps(document)), values, list(constants), watch.reads, watch.paused)
+    return Recording(mx.sym.load_json(json.dumps(document)), values, list(constants), watch.reads, watch.paused,
+                     list(dict.fromkeys(trained)))
 
 
 def block_arrays(block, outputs, where: tuple = ()) -> list:
@@ -341,6 +349,7 @@ class _Watch(contextlib.AbstractContextManager):
         self.owners, self.arguments, self.reads, self.paused = _Owners(root), [], [], []
         self.pauses = []  # (counter at entry, counter at exit) of each autograd.pause() recorded through
         self.written = {}  # node name -> dtype of the array an op wrote into (``out=``: astype's _copyto)
+        self.training = {}  # node name -> file:line of an op recorded in a training mode the forward forced
         self._probe = mx.nd.zeros((1,))
         self._probe.attach_grad()
         self._undo = []
@@ -393,6 +402,10 @@ class _Watch(contextlib.AbstractContextManager):
             result = original(handle, ndargs, keys, vals, out, *rest)
             for array in (out if isinstance(out, (list, tuple)) else [out]) if recording and out is not None else []:
                 self.written[_node_name(array)] = array.dtype
+            if recording and self.mx.autograd.is_training():  # recorded in eval mode: the forward forced training
+                made = out if out is not None else result
+                for array in made if isinstance(made, (list, tuple)) else [made]:
+                    self.training[_node_name(array)] = _caller()
             return result
         return invoke
 

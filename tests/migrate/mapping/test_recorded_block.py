@@ -156,6 +156,35 @@ class TestPause:
         assert source.constants == ["constant0"]
 
 
+class GroupNormByBatchNorm(gluon.HybridBlock):
+    """GluonCV's GroupNorm: a BatchNorm over the groups in a training mode the forward forces."""
+
+    def hybrid_forward(self, F, x):
+        with autograd.train_mode():
+            y = x.reshape((1, -1, 0, 0))
+            groups = y.shape[1]
+            y = F.BatchNorm(y, F.ones(groups), F.zeros(groups), F.zeros(groups), F.ones(groups), fix_gamma=True,
+                            momentum=0)
+        return y.reshape_like(x)
+
+
+class TestTrainingMode:
+    def test_forced_training_mode_noted(self, tmp_path):
+        """A BatchNorm run under autograd.train_mode() is named (op, file:line): the module computes the Block's
+        output in its training mode (1e-6), not in eval mode (its running statistics), as the note says."""
+        x = np.random.RandomState(0).rand(2, 4, 3, 3).astype(np.float32)
+        net = GroupNormByBatchNorm()
+        source = record_block(net, [mx.nd.array(x)])
+        trained = [n for n in source.notes if n.startswith("training mode:")]
+        assert len(trained) == 1 and re.search(r"BatchNorm at .*test_recorded_block\.py:\d+ \(hybrid_forward\)",
+                                               trained[0]), source.notes
+        model = generate_torch(source, [x.shape], tmp_path / "gn.py")
+        want = net(mx.nd.array(x)).asnumpy()
+        with torch.no_grad():  # eval first: a training-mode forward moves the running statistics (momentum 0)
+            assert np.abs(model.eval()(torch.from_numpy(x)).numpy() - want).max() > 0.1
+            np.testing.assert_allclose(model.train()(torch.from_numpy(x)).numpy(), want, rtol=0, atol=1e-6)
+
+
 class _Returns(gluon.Block):
     def __init__(self, what, **kwargs):
         super().__init__(**kwargs)
