@@ -152,6 +152,6 @@ def first_line(exc: BaseException) -> str:
         'bad shape'
     """
     text = [line for line in str(exc).strip().splitlines() if line.strip()]
-    if text and text[0].startswith("Traceback") and any("Error:" in line for line in text):
-        text = [next(line for line in reversed(text) if "Error:" in line)]
+    if text and text[0].startswith("Traceback"):  # the message is the last line naming an error, or the last line
+        text = [next((line for line in reversed(text) if "Error:" in line), text[-1])]
     return text[0][:300] if text else type(exc).__name__

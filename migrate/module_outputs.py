@@ -28,7 +28,9 @@ def torch_inputs(inputs: list) -> list:
 def captured_module_outputs(model, modules):
     """Within the block, every forward of ``model`` records a copy of each named module's output (a forward hook on
     it, removed when the block ends): yields the dict module path -> output (torch tensors, detached). A module that
-    runs twice keeps its last output. TorchScript modules have no forward hooks: nothing is recorded.
+    runs twice keeps its first output: the call of the op that first reads its parameters, with which
+    ``verification.nodes.node_pairs`` pairs it (a layer a generated module calls twice, tied weights). TorchScript
+    modules have no forward hooks: nothing is recorded.
 
     Examples:
         >>> with captured_module_outputs(model, ["conv1"]) as found:  # doctest: +SKIP
@@ -42,12 +44,18 @@ def captured_module_outputs(model, modules):
     for path in dict.fromkeys(modules) if hookable else ():
         if path in named:
             handles.append(named[path].register_forward_hook(
-                lambda _m, _i, out, path=path: found.__setitem__(path, _detached(out))))
+                lambda _m, _i, out, path=path: _keep_first(found, path, out)))
     try:
         yield found
     finally:
         for h in handles:
             h.remove()
+
+
+def _keep_first(found: dict, path: str, out) -> None:
+    """``found[path]``: a copy of ``out``, unless the module ran before (a hook returns None: the output stays)."""
+    if path not in found:
+        found[path] = _detached(out)
 
 
 def _detached(out):

@@ -19,7 +19,7 @@ from migrate.mapping.name_mapping import name_mapping
 from migrate.mapping.table import NameMapping
 from migrate.mapping.weights import converted_tensors
 from migrate.optim.state_conversion import split_master, torch_state_of
-from migrate.source.live import packing_consumers
+from migrate.source.packed import packing_consumers
 from migrate.source.reading import load_mxnet
 from migrate.verification.nodes import node_pairs, seeded_inputs, without_folded_bias
 

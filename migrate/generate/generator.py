@@ -123,7 +123,7 @@ def _source(source, block, shapes, dtypes, class_name, origin) -> tuple:
         raise InputShapeError(f"the MXNet graph reads variables {missing} that are neither inputs nor parameters; "
                               f"save the params file with them, or give them as inputs")
     text = file_text(GeneratedClass(class_name, origin, list(zip(arg_names, shapes)), walk.lines, walk.emitted,
-                                    {name: keys[name] for name in used}, tree))
+                                    {name: keys[name] for name in used}, tree, tuple(source.notes)))
     return text, keys, aux
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from migrate.errors import InputShapeError, UnsupportedOpError
 from migrate.generate.registry import OpNode, translator
 
-__all__ = ["LOSS_HEADS", "translated_shapes"]
+__all__ = ["LOSS_HEADS", "translated_shapes", "translated_values"]
 
 LOSS_HEADS = {"SoftmaxOutput", "Softmax", "LinearRegressionOutput", "MAERegressionOutput", "LogisticRegressionOutput"}
 _INFERRED_BY_CONSUMER = {"_zeros", "zeros", "_ones", "ones", "_full", "full"}
@@ -71,16 +71,56 @@ def translated_shapes(nodes: list, inputs: list, shapes: list, dtypes: list, par
     """
     import torch
     given = {name: torch.zeros(shape, dtype=_torch_dtype(dtype)) for name, shape, dtype in zip(inputs, shapes, dtypes)}
-    values, out = {}, []
+    return _run(nodes, given, params, range(len(nodes)), shapes)[1]
+
+
+def translated_values(nodes: list, inputs: dict, params: dict, wanted: list) -> dict:
+    """The values of the nodes at indices ``wanted``: each node they read, and they, evaluated by its translation in
+    graph order, in eval mode without gradients (what MXNet would compute, where MXNet is not here).
+
+    Args:
+        nodes: the graph's nodes as a symbol JSON lists them.
+        inputs: data input name -> numpy array (integers run as int64).
+        params: parameter and auxiliary-state name -> numpy array.
+        wanted: node indices.
+
+    Returns:
+        Node index -> its value (a torch tensor; a tuple for several outputs).
+
+    Raises:
+        As ``translated_shapes``.
+
+    Examples:
+        >>> translated_values(nodes, {"data": x}, params, [5])[5].shape  # doctest: +SKIP
+        torch.Size([2, 10])
+    """
+    import torch
+    keep, todo = set(), list(wanted)
+    while todo:
+        i = todo.pop()
+        if i not in keep:
+            keep.add(i)
+            todo.extend(entry[0] for entry in nodes[i]["inputs"])
+    given = {name: torch.from_numpy(np.asarray(x)).to(_torch_dtype(np.asarray(x).dtype)) for name, x in inputs.items()}
+    values, _ = _run(nodes, given, params, sorted(keep), [tuple(np.shape(x)) for x in inputs.values()])
+    return {i: values[i] for i in wanted}
+
+
+def _run(nodes: list, given: dict, params: dict, indices, shapes) -> tuple[dict, list]:
+    """(value, output shapes) of the nodes at ``indices`` (graph order; every node they read among them): a variable
+    is its parameter or its ``given`` tensor, an op its translation evaluated."""
+    import torch
+    values, out = {}, [[] for _ in nodes]
     with torch.no_grad():
-        for i, node in enumerate(nodes):
+        for i in indices:
+            node = nodes[i]
             if node["op"] == "null":
                 value = params.get(node["name"])
                 values[i] = given.get(node["name"]) if value is None else torch.from_numpy(np.asarray(value))
             else:
                 values[i] = _evaluate(i, nodes, values, out, shapes)
-            out.append(_output_shapes(values[i]))
-    return out
+            out[i] = _output_shapes(values[i])
+    return values, out
 
 
 def _evaluate(index: int, nodes: list, values: dict, out: list, shapes: list):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from migrate.errors import InputShapeError, ModelTypeError, first_line
 from migrate.source.live import LiveSource
+from migrate.source.recording import block_arrays, parameter_arrays
 
 __all__ = ["BlockSource"]
 
@@ -31,49 +32,23 @@ class BlockSource(LiveSource):
         """The graph and parameters of ``block`` for inputs of ``shapes`` and ``dtypes``.
 
         Raises:
-            ModelTypeError: the parameters are not initialized, or the block returns None.
+            ModelTypeError: the parameters are not initialized, the block returns None, or its forward fails on
+                symbols (a Python ``if`` on a value: ``record_block`` reads such a block).
             InputShapeError: the block does not take that many inputs, or rejects the shapes.
         """
         import mxnet as mx
         names = ["data"] if len(shapes) == 1 else [f"data{i}" for i in range(len(shapes))]
-        params = block.collect_params()
-        try:
-            values = {p.name: p.data() for p in params.values()}
-        except mx.gluon.parameter.DeferredInitializationError:
-            _forward(block, shapes, dtypes)
-            values = {p.name: p.data() for p in params.values()}
-        except RuntimeError as exc:
-            raise ModelTypeError(f"MXNet block {type(block).__name__}: parameters are not initialized "
-                                 f"({first_line(exc)}); call block.initialize() first") from None
+        values = parameter_arrays(block, [mx.nd.zeros(s, dtype=d) for s, d in zip(shapes, dtypes)])
         try:
             symbol = block(*[mx.sym.var(n) for n in names])
         except TypeError as exc:
             raise InputShapeError(f"MXNet block {type(block).__name__} does not take {len(names)} input(s) "
                                   f"({first_line(exc)}); give one shape per input of its hybrid_forward") from None
+        except Exception as exc:  # MXNet's NotImplementedForSymbol, or the block's own error on symbols
+            raise ModelTypeError(f"MXNet block {type(block).__name__} cannot be traced as a symbol graph "
+                                 f"({first_line(exc)}); record it while it runs instead: pass "
+                                 f"migrate.source.record_block(block, inputs) as the MXNet model") from None
         if symbol is None or isinstance(symbol, (list, tuple)):
-            symbol = mx.sym.Group(_output_symbols(block, symbol))
+            symbol = mx.sym.Group(block_arrays(block, symbol))
         return cls(symbol, values, names, block=block)
 
-
-def _output_symbols(block, outputs, where: tuple = ()) -> list:
-    """The symbols a block returned, nested tuples flattened in order (as ``HybridBlock.export`` writes them).
-
-    Raises:
-        ModelTypeError: an output is None (names its position): a graph holds only arrays.
-    """
-    if isinstance(outputs, (list, tuple)):
-        return [symbol for i, out in enumerate(outputs) for symbol in _output_symbols(block, out, where + (i,))]
-    if outputs is None:
-        raise ModelTypeError(f"MXNet block {type(block).__name__} returns None as its output"
-                             f"{''.join(f'[{i}]' for i in where)}; an MXNet graph holds arrays only: wrap the block "
-                             f"in a HybridBlock whose hybrid_forward returns its arrays without the None")
-    return [outputs]
-
-
-def _forward(block, shapes, dtypes) -> None:
-    import mxnet as mx
-    try:
-        block(*[mx.nd.zeros(s, dtype=d) for s, d in zip(shapes, dtypes)])
-    except Exception as exc:
-        raise InputShapeError(f"MXNet block {type(block).__name__} rejected input shapes {shapes}: "
-                              f"{first_line(exc)}; give the shapes the model accepts") from None

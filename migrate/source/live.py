@@ -20,11 +20,9 @@ import numpy as np
 from migrate.errors import InputShapeError
 from migrate.onnx_export.mxnet_export import export_mxnet
 from migrate.source.base import EXPORTED_WITH_MXNET, MXNET, MxSource
+from migrate.source.packed import packed_slices, packing_consumers
 
-__all__ = ["LiveSource", "MXNetNodeOutputs", "mxnet_executor", "mxnet_node_shapes", "packing_consumers"]
-
-_PACKING = frozenset({"Reshape", "reshape", "_rnn_param_concat", "Concat", "concat", "stack", "expand_dims",
-                      "transpose", "SliceChannel", "split"})
+__all__ = ["LiveSource", "MXNetNodeOutputs", "mxnet_executor", "mxnet_node_shapes"]
 
 
 class LiveSource(MxSource):
@@ -58,9 +56,8 @@ class LiveSource(MxSource):
             (1, 10)
         """
         internals = self.symbol.get_internals()
-        known = {k: v.shape for k, v in self.params.items()}
         infer = internals.infer_shape_partial if partial else internals.infer_shape
-        _, out_shapes, _ = infer(**known, **dict(zip(self.input_names, shapes)))
+        _, out_shapes, _ = infer(**self._known_shapes(internals, dict(zip(self.input_names, shapes))))
         return {output[:-len("_output")]: tuple(int(d) for d in shape)
                 for output, shape in zip(internals.list_outputs(), out_shapes or [])
                 if output.endswith("_output") and shape is not None}
@@ -74,15 +71,18 @@ class LiveSource(MxSource):
         """
         given = dict(zip(inputs, shapes))
         internals = self.symbol.get_internals()
-        known = {**{k: v.shape for k, v in self.params.items()}, **given}
-        known = {k: v for k, v in known.items() if k in set(internals.list_inputs())}
         try:
-            _, out_shapes, _ = internals.infer_shape_partial(**known)
+            _, out_shapes, _ = internals.infer_shape_partial(**self._known_shapes(internals, given))
         except Exception as exc:  # MXNet raises MXNetError with its own message
             raise InputShapeError(f"the MXNet graph rejects input shapes {given}: {str(exc).splitlines()[0]}; "
                                   f"give the shapes the model accepts") from None
         return mxnet_node_shapes(self.document["nodes"], internals.list_outputs(),
                                  [tuple(s) if s else None for s in out_shapes])
+
+    def _known_shapes(self, internals, given: dict) -> dict:
+        """The shapes of the parameters and the ``given`` inputs that the graph ``internals`` reads."""
+        reads = set(internals.list_inputs())
+        return {k: v for k, v in {**{k: v.shape for k, v in self.params.items()}, **given}.items() if k in reads}
 
     def onnx(self, shapes, dtypes, *, with_weights=False, progress=None):
         """MXNet's ONNX export of the symbol (``migrate.onnx_export.export_mxnet``)."""
@@ -100,6 +100,10 @@ class LiveSource(MxSource):
 class MXNetNodeOutputs:
     """The outputs of a ``LiveSource``'s nodes in eval mode, MXNet computing them (see ``MxSource.node_outputs``).
 
+    A parameter MXNet packs with others into one ``FullyConnected`` (GluonNLP's query/key/value) is first read by a
+    packing op: its node's output is its slice of that ``FullyConnected``'s output (``packed.packed_slices``, the
+    packing run on coded values by MXNet); a packing op whose slice cannot be told (gluon.rnn's weight blob) is skipped.
+
     Args:
         source: The model.
         shapes: The data input shapes (the sizes of the outputs).
@@ -110,18 +114,22 @@ class MXNetNodeOutputs:
     def __init__(self, source: LiveSource, shapes):
         self.source, self.shapes = source, shapes
         self.packed = packing_consumers(source.document)
+        self.slices = packed_slices(source.document, source.params, self._packed_value) if self.packed else {}
 
     def output_sizes(self, ops) -> dict:
-        """Op -> elements of its output, from MXNet's shape inference (``{}`` where it fails)."""
+        """Op -> elements of its output, from MXNet's shape inference (``{}`` where it fails); a packed part counts
+        its whole ``FullyConnected`` output."""
         try:
             size = self.source.node_output_shapes(self.shapes, partial=True)
         except Exception:  # shapes unknown: verification holds every output at once
             return {}
-        return {op: int(np.prod(size[op], dtype=np.int64)) for op in dict.fromkeys(ops) if size.get(op)}
+        out = {op: self.slices[op].name if op in self.slices else op for op in dict.fromkeys(ops)}
+        return {op: int(np.prod(size[node], dtype=np.int64)) for op, node in out.items() if size.get(node)}
 
     def skip_note(self, op: str) -> str | None:
-        """Why the output of ``op`` is not compared on its own: MXNet packs the parameter with others through it."""
-        if op in self.packed:
+        """Why the output of ``op`` is not compared on its own: MXNet packs the parameter with others through it, and
+        no slice of a ``FullyConnected`` output is that parameter's alone."""
+        if op in self.packed and op not in self.slices:
             return f"skipped: MXNet packs the tensor with others through {self.packed[op]} (checked at the final output)"
         return None
 
@@ -131,11 +139,28 @@ class MXNetNodeOutputs:
         import mxnet as mx
         values = {**self.source.params,
                   **{n: mx.nd.array(x, dtype=x.dtype) for n, x in zip(self.source.input_names, inputs)}}
-        executor, wanted = mxnet_executor(self.source.symbol, values, [p[0] for p in pairs], with_final=with_final)
+        ops = [self.slices[p[0]].name if p[0] in self.slices else p[0] for p in pairs]
+        executor, wanted = mxnet_executor(self.source.symbol, values, ops, with_final=with_final)
         outs = [o.asnumpy() for o in executor.forward(is_train=False)]
         del executor
         found = dict(zip(wanted, outs))
-        return [found.get(p[0]) for p in pairs], outs[len(wanted):]
+        mine = [found.get(op) for op in ops]
+        return [out[..., self.slices[p[0]].indices] if out is not None and p[0] in self.slices else out
+                for p, out in zip(pairs, mine)], outs[len(wanted):]
+
+    def _packed_value(self, node: int, output: int, values: dict):
+        """Output ``output`` of ``node`` with the parameters set to ``values`` (numpy), MXNet computing it.
+
+        Raises:
+            KeyError: the node has several outputs, or reads more than ``values``.
+        """
+        import mxnet as mx
+        name = self.source.document["nodes"][node]["name"]
+        arrays = {k: mx.nd.array(v, dtype=v.dtype) for k, v in values.items()}
+        executor, exposed = mxnet_executor(self.source.symbol, arrays, [name] if output == 0 else [], with_final=False)
+        if exposed != [name]:
+            raise KeyError(f"{name} output {output}")
+        return executor.forward(is_train=False)[0].asnumpy()
 
 
 def mxnet_node_shapes(nodes: list, names: list, shapes: list) -> list:
@@ -179,12 +204,6 @@ def _named_outputs(op: str) -> tuple:
     if op.startswith("_contrib_quantized_"):
         return "min_output", "max_output"
     return ("output_min", "output_max") if op.startswith("_sg_mkldnn_") else ()
-
-
-def packing_consumers(document: dict) -> dict:
-    """MXNet op name -> op type, for the ops of the symbol JSON ``document`` that only repack parameters
-    (gluon.rnn's blob, GluonNLP's q/k/v)."""
-    return {n["name"]: n["op"] for n in document["nodes"] if n["op"] in _PACKING}
 
 
 def mxnet_executor(symbol, values: dict, ops, *, with_final=True, grad_req="null", args_grad=None) -> tuple:

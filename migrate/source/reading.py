@@ -20,11 +20,12 @@ from migrate.source.base import EXPORTED_WITH_MXNET, READ_WITHOUT_MXNET, MxSourc
 from migrate.source.checkpoint import CheckpointSource
 from migrate.source.files import FileSource
 from migrate.source.gluon_block import BlockSource
+from migrate.source.recorded_block import RecordedBlockSource
 
 __all__ = ["LIVE_KINDS", "WITHOUT_MXNET_VARIABLE", "files_reader", "load_mxnet", "model_source",
            "mxnet_reads_files"]
 
-LIVE_KINDS = (BlockSource, CheckpointSource)
+LIVE_KINDS = (BlockSource, RecordedBlockSource, CheckpointSource)
 """The kinds MXNet reads, in the order they are asked whether they accept a model."""
 WITHOUT_MXNET_VARIABLE = "MIGRATE_WITHOUT_MXNET"
 """Set to ``1`` to read symbol/params files without MXNet even where MXNet is installed."""
@@ -62,7 +63,8 @@ def model_source(mx_model, shapes, dtypes) -> MxSource:
     False, else ``load_mxnet`` (a Gluon block, files through MXNet, or an ``MxSource`` as it is).
 
     Args:
-        mx_model: a Gluon ``HybridBlock``, a tuple ``(symbol_json_path, params_path)`` or an ``MxSource``.
+        mx_model: a Gluon ``HybridBlock`` or plain ``Block``, a tuple ``(symbol_json_path, params_path)`` or an
+            ``MxSource``.
         shapes: input shapes (a block's deferred initialization).
         dtypes: input dtypes.
 
@@ -83,7 +85,8 @@ def load_mxnet(mx_model, shapes, dtypes) -> MxSource:
     """The model ``mx_model`` read through MXNet (the first of ``LIVE_KINDS`` that accepts it).
 
     Args:
-        mx_model: an initialized ``mxnet.gluon.HybridBlock``, a tuple ``(symbol_json_path, params_path)``, or an
+        mx_model: an initialized ``mxnet.gluon.HybridBlock`` or plain ``Block`` (recorded while it runs on ones of
+            ``shapes``: ``RecordedBlockSource``), a tuple ``(symbol_json_path, params_path)``, or an
             ``MxSource`` (returned as it is: load the files once and pass the source to each stage).
         shapes: input shapes (used to finish deferred initialization of a block).
         dtypes: input dtypes.
@@ -105,6 +108,6 @@ def load_mxnet(mx_model, shapes, dtypes) -> MxSource:
     for kind in LIVE_KINDS:
         if kind.accepts(mx_model):
             return kind.read(mx_model, shapes, dtypes)
-    raise ModelTypeError(f"mx_model: expected an initialized mxnet.gluon.HybridBlock or a tuple "
-                         f"(symbol_json_path, params_path); received {type(mx_model).__name__}; "
-                         f"a plain gluon.Block cannot be exported: make it a HybridBlock")
+    raise ModelTypeError(f"mx_model: expected an initialized mxnet.gluon.Block (a HybridBlock, or a plain Block "
+                         f"recorded while it runs) or a tuple (symbol_json_path, params_path); received "
+                         f"{type(mx_model).__name__}")

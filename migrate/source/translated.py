@@ -25,9 +25,11 @@ from __future__ import annotations
 import onnx.helper
 
 from migrate.generate.generator import translated_module
+from migrate.generate.shapes import translated_values
 from migrate.module_outputs import captured_module_outputs, torch_inputs
 from migrate.onnx_export.torch_export import export_torch
 from migrate.source.base import MxSource
+from migrate.source.packed import packed_slices
 
 __all__ = ["TranslatedNodeOutputs", "export_translated"]
 
@@ -35,6 +37,10 @@ __all__ = ["TranslatedNodeOutputs", "export_translated"]
 class TranslatedNodeOutputs:
     """The outputs of a source's nodes in eval mode, its graph's torch translation computing them (see
     ``MxSource.node_outputs``).
+
+    A parameter packed with others into one ``FullyConnected`` (GluonNLP's query/key/value) is compared as its slice of
+    that node's output (``packed.packed_slices``); the translation writes that node as a function call, so its output
+    comes from evaluating the graph's translation node by node (``generate.shapes.translated_values``).
 
     Args:
         source: The model (its graph, parameters and inputs).
@@ -49,8 +55,10 @@ class TranslatedNodeOutputs:
     missing = "no layer of the translation computes it"
 
     def __init__(self, source: MxSource, shapes, dtypes, mapping):
+        self.source = source
         self.module = translated_module(source, shapes, dtypes).eval()
         self.layers = _layers(source, mapping, self.module.MXNET_NAMES)
+        self.slices = packed_slices(source.document, source.params, self._packed_value)
 
     def output_sizes(self, ops) -> dict:
         """``{}``: the sizes are known once the translation has run (all outputs are held at once)."""
@@ -63,11 +71,28 @@ class TranslatedNodeOutputs:
     def run(self, inputs: list, pairs: list, *, with_final=True) -> tuple[list, list]:
         """(the output of each pair's node, the final outputs), as numpy arrays, on the numpy ``inputs``."""
         import torch
-        wanted = [self.layers.get(pair[:2]) for pair in pairs]
+        wanted = [self.layers.get(pair[:2]) if pair[0] not in self.slices else None for pair in pairs]
         with torch.no_grad(), captured_module_outputs(self.module, [w for w in wanted if w is not None]) as found:
             final = self.module(*torch_inputs(inputs))
         final = final if isinstance(final, (tuple, list)) else [final]
-        return [_numpy(found.get(w)) for w in wanted], [f.detach().numpy() for f in final]
+        packed = self._packed_outputs(inputs, [pair[0] for pair in pairs])
+        return [packed[pair[0]] if pair[0] in packed else _numpy(found.get(w)) for pair, w in zip(pairs, wanted)], \
+            [f.detach().numpy() for f in final]
+
+    def _packed_outputs(self, inputs: list, ops: list) -> dict:
+        """Packing op -> its parameter's slice of the ``FullyConnected`` output, for those of ``ops`` in ``slices``."""
+        ops = [op for op in dict.fromkeys(ops) if op in self.slices]
+        if not ops:
+            return {}
+        fcs = [self.slices[op].node for op in ops]
+        values = translated_values(self.source.document["nodes"], dict(zip(self.source.input_names, inputs)),
+                                   _numpy_params(self.source.params), fcs)
+        return {op: values[fc].numpy()[..., self.slices[op].indices] for op, fc in zip(ops, fcs)}
+
+    def _packed_value(self, node: int, output: int, values: dict):
+        """Output ``output`` of ``node`` with the parameters set to ``values`` (numpy), the translation computing it."""
+        value = translated_values(self.source.document["nodes"], {}, values, [node])[node]
+        return (value[output] if isinstance(value, tuple) else value).numpy()
 
 
 def _layers(source: MxSource, mapping, mx_names: dict) -> dict:
@@ -82,6 +107,11 @@ def _layers(source: MxSource, mapping, mx_names: dict) -> dict:
         module = entry["torch"].rsplit(".", 1)[0] if "." in entry["torch"] else ""
         layers.setdefault((consumer[name], module), mx_names[name].rsplit(".", 1)[0] if "." in mx_names[name] else "")
     return layers
+
+
+def _numpy_params(params: dict) -> dict:
+    """Parameter name -> numpy array (MXNet's NDArrays copied out, where the source holds them)."""
+    return {k: v.asnumpy() if hasattr(v, "asnumpy") else v for k, v in params.items()}
 
 
 def _numpy(value):

@@ -180,13 +180,15 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
 def _compare_all(source, reference, model, mapping, shapes, dtypes, atol, seed, budget, progress) -> VerifyReport:
     inputs = seeded_inputs(shapes, dtypes, mapping, seed)
     nodes = node_pairs(source, mapping)
+    heads = {source.document["nodes"][h[0]]["name"] for h in source.document["heads"]}
     sizes = {op: _HELD_BYTES * n for op, n in reference.output_sizes([n[0] for n in nodes]).items()}
     passes = _passes(nodes, sizes, budget)
     rows, mx_final, torch_final = [], [], []
     for index, part in enumerate(passes):
         mx_outs, mx_final = reference.run(inputs, part, with_final=index == len(passes) - 1)
         torch_outs, torch_final = _run_torch(model, inputs, [n[1] for n in part])
-        rows += [_row(reference, mx_node, t_node, mx_out, torch_outs.get(t_node), source.params.get(bias), bias, atol)
+        rows += [_row(reference, _skip_note(reference, mx_node, t_node, heads), (mx_node, t_node), mx_out,
+                      torch_outs.get(t_node), source.params.get(bias), bias, atol)
                  for (mx_node, t_node, bias), mx_out in zip(part, mx_outs)]
         del mx_outs, torch_outs
         if progress is not None:
@@ -221,10 +223,18 @@ def _run_torch(model, inputs, modules) -> tuple[dict, list]:
     return as_np, [f.detach().numpy() for f in final]
 
 
-def _row(reference, mx_node, torch_node, a, b, bias, folded_bias, atol) -> NodeCheck:
-    """The comparison of one pair: skipped where the MXNet side cannot show the node alone or either output is
-    missing, else within ``atol`` (relative above magnitude 1)."""
-    skipped = reference.skip_note(mx_node)
+def _skip_note(reference, mx_node: str, torch_node: str, heads: set) -> str | None:
+    """Why a pair is not compared: the MXNet side cannot show the node alone, or the torch model holds the parameter
+    itself (its module path is ``""``: its output is the model's, comparable only with a graph output)."""
+    if torch_node == "" and mx_node not in heads:
+        return "skipped: the torch model holds the parameter itself, no layer of its own (checked at the final output)"
+    return reference.skip_note(mx_node)
+
+
+def _row(reference, skipped, pair, a, b, bias, folded_bias, atol) -> NodeCheck:
+    """The comparison of one pair ``(MXNet node, torch module)``: skipped where ``skipped`` says why (``_skip_note``)
+    or either output is missing, else within ``atol`` (relative above magnitude 1)."""
+    mx_node, torch_node = pair
     if skipped is not None:
         return NodeCheck(mx_node, torch_node, None, 0.0, True, skipped)
     if a is None or b is None:
