@@ -46,7 +46,7 @@ def _cases(folder: str) -> dict:
     import mxnet as mx  # noqa: F401 (the live reading of NDArrays)
 
     from migrate.data import RecordFile, framed, insightface_dataset, pack
-    from migrate.mapping.export import load_mxnet
+    from migrate.source import load_mxnet
     from mxformats.ndarray import index_ndarrays
     from mxformats.states import split_states, unpickle_states
     from tests.mxformats import hostile_states as H

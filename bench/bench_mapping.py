@@ -109,20 +109,22 @@ def measure(net, model, shape, dtypes=None) -> Measured:
     """Export both models, time the exports and matching (best of REPEAT), count the nodes."""
     from unittest import mock
 
-    from migrate.mapping import export
+    from migrate.onnx_export import mxnet_export, torch_export
+    from migrate.source import load_mxnet
     shapes = shape if isinstance(shape, list) else [shape]
     dtypes = dtypes or [np.dtype("float32")] * len(shapes)
-    source = export.load_mxnet(net, shapes, dtypes)
-    t_mx, mx_onnx = _timed(export.export_mxnet, source, shapes, dtypes)
-    t_torch, torch_onnx = _timed(export.export_torch, model, shapes, dtypes)
+    source = load_mxnet(net, shapes, dtypes)
+    t_mx, mx_onnx = _timed(source.onnx, shapes, dtypes)
+    t_torch, torch_onnx = _timed(torch_export.export_torch, model, shapes, dtypes)
     keys = list(model.state_dict())
     graphs = (mx_onnx, list(source.params), torch_onnx, keys)
     t_match, mapping = _timed_match(graphs)
     nodes = len(mx_onnx.graph.node) + len(torch_onnx.graph.node)
     t_read = _timed(_read_nodes, mx_onnx, torch_onnx, repeat=REPEAT)[0]
-    with mock.patch.object(export, "simplify_graph", lambda model, params: None):
-        raw = len(export.export_mxnet(source, shapes, dtypes).graph.node) + len(
-            export.export_torch(model, shapes, dtypes).graph.node)
+    with mock.patch.object(mxnet_export, "simplify_graph", lambda model, params: None), \
+            mock.patch.object(torch_export, "simplify_graph", lambda model, params: None):
+        raw = len(source.onnx(shapes, dtypes).graph.node) + len(
+            torch_export.export_torch(model, shapes, dtypes).graph.node)
     return Measured(t_mx, t_torch, t_match, mapping, t_read, nodes, raw, graphs)
 
 

@@ -29,7 +29,10 @@ MODELS = ["resnet50_v1", "mobilenetv3_large", "ssd_300_vgg16_atrous_voc", "ssd_5
 
 def _report(entry):
     import migrate
-    from migrate.mapping.file_source import model_source
+    try:
+        from migrate.source.reading import model_source
+    except ImportError:  # before migrate.source
+        from migrate.mapping.file_source import model_source
     net, inputs, _ = zoo_models.build(entry)
     shapes, dtypes = [x.shape for x in inputs], [x.dtype for x in inputs]
     with tempfile.TemporaryDirectory() as folder:  # verify reads the forward's statements from the file

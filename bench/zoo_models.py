@@ -174,33 +174,42 @@ def _transformer(encoder: bool):
 
 
 def _language_model(name):
+    """A language model with its initial states as inputs (h, c per layer), returning the next-token scores: a
+    HybridBlock around the HybridBlock LMs, a plain Block around BigRNN (a plain Block: recorded while it runs)."""
     import gluonnlp as nlp
     import mxnet as mx
     model = nlp.model.get_model(name, vocab=_vocab(False), dataset_name=None, pretrained=False)[0]
-    if not isinstance(model, mx.gluon.HybridBlock):
-        raise TypeError(f"{type(model).__name__} is a gluon.Block (not a HybridBlock): it has no symbol graph")
     model.initialize()
     states = model.begin_state(batch_size=2, func=mx.nd.zeros)
     flat = [s for layer in states for s in (layer if isinstance(layer, (list, tuple)) else [layer])]
-    shapes = [s.shape for s in flat]
 
-    class LanguageModel(mx.gluon.HybridBlock):
-        """The LM with its initial states as inputs (h, c per layer), returning the next-token scores."""
+    def scores(tokens, flat_states):
+        nested, i = [], 0
+        for layer in states:
+            n = len(layer) if isinstance(layer, (list, tuple)) else 1
+            nested.append(list(flat_states[i:i + n]) if n > 1 else flat_states[i])
+            i += n
+        return model(tokens, nested)[0]
 
-        def __init__(self):
-            super().__init__(prefix="lm_")
-            self.lm = model
+    if isinstance(model, mx.gluon.HybridBlock):
+        class LanguageModel(mx.gluon.HybridBlock):
+            def __init__(self):
+                super().__init__(prefix="lm_")
+                self.lm = model
 
-        def hybrid_forward(self, F, tokens, *flat_states):
-            nested, i = [], 0
-            for layer in states:
-                n = len(layer) if isinstance(layer, (list, tuple)) else 1
-                nested.append(list(flat_states[i:i + n]) if n > 1 else flat_states[i])
-                i += n
-            return self.lm(tokens, nested)[0]
+            def hybrid_forward(self, F, tokens, *flat_states):
+                return scores(tokens, flat_states)
+    else:
+        class LanguageModel(mx.gluon.Block):
+            def __init__(self):
+                super().__init__(prefix="lm_")
+                self.lm = model
+
+            def forward(self, tokens, *flat_states):
+                return scores(tokens, flat_states)
     rng = np.random.RandomState(0)
-    inputs = [rng.randint(0, 40, (5, 2)).astype(np.float32)] + [rng.uniform(-1, 1, s).astype(np.float32)
-                                                                 for s in shapes]
+    inputs = [rng.randint(0, 40, (5, 2)).astype(np.float32)] + [rng.uniform(-1, 1, s.shape).astype(np.float32)
+                                                                 for s in flat]
     return LanguageModel(), [inputs]
 
 
@@ -515,6 +524,27 @@ def _without_float64_cast(net, inputs, want, diff) -> dict:
             "detail": f"{diff:.2g} in float32 (no float64 run: MXNet with weights x (1 + 1e-7 noise) moves {own:.2g})"}
 
 
+def _generated(net, inputs, path) -> tuple:
+    """(the module ``generate_torch`` writes for ``net``, None or what recording it says): a HybridBlock whose forward
+    fails on symbols is recorded while it runs on ``inputs`` (``migrate.source.record_block``), as its error says;
+    the recording's notes but the first and the constants' are kept, each to its first clause."""
+    import mxnet as mx
+
+    from migrate.errors import ModelTypeError
+    from migrate.generate import generate_torch
+    from migrate.source import record_block
+    shapes, dtypes = [x.shape for x in inputs], [x.dtype for x in inputs]
+    try:
+        return generate_torch(net, shapes, path, input_dtypes=dtypes), None
+    except ModelTypeError as exc:
+        if "cannot be traced as a symbol graph" not in str(exc):
+            raise
+    source = record_block(net, [mx.nd.array(x, dtype=x.dtype) for x in inputs])
+    said = [re.sub(r"/\S*/site-packages/", "", note.split(";")[0]) for note in source.notes[1:]
+            if not note.startswith("constants:")]
+    return generate_torch(source, shapes, path, input_dtypes=dtypes), ["the HybridBlock does not trace on symbols"] + said
+
+
 def check(net, inputs, want, path) -> dict:
     """Generate ``net`` into ``path`` and compare its eval outputs with MXNet's ``want``: a dict with 'status',
     'detail', 'seconds' (generation) and 'lines' (source length). Status: match (within TOL), float32-limited
@@ -527,10 +557,9 @@ def check(net, inputs, want, path) -> dict:
     import torch
 
     from migrate.errors import UnsupportedOpError
-    from migrate.generate import generate_torch
     start = time.perf_counter()
     try:
-        model = generate_torch(net, [x.shape for x in inputs], path, input_dtypes=[x.dtype for x in inputs])
+        model, recorded = _generated(net, inputs, path)
         seconds = time.perf_counter() - start
         model.eval()
         with torch.no_grad():
@@ -540,13 +569,20 @@ def check(net, inputs, want, path) -> dict:
         return {"status": "refused", "detail": f"op {op.group(1) if op else '?'}: {str(exc)[:160]}"}
     except Exception as exc:  # report any other failure by type and first line
         return {"status": "error", "detail": f"{type(exc).__name__}: {error_line(exc)}"}
-    row = {"seconds": seconds, "lines": len(open(path).read().splitlines())}
+    row = {"seconds": seconds, "lines": len(open(path).read().splitlines()), **_compared(net, model, inputs, want, got)}
+    if recorded is not None:
+        row["detail"] += f" (recorded: {'; '.join(recorded)})"
+    return row
+
+
+def _compared(net, model, inputs, want, got) -> dict:
+    """'status' and 'detail' of the generated ``model``'s outputs ``got`` against MXNet's ``want`` (see check)."""
     diff = relative_difference(want, got)
     if diff <= TOL:
         constant = all(w.size and np.all(w == w.flat[0]) for w in want)  # e.g. no detection above the threshold
-        return {**row, "status": "match", "detail": f"{diff:.2g}" + (" (every output constant)" if constant else "")}
+        return {"status": "match", "detail": f"{diff:.2g}" + (" (every output constant)" if constant else "")}
     exact = _float64_difference(net, model, inputs)
     if exact <= TOL or exact < float("inf"):
-        return {**row, "status": "float32-limited" if exact <= TOL else "differs",
+        return {"status": "float32-limited" if exact <= TOL else "differs",
                 "detail": f"{diff:.2g} in float32, {exact:.2g} in float64"}
-    return {**row, **_without_float64_cast(net, inputs, want, diff)}
+    return _without_float64_cast(net, inputs, want, diff)

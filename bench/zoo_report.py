@@ -17,9 +17,9 @@ output, or MXNet itself with every weight multiplied by 1 + 1e-7 x noise moves b
 failing those, MXNet and a module generated from the model's symbol graph with its float32 constants made float64
 agree within it, both run in float64; "differs": otherwise; "refused":
 generate_torch stops at an op without translation (named); "not built": the zoo cannot build or MXNet cannot run
-the model here (downloads, GPU-only kernels, Blocks without a symbol graph); "crashed": the process died on it
-(rerun with the same --cache: each model is marked before it starts and its result appended when it ends, so a
-rerun goes on after it).
+the model here (downloads, GPU-only kernels; plain Blocks and HybridBlocks that fail on symbols are recorded while
+they run, ``migrate.source.record_block``); "crashed": the process died on it (rerun with the same --cache: each
+model is marked before it starts and its result appended when it ends, so a rerun goes on after it).
 """
 import argparse
 import collections
@@ -164,10 +164,11 @@ MXNet's output (so the outputs differ in which near-tie candidates it keeps), or
 multiplied by 1 + 1e-7 x noise moves by at least a third as much (the control of the README's demo), or, failing
 those, MXNet and a module generated from the model's symbol graph with its float32 constants (the `arange` of
 R-CNN's ROI batch ids, argsort's float32 indices) made float64 agree within it, both run in float64;
-**differs**: otherwise; **refused**: generate_torch stops at the op named (nothing written); **error**: MXNet
-cannot make the model's symbol graph (its hybrid_forward fails with symbols) or torch cannot run the module;
-**not built**: the zoo cannot build the model here or MXNet cannot run it (downloads, GPU-only kernels, Blocks
-without a symbol graph); **crashed**: the process died on it. R-CNN models run with 100 proposals and at most
+**differs**: otherwise; **refused**: generate_torch stops at the op named (nothing written); **error**: the
+generated module fails, or the model fails otherwise (named); **not built**: the zoo cannot build the model here or
+MXNet cannot run it (downloads, GPU-only kernels); **crashed**: the process died on it. A plain gluon.Block, and a
+HybridBlock whose hybrid_forward fails on symbols ("recorded" in the detail), are read from the operations MXNet
+records while they run on the input (`migrate.source.record_block`). R-CNN models run with 100 proposals and at most
 100 masks (their test defaults, 300 and 1000, need over 11 GB for Mask R-CNN C4). "generate (s)": generate_torch's
 time; "lines": the generated file's length.
 

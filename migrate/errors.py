@@ -3,6 +3,7 @@
 Add new classes here (one per kind of failure), subclassing ``MigrateError`` and a builtin
 (``ValueError``, ``KeyError`` or ``TypeError``) so callers can catch either. ``MXNetRequiredError`` (an
 ``ImportError``: what was asked needs MXNet, absent here) comes from ``mxformats.errors``, shared with gluon_lr.
+``first_line`` puts a library's error into one of ours.
 """
 from mxformats.errors import MXNetRequiredError  # noqa: F401 (re-exported)
 
@@ -140,3 +141,17 @@ class DeviceCountWarning(UserWarning):
 class StatesOrderWarning(UserWarning):
     """MXNet states that name no parameters (a stock ``gluon.Trainer``'s file saved before ``gluon_lr.export_settings``
     recorded its order, a Module's) were matched to the settings by index, assuming the settings' order."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The message of a library's exception ``exc`` in one line, for one of ours: MXNet's C++ errors put a stack trace
+    first and the message last.
+
+    Examples:
+        >>> first_line(ValueError("bad shape\\nmore detail"))
+        'bad shape'
+    """
+    text = [line for line in str(exc).strip().splitlines() if line.strip()]
+    if text and text[0].startswith("Traceback"):  # the message is the last line naming an error, or the last line
+        text = [next((line for line in reversed(text) if "Error:" in line), text[-1])]
+    return text[0][:300] if text else type(exc).__name__

@@ -16,8 +16,8 @@ from mxformats.settings import OPTIMIZER_ALIASES
 from mxformats.states import split_states, states_bytes, unpickle_states
 from migrate.check.rounding import unit_noise
 from migrate.errors import InputFileError
-from migrate.mapping.node_outputs import mxnet_executor
 from migrate.optim.groups import base_lr
+from migrate.source.live import mxnet_executor
 
 __all__ = ["MXNetTraining", "mxnet_optimizer", "symbol_without_dropout"]
 

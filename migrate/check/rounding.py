@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from migrate.check.report import TensorCheck
-from migrate.mapping.node_outputs import max_diff
+from migrate.verification.nodes import max_diff
 
 __all__ = ["NOISE_FACTOR", "NOT_FINITE", "PERTURBATION", "non_finite", "tensor_check", "unit_noise"]
 

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from migrate import arguments
 from migrate.check.rounding import unit_noise
 from migrate.errors import ArgumentError
-from migrate.mapping.node_outputs import captured_module_outputs, torch_inputs
 from migrate.mapping.weights import load_mxnet_weights
+from migrate.module_outputs import captured_module_outputs, torch_inputs
 from migrate.optim.state_conversion import convert_optimizer_state
 from migrate.optim.translate import torch_lr_scheduler, torch_optimizer
 

@@ -15,12 +15,13 @@ from migrate.check.rounding import NOISE_FACTOR, PERTURBATION, tensor_check
 from migrate.check.torch_training import TorchTraining
 from migrate import arguments
 from migrate.errors import ArgumentError, SettingsError
-from migrate.mapping.export import load_mxnet, normalize_shapes
 from migrate.mapping.name_mapping import name_mapping
-from migrate.mapping.node_outputs import node_pairs, packing_consumers, seeded_inputs, without_folded_bias
 from migrate.mapping.table import NameMapping
 from migrate.mapping.weights import converted_tensors
 from migrate.optim.state_conversion import split_master, torch_state_of
+from migrate.source.packed import packing_consumers
+from migrate.source.reading import load_mxnet
+from migrate.verification.nodes import node_pairs, seeded_inputs, without_folded_bias
 
 __all__ = ["check_training", "MAX_STEPS"]
 
@@ -119,7 +120,7 @@ def check_training(mx_model, torch_model, inputs, *, labels=None, loss="sum", se
                                              error=ArgumentError)
     perturbation = None if float64 else perturbation
     arrays, shapes, dtypes = _batch(inputs, input_dtypes)
-    source = load_mxnet(mx_model, shapes, dtypes)
+    source = load_mxnet(mx_model, shapes, dtypes).live("migrate.check_training (running the MXNet model)")
     if mapping is None:
         mapping = name_mapping(source, torch_model, shapes, input_dtypes=dtypes)
     settings = None if settings is None else as_settings(settings, SettingsError)
@@ -158,7 +159,7 @@ def _batch(inputs, input_dtypes) -> tuple:
     given = inputs if isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], np.ndarray) else (
         [inputs] if isinstance(inputs, np.ndarray) else None)
     if given is None:
-        shapes, dtypes = normalize_shapes(inputs, input_dtypes)
+        shapes, dtypes = arguments.normalize_shapes(inputs, input_dtypes)
         return None, shapes, dtypes
     arrays = [np.ascontiguousarray(x) for x in given]
     return arrays, [x.shape for x in arrays], [x.dtype for x in arrays]
@@ -239,7 +240,7 @@ class _Run:
             self.rows.append(row)
 
     def _forward_rows(self, mx_nodes, torch_nodes, controls) -> list:
-        packed = packing_consumers(self.source.symbol)
+        packed = packing_consumers(self.source.document)
         mx_control, _, torch_control, _ = controls if controls is not None else ({}, None, {}, None)
         rows = []
         for op, module, bias in self.pairs:

@@ -1,10 +1,12 @@
-"""The ``migrate`` command line: ``commands`` (subcommands and exit codes), ``inputs`` (reading and checking the flags'
-files), ``report`` (the one report object that decides the exit code), ``interrupts`` (Ctrl-C and SIGTERM: exit 130,
-one line), ``data_commands`` (``migrate data``); the all-or-nothing output folder of ``all`` and ``data convert`` is
+"""The ``migrate`` command line: ``commands`` (subcommands and exit codes), ``options`` (the flags resolved once into a
+frozen object per command), ``inputs`` (reading and checking the flags' files), ``report`` (the one report object that
+decides the exit code and writes what the command found), ``interrupts`` (Ctrl-C and SIGTERM: exit 130, one line),
+``data_commands`` (``migrate data``); the all-or-nothing output folder of ``all`` and ``data convert`` is
 ``migrate.staged_folder``.
 
-This package imports nothing heavy itself: ``import migrate`` loads ``interrupts`` first, so that Ctrl-C while torch
-and MXNet import already ends in one line.
+This package imports nothing heavy itself: ``command_line`` (``python -m migrate``, the ``migrate`` script) installs
+the interrupt handling first, so that Ctrl-C while torch and MXNet import already ends in one line. ``import migrate``
+imports nothing of the command line.
 """
 from migrate.cli import interrupts
 
@@ -24,8 +26,9 @@ def main(argv=None) -> int:
 
 
 def command_line(argv=None) -> None:
-    """The ``migrate`` program (``python -m migrate``, the ``migrate`` script): run ``main`` and end the process with
-    its code (``interrupts.exit_process``); a signal at any point ends it with exit 130 and one line.
+    """The ``migrate`` program (``python -m migrate``, the ``migrate`` script): install the interrupt handling
+    (``interrupts.mark_command_line``), run ``main`` and end the process with its code (``interrupts.exit_process``);
+    a signal at any point ends it with exit 130 and one line.
 
     Examples:
         >>> command_line(["all", "--help"])  # doctest: +SKIP

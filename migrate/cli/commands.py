@@ -31,14 +31,14 @@ from mxformats import atomic
 from migrate import (check_training, control_from_mxnet, convert_optimizer_state, generate_torch, migration_folder,
                      name_mapping, param_groups, torch_lr_scheduler, torch_optimizer, verify)
 from migrate.cli import data_commands, inputs, interrupts
+from migrate.cli.options import DataOptions, Options, options
 from migrate.cli.report import Report
-from migrate.check.training import MAX_STEPS
-from migrate.errors import (CliUsageError, InputFileError, LabelsError, MigrateError, MXNetRequiredError,
+from migrate.errors import (InputFileError, LabelsError, MigrateError, MXNetRequiredError,
                             OutputPathError, StatesOrderWarning)
-from migrate.mapping import (EXPORTED_WITH_MXNET, converted_keys, files_reader, generated_mapping, load_mxnet_weights,
-                             model_source, write_state_dict)
-from migrate.mapping.input_transforms import input_transform_cause
-from migrate.mapping.node_outputs import seeded_inputs
+from migrate.mapping import converted_keys, generated_mapping, load_mxnet_weights, write_state_dict
+from migrate.verification.input_transforms import input_transform_cause
+from migrate.verification.nodes import seeded_inputs
+from migrate.source import TRANSLATION, mxnet_reads_files
 from migrate.staged_folder import StagedFolder, pause_point
 
 __all__ = ["main"]
@@ -137,12 +137,11 @@ def main(argv=None) -> int:
         return 0 if exc.code in (0, None) else 2
     report = Report(args.command)
     out = getattr(args, "out", None) or getattr(args, "data_out", None)  # its folder: leftovers removed on the way out
-    with interrupts.Interrupts(args.command, out) as guard, _progress(args), _grad_mode_kept():
+    with interrupts.Interrupts(args.command, out) as guard, _grad_mode_kept():
         try:  # a signal raises KeyboardInterrupt from guard.work() until guard.finish(), then none (interrupts)
             try:
                 guard.work()
-                _check_flags(args)
-                _RUN[args.command](args, report)
+                _run(options(args), report)
                 guard.finish()
             except (MigrateError, LrTrainerError, MXNetRequiredError, OSError) as exc:  # typed input errors;
                 guard.finish()  # OSError: the system refused
@@ -157,8 +156,17 @@ def main(argv=None) -> int:
             report.interrupted = True
         if report.error is not None or report.interrupted:
             report.outputs = []  # single files are written last and atomically; `all` removed its staged folder
-        _emit(args, report)
+        _emit(args.json, report)
     return report.exit_code
+
+
+def _run(chosen: Options | DataOptions, report: Report) -> None:
+    """Check the flags of a model command (cheap, before any model is loaded), then run the subcommand."""
+    if isinstance(chosen, DataOptions):
+        data_commands.run(chosen, report)
+        return
+    _check_flags(chosen)
+    _RUN[chosen.command](chosen, report)
 
 
 _WHAT = {"--symbol": "the NAME-symbol.json HybridBlock.export wrote",
@@ -168,24 +176,13 @@ _WHAT = {"--symbol": "the NAME-symbol.json HybridBlock.export wrote",
          "--labels": "a .npy file numpy.save wrote"}
 
 
-def _check_flags(args) -> None:
-    """The cheap checks of every flag, before any model is loaded: shapes, --kwargs, input files."""
-    if getattr(args, "format", "absent") is None:  # weights --out NAME.pt: the suffix asks for a pickle
-        out = getattr(args, "out", "") or ""
-        args.format = "pt" if args.command == "weights" and out.endswith((".pt", ".pth")) else "safetensors"
-    if getattr(args, "input_shape", None):
-        inputs.input_shapes(args.input_shape)
-    inputs.kwargs_object(getattr(args, "kwargs", "{}"))
-    for flag in ("--steps", "--check-training"):
-        steps = getattr(args, flag[2:].replace("-", "_"), None)
-        if steps is not None and not 1 <= steps <= MAX_STEPS:
-            raise CliUsageError(f"{flag} {str(steps)[:40]}: expected a number of optimizer steps from 1 to "
-                                f"{MAX_STEPS} (each trains both models and compares every tensor)")
-    for flag, path in _inputs(args).items():
+def _check_flags(opts: Options) -> None:
+    """The input files exist, and the output (but the folder of ``all``) may be written."""
+    for flag, path in opts.input_files.items():
         if flag != "--torch":
             inputs.existing_file(flag, path, _WHAT[flag])
-    if getattr(args, "out", None) is not None and args.command != "all":
-        inputs.output_paths([args.out], _inputs(args), args.force)
+    if opts.out is not None and opts.command != "all":
+        inputs.output_paths([opts.out], opts.input_files, opts.force)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -218,75 +215,75 @@ def _parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------- subcommands
 
 
-def _run_map(args, report):
-    model = _model(args)
-    inputs.output_paths([args.out], _inputs(args), args.force)
-    mapping = _mapping(args, model, report, show=True)
-    _verify(args, model, mapping, report)
-    _write(report, args.out, mapping.save)
+def _run_map(opts, report):
+    model = _model(opts)
+    inputs.output_paths([opts.out], opts.input_files, opts.force)
+    mx_model = inputs.MxModel(opts)
+    mapping = _mapping(opts, model, report, mx_model, show=True)
+    _verify(opts, model, mapping, report, mx_model)
+    _write(report, opts.out, mapping.save)
 
 
-def _run_groups(args, report):
-    document, model = inputs.settings(args.settings), _model(args)
-    inputs.output_paths([args.out], _inputs(args), args.force)
-    mapping = _mapping(args, model, report, document)
+def _run_groups(opts, report):
+    document, model = inputs.settings(opts.settings), _model(opts)
+    inputs.output_paths([opts.out], opts.input_files, opts.force)
+    mapping = _mapping(opts, model, report, inputs.MxModel(opts), document)
     if not report.names_unmapped:
-        groups = _groups(model, document, mapping, report)
-        _write(report, args.out, lambda path: atomic.write_json(path, groups))
+        groups = _groups(model, document, mapping)
+        report.add_groups(groups)
+        _write(report, opts.out, lambda path: atomic.write_json(path, groups))
 
 
-def _run_weights(args, report):
-    model = _model(args)
-    inputs.output_paths([args.out], _inputs(args), args.force)
-    mapping = _mapping(args, model, report)
+def _run_weights(opts, report):
+    model = _model(opts)
+    inputs.output_paths([opts.out], opts.input_files, opts.force)
+    mx_model = inputs.MxModel(opts)
+    mapping = _mapping(opts, model, report, mx_model)
     if not report.names_unmapped:
-        state_dict = _weights(args, model, mapping, report)
-        _write(report, args.out, _weights_writer(args, state_dict))
+        state_dict = _weights(opts, model, mapping, report, mx_model)
+        _write(report, opts.out, _weights_writer(opts, state_dict))
 
 
-def _run_optim(args, report):
-    document, model = inputs.settings(args.settings), _model(args)
-    inputs.output_paths([args.out], _inputs(args), args.force)
-    mapping = _mapping(args, model, report, document)
+def _run_optim(opts, report):
+    document, model = inputs.settings(opts.settings), _model(opts)
+    inputs.output_paths([opts.out], opts.input_files, opts.force)
+    mapping = _mapping(opts, model, report, inputs.MxModel(opts), document)
     if not report.names_unmapped:
-        saved = _optimizer(args, model, document, mapping, report)
-        _write(report, args.out, lambda path: migration_folder.torch_save(saved, path))
+        saved = _optimizer(opts, model, document, mapping, report)
+        _write(report, opts.out, lambda path: migration_folder.torch_save(saved, path))
 
 
-def _run_verify(args, report):
-    model = _model(args)
-    _verify(args, model, _mapping(args, model, report), report)
+def _run_verify(opts, report):
+    model = _model(opts)
+    mx_model = inputs.MxModel(opts)
+    _verify(opts, model, _mapping(opts, model, report, mx_model), report, mx_model)
 
 
-def _run_all(args, report):
-    weights_name = migration_folder.WEIGHTS if args.format == "pt" else migration_folder.WEIGHTS_SAFETENSORS
+def _run_all(opts, report):
+    weights_name = migration_folder.WEIGHTS if opts.weights_format == "pt" else migration_folder.WEIGHTS_SAFETENSORS
     names = (migration_folder.MAPPING, weights_name, migration_folder.GROUPS, migration_folder.OPTIMIZER,
-             migration_folder.REPORT_JSON, migration_folder.REPORT_TXT) + ((GENERATED,) if args.torch == "generate" else ())
+             migration_folder.REPORT_JSON, migration_folder.REPORT_TXT) + ((GENERATED,) if opts.generated else ())
     other_format = {migration_folder.WEIGHTS, migration_folder.WEIGHTS_SAFETENSORS} - {weights_name}
-    folder = StagedFolder(args.out, names + tuple(other_format), args.force)  # an earlier run's in the other format
+    folder = StagedFolder(opts.out, names + tuple(other_format), opts.force)  # an earlier run's in the other format
     folder.check()
-    paths = {name: os.path.join(args.out, name) for name in names}
-    inputs.output_paths(paths.values(), _inputs(args), force=True, check_folder=False)
-    document = inputs.settings(args.settings)
-    model = None if args.torch == "generate" else _model(args)
-    report.sections["inputs"] = _fingerprints(args)
+    paths = {name: os.path.join(opts.out, name) for name in names}
+    inputs.output_paths(paths.values(), opts.input_files, force=True, check_folder=False)
+    document = inputs.settings(opts.settings)
+    model = None if opts.generated else _model(opts)
+    report.sections["inputs"] = _fingerprints(opts)
+    mx_model = inputs.MxModel(opts)
     with folder:
         pause_point("staged")
-        if args.torch == "generate":
-            model = _generated_model(args, folder.file(GENERATED))
-            report.outputs.append(os.path.join(args.out, GENERATED))
-        mapping = _mapping(args, model, report, document, show=True)
-        _verify(args, model, mapping, report)
-        if args.check_training is not None:
-            _training_check(args, model, mapping, document, report, args.check_training)
+        if opts.generated:
+            model = _generated_model(opts, folder.file(GENERATED), mx_model)
+            report.outputs.append(os.path.join(opts.out, GENERATED))
+        mapping = _mapping(opts, model, report, mx_model, document, show=True)
+        loaded = _verify(opts, model, mapping, report, mx_model)
+        if opts.check_training is not None:
+            _training_check(opts, model, mapping, document, report, mx_model, opts.check_training)
         writes = {migration_folder.MAPPING: mapping.save}
         if _equivalent(report):  # no weights or optimizer for a model that is not equivalent
-            state_dict = _weights(args, model, mapping, report)
-            groups = _groups(model, document, mapping, report)
-            saved = _optimizer(args, model, document, mapping, report)
-            writes.update({weights_name: _weights_writer(args, state_dict),
-                           migration_folder.GROUPS: lambda path: atomic.write_json(path, groups),
-                           migration_folder.OPTIMIZER: lambda path: migration_folder.torch_save(saved, path)})
+            writes.update(_migration_files(opts, model, document, mapping, report, mx_model, loaded, weights_name))
         for name, write in writes.items():
             _write(report, folder.file(name), write, shown=paths[name])
             pause_point(f"wrote-{name}")
@@ -298,6 +295,17 @@ def _run_all(args, report):
         folder.commit()
 
 
+def _migration_files(opts, model, document, mapping, report, mx_model, loaded, weights_name) -> dict:
+    """File name -> writer of the weights, the param groups and the optimizer of ``all``."""
+    state_dict = _weights(opts, model, mapping, report, mx_model, loaded)
+    groups = _groups(model, document, mapping)
+    report.add_groups(groups)
+    saved = _optimizer(opts, model, document, mapping, report)
+    return {weights_name: _weights_writer(opts, state_dict),
+            migration_folder.GROUPS: lambda path: atomic.write_json(path, groups),
+            migration_folder.OPTIMIZER: lambda path: migration_folder.torch_save(saved, path)}
+
+
 def _equivalent(report) -> bool:
     """Mapped, equivalent and within tolerance where compared (skipped nodes make ``verified`` false, exit 1, but
     the outputs are still written: a TorchScript model is compared at its final output only)."""
@@ -307,246 +315,169 @@ def _equivalent(report) -> bool:
 
 def _check_needs_mxnet() -> None:
     """``check`` trains the MXNet model: MXNetRequiredError where MXNet does not read the files, before reading."""
-    if files_reader() != EXPORTED_WITH_MXNET:
+    if not mxnet_reads_files():
         raise MXNetRequiredError.for_("training the MXNet model (migrate check, --check-training)")
 
 
-def _run_check(args, report):
+def _run_check(opts, report):
     _check_needs_mxnet()
-    document, labels = inputs.settings(args.settings), _labels(args)
+    document, labels = inputs.settings(opts.settings), _labels(opts)
     with tempfile.TemporaryDirectory(prefix="migrate-check-") as folder:  # --torch generate: model.py lives here
-        model = _generated_model(args, os.path.join(folder, GENERATED)) if args.torch == "generate" else _model(args)
-        mapping = _mapping(args, model, report, document)
+        mx_model = inputs.MxModel(opts)
+        model = _generated_model(opts, os.path.join(folder, GENERATED), mx_model) if opts.generated else _model(opts)
+        mapping = _mapping(opts, model, report, mx_model, document)
         try:
-            _training_check(args, model, mapping, document, report, args.steps, labels, args.loss, args.float64)
+            _training_check(opts, model, mapping, document, report, mx_model, opts.steps, labels)
         except LabelsError as exc:
-            raise LabelsError(f"--labels {args.labels!r}: {str(exc).removeprefix('labels: ')}") from None
+            raise LabelsError(f"--labels {opts.labels!r}: {str(exc).removeprefix('labels: ')}") from None
 
 
-def _training_check(args, model, mapping, document, report, steps, labels=None, loss="sum", float64=False):
-    """``check_training`` of the MXNet files against ``model``: its table, and the ``training`` check (exit 1 when a
+def _training_check(opts, model, mapping, document, report, mx_model, steps, labels=None):
+    """``check_training`` of the MXNet model against ``model``: its table, and the ``training`` check (exit 1 when a
     tensor diverges). Skipped while names are unmapped."""
     if report.names_unmapped:
-        report.text.append("training check skipped: names are unmapped, the weights cannot be copied")
+        report.add_skipped("training check")
         return
-    shapes, dtypes = inputs.input_shapes(args.input_shape)
     _check_needs_mxnet()
-    with _stage(args, f"training both models {steps} step(s) and comparing"):
-        result = check_training(_mx_source(args), model, shapes, input_dtypes=dtypes, labels=labels, loss=loss,
-                                settings=document, states=_states_path(args), mapping=mapping, steps=steps,
-                                float64=float64, assume_order=args.assume_states_order)
-    report.checks["training"] = result.ok
-    report.sections["check"] = result.to_dict()
-    report.text.append(str(result))
+    with _stage(opts, f"training both models {steps} step(s) and comparing"):
+        result = check_training(mx_model.source(), model, opts.input_shapes,
+                                input_dtypes=opts.input_dtypes, labels=labels, loss=opts.loss, settings=document,
+                                states=opts.states, mapping=mapping, steps=steps, float64=opts.float64,
+                                assume_order=opts.assume_states_order)
+    report.add_training(result)
 
 
-def _labels(args):
+def _labels(opts):
     """The array of --labels (a .npy file, read without pickles), or None."""
-    if not getattr(args, "labels", None):
+    if not opts.labels:
         return None
     try:
-        return np.load(args.labels, allow_pickle=False)
+        return np.load(opts.labels, allow_pickle=False)
     except (ValueError, OSError) as exc:
-        raise InputFileError(f"--labels {args.labels!r}: not a .npy array numpy.save writes ({str(exc)[:150]}); save "
+        raise InputFileError(f"--labels {opts.labels!r}: not a .npy array numpy.save writes ({str(exc)[:150]}); save "
                              f"the labels with numpy.save") from None
 
 
-def _run_generate(args, report):
-    inputs.output_paths([args.out], _inputs(args), args.force)
-    model = _generated_model(args, args.out)
-    _record_reader(report, files_reader())
-    report.outputs.append(args.out)
-    report.text.append(f"generated {type(model).__name__} in {args.out}: {len(model.MXNET_NAMES)} MXNet "
-                       f"parameters and states as state_dict keys (MXNET_NAMES in the file maps them)")
+def _run_generate(opts, report):
+    inputs.output_paths([opts.out], opts.input_files, opts.force)
+    mx_model = inputs.MxModel(opts)
+    model = _generated_model(opts, opts.out, mx_model)
+    report.add_mxnet_reader(mx_model.source().reader)
+    report.add_generated(model, opts.out)
 
 
 _RUN = {"map": _run_map, "groups": _run_groups, "weights": _run_weights, "optim": _run_optim,
         "verify": _run_verify, "all": _run_all, "generate": _run_generate, "check": _run_check}
-_RUN["data"] = data_commands.run
 
 
 # ---------------------------------------------------------------- shared steps
 
 
-def _model(args):
-    inputs.check_memory(args)
-    with _stage(args, "loading the torch model"):
-        return inputs.torch_model(args.torch, args.kwargs)
+def _model(opts):
+    inputs.check_memory(opts)
+    with _stage(opts, "loading the torch model"):
+        return inputs.torch_model(opts.torch, dict(opts.kwargs))
 
 
-def _generated_model(args, path):
-    """``migrate.generate_torch`` of the MXNet files, written to ``path`` (inside the staged folder of ``all``)."""
-    shapes, dtypes = inputs.input_shapes(args.input_shape)
-    with _stage(args, "generating the torch module"):
-        return generate_torch(inputs.mx_files(args), shapes, path, input_dtypes=dtypes)
+def _generated_model(opts, path, mx_model):
+    """``migrate.generate_torch`` of the MXNet model (read once, shared with matching and verification), written
+    to ``path`` (inside the staged folder of ``all``)."""
+    with _stage(opts, "generating the torch module"):
+        return generate_torch(mx_model.source(), opts.input_shapes, path, input_dtypes=opts.input_dtypes)
 
 
-def _inputs(args) -> dict:
-    """Flag -> path of every input file given (outputs must not be one of them)."""
-    flags = ("--symbol", "--params", "--settings", "--states", "--mapping", "--torch", "--labels")
-    return {flag: getattr(args, flag[2:], None) for flag in flags if getattr(args, flag[2:], None)}
-
-
-def _mx_source(args):
-    """The MXNet model of --symbol/--params, read once and shared by matching, verification and conversion."""
-    if getattr(args, "mx_source", None) is None:
-        shapes, dtypes = inputs.input_shapes(args.input_shape)
-        with _stage(args, "reading the MXNet model"):
-            args.mx_source = model_source(inputs.mx_files(args), shapes, dtypes)
-    return args.mx_source
-
-
-def _mapping(args, model, report, document=None, show=False):
-    """The mapping of ``--mapping``, or matched from the MXNet files; records it and the unmapped names."""
-    if getattr(args, "mapping", None):
-        mapping, source = inputs.loaded_mapping(args.mapping, model, document), args.mapping
+def _mapping(opts, model, report, mx_model, document=None, show=False):
+    """The mapping of ``--mapping``, or matched with the MXNet model (``mx_model``, read then); the report records it
+    and the unmapped names (``show``: its table too)."""
+    if opts.mapping:
+        mapping, origin = inputs.loaded_mapping(opts.mapping, model, document), opts.mapping
     else:
-        inputs.mapping_needs(args)
-        shapes, dtypes = inputs.input_shapes(args.input_shape)
-        mx_source = _mx_source(args)
-        _record_reader(report, mx_source.reader)
-        if args.torch == "generate":  # the module is the graph's own translation: its MXNET_NAMES are the mapping
-            mapping, source = generated_mapping(mx_source, model), "generated"
+        inputs.mapping_needs(opts)
+        source = mx_model.source()
+        report.add_mxnet_reader(source.reader)
+        if opts.generated:  # the module is the graph's own translation: its MXNET_NAMES are the mapping
+            mapping, origin = generated_mapping(source, model), "generated"
         else:
-            with _stage(args, "exporting both models to ONNX (structure only) and matching", unit="node") as tick:
-                mapping, source = name_mapping(mx_source, model, shapes, input_dtypes=dtypes, progress=tick), "matched"
-    report.unmapped = inputs.unmapped_names(mapping, model, document)
-    report.checks["equivalent"] = not mapping.differences
-    report.sections["mapping"] = {"source": source, "mapped": len(mapping), "differences": mapping.differences,
-                                  "torch_defaults": mapping.torch_defaults, "notes": mapping.notes,
-                                  "entries": {name: mapping[name] for name in mapping}}
-    report.text += mapping.notes if not show else []
-    if show:
-        report.text.append(str(mapping))
+            with _stage(opts, "exporting both models to ONNX (structure only) and matching", unit="node") as tick:
+                mapping, origin = name_mapping(source, model, opts.input_shapes, input_dtypes=opts.input_dtypes,
+                                               progress=tick), "matched"
+    report.add_mapping(mapping, origin, inputs.unmapped_names(mapping, model, document), show)
     return mapping
 
 
-def _verify(args, model, mapping, report):
-    """Numeric verification (skipped while names are unmapped: the weights cannot be copied)."""
+def _verify(opts, model, mapping, report, mx_model) -> bool:
+    """Numeric verification against the MXNet model (skipped while names are unmapped: the weights cannot be copied);
+    True when it ran, having copied the MXNet weights into ``model`` itself."""
     if report.names_unmapped:
-        report.text.append("verification skipped: names are unmapped, the weights cannot be copied")
-        return
-    shapes, dtypes = inputs.input_shapes(args.input_shape)
-    mx_source = _mx_source(args)
-    _record_reader(report, mx_source.reader)
-    if mx_source.without_mxnet and args.torch == "generate":
-        _generated_needs_no_verification(report)
-        return
-    with _stage(args, "verifying node by node", unit="node") as tick:
-        # without MXNet, verify compares with the graph's torch translation
-        result = verify(mx_source, model, mapping, shapes, input_dtypes=dtypes, in_place=True, progress=tick)
-    args.weights_loaded = True  # verify copied the MXNet weights into the model itself
+        report.add_skipped("verification")
+        return False
+    source = mx_model.source()
+    report.add_mxnet_reader(source.reader)
+    if opts.generated and source.compared_with == TRANSLATION:  # the module is that translation
+        report.add_generated_unverified()
+        return False
+    with _stage(opts, "verifying node by node", unit="node") as tick:
+        result = verify(source, model, mapping, opts.input_shapes, input_dtypes=opts.input_dtypes, in_place=True,
+                        progress=tick)
     first = result.first_divergence
-    cause = first and input_transform_cause(mx_source, model, first.mx_node, first.torch_node,
-                                            seeded_inputs(shapes, dtypes, mapping, 0))  # verify's input (seed 0)
-    compared_with = "the graph's torch translation" if mx_source.without_mxnet else "MXNet"
-    report.checks["verified"] = result.verified  # compared: a skipped node is not a passed one
-    report.sections["verify"] = {"ok": result.ok, "compared_with": compared_with,
-                                 "max_abs_diff": result.max_abs_diff, "atol": result.atol, "nodes": len(result.rows),
-                                 "skipped": [r.mx_node for r in result.skipped],
-                                 "passes": result.passes, "output_bytes": result.output_bytes,
-                                 "first_divergence": first and {
-                                     "mxnet": first.mx_node, "torch": first.torch_node,
-                                     "max_abs_diff": first.max_abs_diff, "note": first.note, "cause": cause},
-                                 "rows": result.to_dict()["rows"]}
-    report.text.append(str(result) + (f"\n  likely cause: {cause}" if cause else ""))
+    cause = first and input_transform_cause(source, model, first.mx_node, first.torch_node,
+                                            seeded_inputs(opts.input_shapes, opts.input_dtypes, mapping, 0))
+    report.add_verify(result, source.compared_with, cause)
+    return True
 
 
-def _record_reader(report, reader: str) -> None:
-    """Say once, in the text and the JSON (``mxnet_graph``), which path read the MXNet model."""
-    if "mxnet_graph" not in report.sections:
-        report.sections["mxnet_graph"] = reader
-        report.text.append(f"MXNet model: {reader}")
-
-
-def _generated_needs_no_verification(report) -> None:
-    """Without MXNet there is no MXNet run to compare with, and a generated module is the graph's own translation:
-    comparing it with the translation would compare it with itself."""
-    report.sections["verify"] = {"ok": True, "compared_with": None, "nodes": 0}
-    report.text.append("verification: not run (no MXNet here, and the torch module is the graph's own translation, "
-                       "op by op, by the translators tested against MXNet)")
-
-
-def _weights(args, model, mapping, report) -> dict:
+def _weights(opts, model, mapping, report, mx_model, loaded=False) -> dict:
     """The model's whole state_dict (its own tensors, not a copy) after copying the MXNet weights in, tensor by
-    tensor, by the mapping."""
+    tensor, by the mapping (``loaded``: verification copied them already): those of the MXNet model with --symbol,
+    else of the --params file."""
     state_dict = model.state_dict()
-    if getattr(args, "weights_loaded", False):
+    if loaded:
         converted = [key for key in converted_keys(mapping, model) if key in state_dict]
     else:
-        params = _mx_source(args).params if getattr(args, "symbol", None) else inputs.existing_file(
-            "--params", args.params, "the NAME-0000.params HybridBlock.export wrote")
-        with _stage(args, "converting the weights", total=len(converted_keys(mapping, model)), unit="tensor") as tick:
+        params = mx_model.source().params if opts.symbol else inputs.existing_file(
+            "--params", opts.params, "the NAME-0000.params HybridBlock.export wrote")
+        with _stage(opts, "converting the weights", total=len(converted_keys(mapping, model)), unit="tensor") as tick:
             converted = load_mxnet_weights(model, params, mapping, progress=tick)
-    kept = sorted(set(state_dict) - set(converted))
-    report.sections["weights"] = {"tensors": len(state_dict), "converted": len(converted),
-                                  "kept_from_torch": kept}
-    report.text.append(f"weights: {len(converted)} of {len(state_dict)} tensors from {args.params}"
-                       + (f"; kept from the torch model: {', '.join(kept)}" if kept else ""))
+    report.add_weights(len(state_dict), len(converted), sorted(set(state_dict) - set(converted)), opts.params)
     return state_dict
 
 
-def _groups(model, document, mapping, report) -> dict:
-    """The param groups as JSON (torch names, absolute lr and weight_decay, multipliers) plus the frozen set."""
+def _groups(model, document, mapping) -> dict:
+    """The param groups file: torch names, absolute lr and weight_decay, multipliers, plus the frozen set."""
     groups = param_groups(model, document, mapping)
-    named = dict(model.named_parameters())
-    names = {id(param): name for name, param in named.items()}
+    names = {id(param): name for name, param in model.named_parameters()}
     rows = [{"params": [names[id(p)] for p in g["params"]], "mx_names": g["mx_names"], "lr": g["lr"],
              "weight_decay": g["weight_decay"], "lr_mult": g["lr_mult"], "wd_mult": g["wd_mult"],
              "frozen": g["frozen"]} for g in groups]
     held = getattr(mapping, "held", {})
     frozen = [dict({"torch": names[id(p)], "mxnet": mx_name}, **({"held": held[mx_name]} if mx_name in held else {}))
               for g in groups if g["frozen"] for p, mx_name in zip(g["params"], g["mx_names"])]
-    report.sections["groups"] = {"count": len(rows), "params": sum(len(r["params"]) for r in rows),
-                                 "frozen": len(frozen)}
-    table = [f"{'group':>5}  {'lr':>10}  {'weight_decay':>12}  {'lr_mult':>7}  {'wd_mult':>7}  params"]
-    table += [f"{i:>5}  {r['lr']:>10.4g}  {r['weight_decay']:>12.4g}  {r['lr_mult']:>7g}  {r['wd_mult']:>7g}  "
-              f"{', '.join(r['params'])}" for i, r in enumerate(rows)]
-    shown = [f["torch"] + (f" (held at {f['held']:g}: MXNet fix_gamma=True)" if "held" in f else "") for f in frozen]
-    table.append(f"frozen (requires_grad=False): {', '.join(shown) or 'none'}")
-    report.text.append("\n".join(table))
     return {"format": "gluon-lr-param-groups", "schema_version": 1, "groups": rows, "frozen": frozen}
 
 
-def _optimizer(args, model, document, mapping, report) -> dict:
+def _optimizer(opts, model, document, mapping, report) -> dict:
     """The exact torch optimizer with the converted MXNet state and its scheduler, as ``optimizer.pt`` holds them."""
-    optimizer, filled, notes = torch_optimizer(model, document, mapping), 0, []
-    if getattr(args, "states", None):
-        with _stage(args, "converting the optimizer state"):
-            path = inputs.existing_file("--states", args.states, "the file LrTrainer.save_states wrote")
-            try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always", StatesOrderWarning)
-                    filled = convert_optimizer_state(path, document, mapping, optimizer,
-                                                     assume_order=args.assume_states_order)
-            except MigrateError as exc:
-                raise InputFileError(f"--states {args.states!r}: {exc}") from None
-            notes = [f"--states {args.states}: {w.message}" for w in caught  # matched by index
-                     if issubclass(w.category, StatesOrderWarning)]
-            report.text += [f"note: {note}" for note in notes]
-    control, report.lost = control_from_mxnet(model, optimizer, document, mapping, _states_path(args))
+    optimizer = torch_optimizer(model, document, mapping)
+    filled, notes = _converted_states(opts, document, mapping, optimizer) if opts.states else (0, [])
+    control, lost = control_from_mxnet(model, optimizer, document, mapping, opts.states)
     scheduler = torch_lr_scheduler(optimizer, document)
-    lrs, rescale = [group["lr"] for group in optimizer.param_groups], document["optimizer"]["rescale_grad"]
-    report.sections["optimizer"] = {"class": f"migrate.{type(optimizer).__name__}", "mxnet": document["optimizer"]
-                                    ["name"], "states": getattr(args, "states", None), "states_converted": filled,
-                                    "num_update": scheduler.num_update, "next_lr": lrs, "rescale_grad": rescale,
-                                    "notes": notes}
-    report.text.append(f"optimizer: migrate {type(optimizer).__name__} (MXNet {document['optimizer']['name']}, "
-                       f"exact); {filled} parameter states converted; resumes at update {scheduler.num_update}; "
-                       f"next lr per group: {', '.join(f'{lr:.4g}' for lr in lrs)}; gradients times "
-                       f"rescale_grad {rescale:g} (MXNet's 1/batch_size: sum the loss over the batch)")
-    report.sections["optimizer"]["control"] = {"frozen": sorted(control.frozen), "masked_elements":
-                                               control.masked_elements, "held_norm_layers": control.held_norm_layers}
-    if control.frozen or control.masked_elements or control.held_norm_layers:
-        report.text.append(f"held in torch: frozen {', '.join(sorted(control.frozen)) or 'none'}; masked "
-                           f"{', '.join(f'{k} ({v})' for k, v in control.masked_elements.items()) or 'none'}; "
-                           f"running statistics held: {', '.join(control.held_norm_layers) or 'none'}")
+    report.add_optimizer(optimizer, scheduler, document, opts.states, filled, notes, control, lost)
     return migration_folder.optimizer_document(optimizer, scheduler, document, mapping, control)
 
 
-def _states_path(args):
-    """The --states file (checked by then), or None."""
-    return args.states if getattr(args, "states", None) else None
+def _converted_states(opts, document, mapping, optimizer) -> tuple[int, list]:
+    """Fill ``optimizer`` with the state of --states: (parameter states converted, notes on the way)."""
+    with _stage(opts, "converting the optimizer state"):
+        path = inputs.existing_file("--states", opts.states, "the file LrTrainer.save_states wrote")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", StatesOrderWarning)
+                filled = convert_optimizer_state(path, document, mapping, optimizer,
+                                                 assume_order=opts.assume_states_order)
+        except MigrateError as exc:
+            raise InputFileError(f"--states {opts.states!r}: {exc}") from None
+    return filled, [f"--states {opts.states}: {w.message}" for w in caught  # matched by index
+                    if issubclass(w.category, StatesOrderWarning)]
 
 
 def _write(report, path, write, shown=""):
@@ -561,25 +492,25 @@ def _write(report, path, write, shown=""):
         report.outputs.append(shown or path)
 
 
-def _weights_writer(args, state_dict):
+def _weights_writer(opts, state_dict):
     """The writer of the weights file in the format --format names."""
-    if args.format == "pt":
+    if opts.weights_format == "pt":
         return lambda path: migration_folder.torch_save(state_dict, path)
-    return lambda path: _write_safetensors(args, state_dict, path)
+    return lambda path: _write_safetensors(opts, state_dict, path)
 
 
-def _write_safetensors(args, state_dict, path):
+def _write_safetensors(opts, state_dict, path):
     """write_state_dict with a bytes bar (count, rate) on stderr, shown as _progress shows its bar."""
     from tqdm import tqdm
     total = sum(v.numel() * v.element_size() for v in state_dict.values())
     with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False,
-              desc=f"writing {os.path.basename(path)}", disable=not getattr(args, "bars", False)) as bar:
+              desc=f"writing {os.path.basename(path)}", disable=not opts.bars) as bar:
         write_state_dict(state_dict, path, progress=lambda done: bar.update(done - bar.n))
         return bar.n
 
 
-def _fingerprints(args) -> dict:
-    return {flag: {"path": path, "sha256": atomic.sha256(path)} for flag, path in _inputs(args).items()
+def _fingerprints(opts) -> dict:
+    return {flag: {"path": path, "sha256": atomic.sha256(path)} for flag, path in opts.input_files.items()
             if os.path.isfile(path)}
 
 
@@ -592,13 +523,6 @@ def _jsonable(value):
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return value
-
-
-@contextlib.contextmanager
-def _progress(args):
-    """Progress bars on stderr (``_stage``), off with --quiet or when stderr is not a terminal."""
-    args.bars = not args.quiet and sys.stderr.isatty()
-    yield
 
 
 @contextlib.contextmanager
@@ -615,23 +539,23 @@ def _grad_mode_kept():
 
 
 @contextlib.contextmanager
-def _stage(args, label, total=None, unit=None):
+def _stage(opts, label, total=None, unit=None):
     """A tqdm bar on stderr for a stage that counts (``unit``; of ``total`` when known), with its rate, left on the
     terminal when done; yields ``tick(n)``. Stages without a unit show nothing."""
     from tqdm import tqdm
-    with tqdm(desc=f"migrate {args.command}: {label}", total=total, unit=unit or "it", file=sys.stderr,
-              disable=unit is None or not getattr(args, "bars", False)) as bar:
+    with tqdm(desc=f"migrate {opts.command}: {label}", total=total, unit=unit or "it", file=sys.stderr,
+              disable=unit is None or not opts.bars) as bar:
         yield bar.update
 
 
-def _emit(args, report):
-    """stdout: the report (or one JSON document); stderr: the error and the status line."""
-    if args.json:
+def _emit(as_json: bool, report: Report) -> None:
+    """stdout: the report (or one JSON document, ``as_json``); stderr: the error and the status line."""
+    if as_json:
         print(json.dumps(_jsonable(report.to_dict()), indent=1))
     elif report.error is None and not report.interrupted:
         print(report.render())
     if report.error is not None:  # one line: the error names the flag or file, what was wrong and the fix
-        print(f"migrate {args.command}: error: {' '.join(report.error.split())}", file=sys.stderr)
+        print(f"migrate {report.command}: error: {' '.join(report.error.split())}", file=sys.stderr)
         return
     written = f"; wrote {', '.join(report.outputs)}" if report.outputs else ""
-    print(f"migrate {args.command}: {report.status()}{written}", file=sys.stderr)
+    print(f"migrate {report.command}: {report.status()}{written}", file=sys.stderr)

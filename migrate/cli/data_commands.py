@@ -49,20 +49,20 @@ def add_parser(sub) -> None:
         action.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
 
 
-def run(args, report) -> None:
-    """Run ``migrate data <action>``, recording what it did in ``report``."""
-    {"convert": _convert, "index": _index}[args.data_command](args, report)
+def run(opts, report) -> None:
+    """Run ``migrate data <action>`` (``opts``: its ``DataOptions``), recording what it did in ``report``."""
+    {"convert": _convert, "index": _index}[opts.action](opts, report)
 
 
-def _convert(args, report) -> None:
-    rec = inputs.existing_file("--rec", args.rec, _REC_HELP)
-    idx = args.idx and inputs.existing_file("--idx", args.idx, "the .idx written with the .rec")
-    if args.per_shard < 1:
-        raise CliUsageError(f"--per-shard {args.per_shard}: expected a positive number of records per tar shard")
+def _convert(opts, report) -> None:
+    rec = inputs.existing_file("--rec", opts.rec, _REC_HELP)
+    idx = opts.idx and inputs.existing_file("--idx", opts.idx, "the .idx written with the .rec")
+    if opts.per_shard < 1:
+        raise CliUsageError(f"--per-shard {opts.per_shard}: expected a positive number of records per tar shard")
     from tqdm import tqdm
-    with tqdm(desc="migrate data convert", unit="record", file=sys.stderr, disable=not getattr(args, "bars", False),
+    with tqdm(desc="migrate data convert", unit="record", file=sys.stderr, disable=not opts.bars,
               leave=False) as bar:
-        done = convert_records(rec, args.data_out, idx, args.data_format, args.per_shard, args.force,
+        done = convert_records(rec, opts.out, idx, opts.data_format, opts.per_shard, opts.force,
                                progress=lambda n: bar.update(n - bar.n))
     report.sections["data"] = {"action": "convert", "rec": rec, "idx": idx, **vars(done)}
     shape = {"classes": f"{done.classes} class folders (ImageFolder layout)", "flat": "images/ (labels in "
@@ -73,13 +73,13 @@ def _convert(args, report) -> None:
     report.outputs.append(done.out)
 
 
-def _index(args, report) -> None:
-    rec = inputs.existing_file("--rec", args.rec, _REC_HELP)
-    inputs.output_paths([args.data_out], {"--rec": rec}, args.force)
+def _index(opts, report) -> None:
+    rec = inputs.existing_file("--rec", opts.rec, _REC_HELP)
+    inputs.output_paths([opts.out], {"--rec": rec}, opts.force)
     records = RecordFile(rec)
-    records.write_index(args.data_out)
+    records.write_index(opts.out)
     report.sections["data"] = {"action": "index", "rec": rec, "records": len(records),
-                               "out": os.path.abspath(args.data_out)}
+                               "out": os.path.abspath(opts.out)}
     report.text.append(f"indexed {len(records)} records of {rec}: keys 0..{len(records) - 1} (record numbers in file "
                        f"order) with their byte offsets")
-    report.outputs.append(args.data_out)
+    report.outputs.append(opts.out)

@@ -15,6 +15,7 @@ from migrate.errors import (CliUsageError, InputFileError, InsufficientMemoryErr
                             SettingsError)
 from migrate.mapping.table import NameMapping
 from migrate.optim.schedules import check_schedule
+from migrate.source.reading import model_source
 from migrate.staged_folder import writable_folder
 
 _MATCH_FLAGS = ("--symbol", "--params", "--input-shape")
@@ -71,10 +72,29 @@ def existing_file(flag: str, path: str, what: str) -> str:
     return path
 
 
-def mx_files(args) -> tuple[str, str]:
-    """The MXNet ``(symbol, params)`` files of ``--symbol``/``--params``, checked to exist."""
-    return (existing_file("--symbol", args.symbol, "the NAME-symbol.json HybridBlock.export wrote"),
-            existing_file("--params", args.params, "the NAME-0000.params HybridBlock.export wrote"))
+def mx_files(opts) -> tuple[str, str]:
+    """The MXNet ``(symbol, params)`` files of ``--symbol``/``--params`` (``opts``: the command's ``Options``),
+    checked to exist."""
+    return (existing_file("--symbol", opts.symbol, "the NAME-symbol.json HybridBlock.export wrote"),
+            existing_file("--params", opts.params, "the NAME-0000.params HybridBlock.export wrote"))
+
+
+class MxModel:
+    """The MXNet model of ``--symbol``/``--params``: read when a step of the command first asks for it (matching,
+    verification, weight conversion, the training check), then shared by the others; one per command run.
+
+    Args:
+        opts: The command's ``Options`` (the files and the input shapes).
+    """
+
+    def __init__(self, opts):
+        self._opts, self._source = opts, None
+
+    def source(self):
+        """The model's ``MxSource`` (``migrate.source.model_source`` of the files), read on the first call."""
+        if self._source is None:
+            self._source = model_source(mx_files(self._opts), self._opts.input_shapes, self._opts.input_dtypes)
+        return self._source
 
 
 def available_memory() -> int | None:
@@ -89,14 +109,14 @@ def available_memory() -> int | None:
     return None
 
 
-def check_memory(args) -> None:
+def check_memory(opts) -> None:
     """Refuse, before building anything, a migration whose models cannot fit: the MXNet weights (the size of
     --params) and a torch twin of the same size must fit in the available memory.
 
     Raises:
         InsufficientMemoryError: naming the bytes needed and available.
     """
-    params = getattr(args, "params", None)
+    params = opts.params
     available = available_memory()
     if not params or available is None or not os.path.isfile(params):
         return
@@ -113,8 +133,9 @@ def _gib(n: int) -> str:
     return f"{n / 2 ** 30:.2f} GiB"
 
 
-def torch_model(spec: str, kwargs_text: str):
-    """The torch model of ``--torch``: a TorchScript file, or ``package.module:callable`` called with ``--kwargs``."""
+def torch_model(spec: str, kwargs):
+    """The torch model of ``--torch``: a TorchScript file, or ``package.module:callable`` called with ``kwargs`` (the
+    parsed ``--kwargs``)."""
     import torch
     if special_kind(spec) is not None:
         raise InputFileError(f"--torch {spec!r}: {special_kind(spec)}, not a TorchScript file; give a file "
@@ -130,7 +151,6 @@ def torch_model(spec: str, kwargs_text: str):
     if not module_name or not attr:
         raise CliUsageError(f"--torch {spec!r}: expected package.module:callable (e.g. torchvision.models:resnet18) "
                             f"or an existing TorchScript file")
-    kwargs = kwargs_object(kwargs_text)
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
@@ -235,13 +255,14 @@ def output_paths(paths, inputs, force: bool, check_folder: bool = True) -> None:
                                     f"output path")
 
 
-def mapping_needs(args) -> None:
+def mapping_needs(opts) -> None:
     """Without ``--mapping``, matching needs ``--symbol``, ``--params`` and ``--input-shape``."""
-    if getattr(args, "mapping", None):
+    if opts.mapping:
         return
-    missing = [flag for flag in _MATCH_FLAGS if not getattr(args, flag.strip("-").replace("-", "_"), None)]
+    given = {"--symbol": opts.symbol, "--params": opts.params, "--input-shape": opts.input_shapes}
+    missing = [flag for flag in _MATCH_FLAGS if not given[flag]]
     if missing:
-        raise CliUsageError(f"migrate {args.command}: no --mapping given and {', '.join(missing)} missing; give "
+        raise CliUsageError(f"migrate {opts.command}: no --mapping given and {', '.join(missing)} missing; give "
                             f"--mapping FILE (from `migrate map`) or all of {', '.join(_MATCH_FLAGS)} to match the "
                             f"models")
 

@@ -3,9 +3,9 @@ on stderr, at whatever instruction the signal lands, never a traceback, and noth
 
 One handler, three phases:
 
-- starting: the command line only, from ``import migrate`` (``watch_startup``, before torch and MXNet import) until
-  the work begins. Nothing is written yet, so the handler prints the status line and ends the process at once
-  (``os._exit(130)``). Inside a program that calls ``main`` it raises KeyboardInterrupt, as Python does.
+- starting: the command line only, from ``migrate.cli.command_line`` (``mark_command_line``, before torch and MXNet
+  import: ``import migrate`` loads neither) until the work begins. Nothing is written yet, so the handler prints the
+  status line and ends the process at once (``os._exit(130)``). Inside a program that calls ``main`` it raises KeyboardInterrupt, as Python does.
 - working (``Interrupts.work`` until ``finish``): the handler raises KeyboardInterrupt once; the command catches it and
   its staged folder is removed on the way out. In a finalizer (``__del__``, a weakref callback), where Python would
   print "Exception ignored in ..." and drop it, the interrupt is held and raised once the finalizer has returned.
@@ -16,7 +16,8 @@ One handler, three phases:
   interpreter's shutdown, which could turn a caught KeyboardInterrupt into death by SIGINT, is skipped.
 
 A SIGINT the process inherited as ignored (a background job) stays ignored. The interpreter's own startup, before
-``import migrate`` runs, is outside this: Python's default handler applies there.
+``command_line`` runs, is outside this: Python's default handler applies there. A program that imports ``migrate`` as
+a library keeps its own handling (Python's KeyboardInterrupt) until it calls ``main``.
 
 Examples:
     >>> with Interrupts("all", out="migrated") as guard:  # doctest: +SKIP
@@ -32,7 +33,7 @@ import signal
 import sys
 import threading
 
-__all__ = ["Interrupts", "INTERRUPTED", "watch_startup", "mark_command_line", "interrupted_line", "exit_process"]
+__all__ = ["Interrupts", "INTERRUPTED", "mark_command_line", "interrupted_line", "exit_process"]
 
 #: The status of an interrupted command (``Report.status``).
 INTERRUPTED = "INTERRUPTED: each output is complete or absent (the previous one where it was not replaced)"
@@ -48,17 +49,6 @@ def interrupted_line(command: str) -> str:
         'migrate all: INTERRUPTED: each output is complete or absent (the previous one where it was not replaced)'
     """
     return f"migrate {command}: {INTERRUPTED}" if command else f"migrate: {INTERRUPTED}"
-
-
-def _launched_as_command() -> bool:
-    """True when this process is ``python -m migrate ...`` or the ``migrate`` script."""
-    argv = list(getattr(sys, "orig_argv", ()))
-    for i, arg in enumerate(argv):
-        if arg == "-m" and i + 1 < len(argv):
-            return argv[i + 1] == "migrate"
-        if arg.startswith("-m") and len(arg) > 2:
-            return arg[2:] == "migrate"
-    return bool(sys.argv) and os.path.basename(sys.argv[0]) in ("migrate", "migrate.exe")
 
 
 def _command_of(argv) -> str:
@@ -86,7 +76,8 @@ def mark_command_line(argv=None) -> None:
     Args:
         argv: The command's arguments (None: ``sys.argv[1:]``), which name the subcommand in that line.
 
-    Called by ``migrate.cli.command_line`` and, for ``python -m migrate``, by ``watch_startup``.
+    Called by ``migrate.cli.command_line`` (``python -m migrate`` and the ``migrate`` script) before anything heavy
+    imports.
     """
     _COMMAND_LINE.update(active=True, command=_command_of(sys.argv[1:] if argv is None else argv))
     if threading.current_thread() is not threading.main_thread():
@@ -111,13 +102,6 @@ def exit_process(code: int) -> None:
         except (OSError, ValueError):  # a closed pipe: what could be written was
             pass
     os._exit(code)
-
-
-def watch_startup() -> None:
-    """At ``import migrate``: when this process is the ``migrate`` command, Ctrl-C while the libraries import ends in
-    the status line and exit 130 instead of an import traceback. Does nothing in any other program."""
-    if _launched_as_command():
-        mark_command_line()
 
 
 class Interrupts:

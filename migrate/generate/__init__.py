@@ -1,5 +1,5 @@
 """generate: write a readable, trainable PyTorch module for an MXNet model that has no torch twin."""
-from migrate.generate.generator import generate_torch
+from migrate.generate.writer import generate_torch
 from migrate.generate.registry import known_ops
 from migrate.generate.sync_batch_norm import SyncBatchNorm, convert_sync_batchnorm
 

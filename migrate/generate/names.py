@@ -31,17 +31,17 @@ def identifier(text: str, numeric_ok: bool = False) -> str:
     return name
 
 
-def param_keys(mx_model, names: list) -> dict:
+def param_keys(block, names: list) -> dict:
     """MXNet parameter name -> torch ``state_dict`` key for each of ``names``.
 
     Args:
-        mx_model: what the user gave ``generate_torch``: a HybridBlock (keys from its attribute tree) or files.
+        block: the Gluon block read (keys from its attribute tree), or None (symbol/params files).
         names: the MXNet parameter and auxiliary-state names the graph uses.
 
     Returns:
         A dict; the keys are unique and no key is both a leaf and a module path.
     """
-    tree = _block_keys(mx_model) if hasattr(mx_model, "collect_params") else {}
+    tree = _block_keys(block) if block is not None else {}
     prefix = _common_prefix([n for n in names if n not in tree])
     keys = {}
     for name in names:
@@ -51,7 +51,7 @@ def param_keys(mx_model, names: list) -> dict:
     return keys
 
 
-def block_paths(mx_model, node_names: list, param_names: list) -> dict:
+def block_paths(block, node_names: list, param_names: list) -> dict:
     """Op node name -> the module path of the block that made it alone (where a layer without parameters goes).
 
     From a HybridBlock: the path of a child block that has no parameters and no children and made one node (called
@@ -59,14 +59,14 @@ def block_paths(mx_model, node_names: list, param_names: list) -> dict:
     (``resnetv10_stage1_relu0_fwd`` -> ``stage1.relu0``; the prefix the parameter names share and ``_fwd`` dropped).
 
     Args:
-        mx_model: what the user gave ``generate_torch``: a HybridBlock or files.
+        block: the Gluon block read, or None (symbol/params files).
         node_names: the graph's op node names.
         param_names: the MXNet parameter and auxiliary-state names the graph uses.
 
     Returns:
         A dict holding the nodes that have such a path.
     """
-    if not hasattr(mx_model, "collect_params"):
+    if block is None:
         prefix = _common_prefix(param_names)
         out = {}
         for name in node_names:
@@ -75,7 +75,7 @@ def block_paths(mx_model, node_names: list, param_names: list) -> dict:
             if segments:
                 out[name] = ".".join(segments)
         return out
-    leaves = _leaf_blocks(mx_model)
+    leaves = _leaf_blocks(block)
     owner = {}
     for name in dict.fromkeys(node_names):
         cuts = [i + 1 for i, c in enumerate(name) if c == "_" and name[:i + 1] in leaves]
@@ -100,22 +100,22 @@ def _leaf_blocks(block) -> dict:
     return {prefix: path for prefix, path in found if prefix and count[prefix] == 1}
 
 
-def tree_order(mx_model) -> list:
+def tree_order(block) -> list:
     """The module paths and parameter keys of a HybridBlock in Gluon's registration order (a block's parameters,
-    then its children, depth first): the generated tree lists children so. Empty for files (graph order then)."""
-    if not hasattr(mx_model, "collect_params"):
+    then its children, depth first): the generated tree lists children so. Empty without a block (files: graph
+    order then)."""
+    if block is None:
         return []
-    out = [identifier(attr) for attr in mx_model._reg_params]
-    for path, block in _blocks(mx_model):
-        out += [path] + [f"{path}.{identifier(attr)}" for attr in block._reg_params]
+    out = [identifier(attr) for attr in block._reg_params]
+    for path, child in _blocks(block):
+        out += [path] + [f"{path}.{identifier(attr)}" for attr in child._reg_params]
     return out
 
 
-def block_classes(mx_model) -> dict:
-    """Module path -> class name of each block of a HybridBlock (``features.norm4`` -> ``Normalize``); empty for
-    files (which name no classes)."""
-    return {path: type(block).__name__ for path, block in _blocks(mx_model)} if hasattr(
-        mx_model, "collect_params") else {}
+def block_classes(block) -> dict:
+    """Module path -> class name of each block under a Gluon block (``features.norm4`` -> ``Normalize``); empty
+    without a block (files name no classes)."""
+    return {path: type(child).__name__ for path, child in _blocks(block)} if block is not None else {}
 
 
 def _blocks(block, prefix: str = ""):

@@ -20,7 +20,7 @@ import numpy as np
 from migrate.errors import InputShapeError, UnsupportedOpError
 from migrate.generate.registry import OpNode, translator
 
-__all__ = ["translated_shapes", "mxnet_node_shapes"]
+__all__ = ["LOSS_HEADS", "translated_shapes", "translated_values"]
 
 LOSS_HEADS = {"SoftmaxOutput", "Softmax", "LinearRegressionOutput", "MAERegressionOutput", "LogisticRegressionOutput"}
 _INFERRED_BY_CONSUMER = {"_zeros", "zeros", "_ones", "ones", "_full", "full"}
@@ -71,59 +71,56 @@ def translated_shapes(nodes: list, inputs: list, shapes: list, dtypes: list, par
     """
     import torch
     given = {name: torch.zeros(shape, dtype=_torch_dtype(dtype)) for name, shape, dtype in zip(inputs, shapes, dtypes)}
-    values, out = {}, []
+    return _run(nodes, given, params, range(len(nodes)), shapes)[1]
+
+
+def translated_values(nodes: list, inputs: dict, params: dict, wanted: list) -> dict:
+    """The values of the nodes at indices ``wanted``: each node they read, and they, evaluated by its translation in
+    graph order, in eval mode without gradients (what MXNet would compute, where MXNet is not here).
+
+    Args:
+        nodes: the graph's nodes as a symbol JSON lists them.
+        inputs: data input name -> numpy array (integers run as int64).
+        params: parameter and auxiliary-state name -> numpy array.
+        wanted: node indices.
+
+    Returns:
+        Node index -> its value (a torch tensor; a tuple for several outputs).
+
+    Raises:
+        As ``translated_shapes``.
+
+    Examples:
+        >>> translated_values(nodes, {"data": x}, params, [5])[5].shape  # doctest: +SKIP
+        torch.Size([2, 10])
+    """
+    import torch
+    keep, todo = set(), list(wanted)
+    while todo:
+        i = todo.pop()
+        if i not in keep:
+            keep.add(i)
+            todo.extend(entry[0] for entry in nodes[i]["inputs"])
+    given = {name: torch.from_numpy(np.asarray(x)).to(_torch_dtype(np.asarray(x).dtype)) for name, x in inputs.items()}
+    values, _ = _run(nodes, given, params, sorted(keep), [tuple(np.shape(x)) for x in inputs.values()])
+    return {i: values[i] for i in wanted}
+
+
+def _run(nodes: list, given: dict, params: dict, indices, shapes) -> tuple[dict, list]:
+    """(value, output shapes) of the nodes at ``indices`` (graph order; every node they read among them): a variable
+    is its parameter or its ``given`` tensor, an op its translation evaluated."""
+    import torch
+    values, out = {}, [[] for _ in nodes]
     with torch.no_grad():
-        for i, node in enumerate(nodes):
+        for i in indices:
+            node = nodes[i]
             if node["op"] == "null":
                 value = params.get(node["name"])
                 values[i] = given.get(node["name"]) if value is None else torch.from_numpy(np.asarray(value))
             else:
                 values[i] = _evaluate(i, nodes, values, out, shapes)
-            out.append(_output_shapes(values[i]))
-    return out
-
-
-def mxnet_node_shapes(nodes: list, names: list, shapes: list) -> list:
-    """Each node's output shapes (a list per node, in node order) from MXNet's internal outputs.
-
-    Args:
-        nodes: the graph's nodes as a symbol JSON lists them.
-        names: ``symbol.get_internals().list_outputs()``: every node's outputs, in node order (a variable's own name;
-            ``<node>_output``, or ``<node>_output0``, ``<node>_output1``...; or ``<node>_output`` followed by the
-            op's own output names: an ``RNN``'s ``<node>_state_output`` and ``<node>_statecell_output``, an int8 op's
-            ``<node>_min_output`` and ``<node>_max_output``, ``_sg_mkldnn_conv``'s ``<node>_output_min`` and
-            ``<node>_output_max``).
-        shapes: the shape of each of ``names`` (None where unknown).
-
-    Returns:
-        ``[[shape, ...], ...]``. Names are not keys: a Gluon block called twice (one Activation reused) makes nodes of
-        the same name, so the outputs are read in order.
-    """
-    out, k = [], 0
-    for node in nodes:
-        name, mine = node["name"], []
-        extra = [f"{name}_{suffix}" for suffix in _named_outputs(node["op"])]
-        if node["op"] == "null":
-            if k < len(names) and names[k] == name:
-                mine, k = [shapes[k]], k + 1
-        elif k < len(names) and names[k] == f"{name}_output":
-            mine, k = [shapes[k]], k + 1
-            while k < len(names) and names[k] in extra:
-                mine, k = mine + [shapes[k]], k + 1
-        else:
-            while k < len(names) and names[k] == f"{name}_output{len(mine)}":
-                mine, k = mine + [shapes[k]], k + 1
-        out.append(mine)
-    return out
-
-
-def _named_outputs(op: str) -> tuple:
-    """The names after ``output`` MXNet gives the other outputs of ``op`` (FListOutputNames)."""
-    if op == "RNN":
-        return "state_output", "statecell_output"
-    if op.startswith("_contrib_quantized_"):
-        return "min_output", "max_output"
-    return ("output_min", "output_max") if op.startswith("_sg_mkldnn_") else ()
+            out[i] = _output_shapes(values[i])
+    return values, out
 
 
 def _evaluate(index: int, nodes: list, values: dict, out: list, shapes: list):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import textwrap
 import types
 import weakref
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ class GeneratedClass:
         emitted: the helpers and layer classes ``lines`` and the tree use (their closure is copied).
         mx_names: MXNet parameter name -> state_dict key.
         tree: the module tree ``__init__`` builds.
+        notes: what the graph holds that the MXNet model may not (``MxSource.notes``: a recorded Block's path, a
+            Module's cut loss head), written into the file's docstring.
     """
 
     name: str
@@ -47,6 +50,7 @@ class GeneratedClass:
     emitted: set
     mx_names: dict
     tree: ModuleTree
+    notes: tuple = ()
 
 
 def file_text(model: GeneratedClass) -> str:
@@ -70,7 +74,14 @@ def _docstring(model: GeneratedClass) -> str:
     return (f'"""PyTorch translation of the MXNet {model.origin}, written by migrate.generate_torch.\n\n'
             f"Inputs: {inputs}. The forward follows the MXNet graph op by op, in training mode too (BatchNorm's\n"
             f"MXNet momentum and biased running variance, fix_gamma, use_global_stats, Dropout). Standalone: imports\n"
-            f'only torch. MXNET_NAMES maps each MXNet parameter name to its state_dict key.\n"""')
+            f'only torch. MXNET_NAMES maps each MXNet parameter name to its state_dict key.\n'
+            + "".join(f"\n{_note(note)}\n" for note in model.notes) + '"""')
+
+
+def _note(note: str) -> str:
+    """A note as docstring lines: wrapped at 116 columns, with no backslash or triple quote to end it early."""
+    text = note.replace("\\", "/").replace('"""', "'''")
+    return textwrap.fill(f"Note: {text}", 116, break_on_hyphens=False, break_long_words=False)
 
 
 def _names(mx_names: dict) -> list:

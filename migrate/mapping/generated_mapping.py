@@ -18,9 +18,8 @@ from __future__ import annotations
 from mxformats.symbol import INPUT_NAMES
 
 from migrate.errors import MappingError
-from migrate.mapping.export import MxSource
-from migrate.mapping.symbol_graph import parameter_users, symbol_document
 from migrate.mapping.table import NameMapping
+from migrate.source.base import MxSource
 
 __all__ = ["generated_mapping"]
 
@@ -52,7 +51,7 @@ def generated_mapping(source: MxSource, model) -> NameMapping:
         raise MappingError(f"torch model {type(model).__name__}: expected a module generate_torch wrote (its class "
                            f"has MXNET_NAMES); give --mapping, or match the model where MXNet is installed")
     state = model.state_dict()
-    users = parameter_users(symbol_document(source.symbol), source.params)
+    users = source.parameter_users()
     missing = sorted(name for name in users if names.get(name) not in state)
     if missing:
         raise MappingError(f"generated module {type(model).__name__} has no state_dict key for the MXNet parameters "

@@ -7,7 +7,7 @@ order), inputs of commutative ops (Add, Sum, Mul, ...) are sorted by the signatu
 and parameter-free ops pass through, which absorbs Identity/Dropout/Flatten/Reshape and concat nesting.
 
 Every node's op type, inputs and outputs are copied out of the protobuf once (``_data_nodes``); only the nodes that
-feed an output through data are kept, so shape arithmetic left in a graph (``migrate.mapping.simplify`` folds it at
+feed an output through data are kept, so shape arithmetic left in a graph (``migrate.onnx_export.simplify`` folds it at
 export where the input shapes fix it) carries no parameter and does not count as a consumer of the value it takes
 the shape of. Passes that look for one op type read an index of the nodes by op type.
 """
@@ -115,7 +115,7 @@ def param_graph(model: onnx.ModelProto, param_names=None) -> ParamGraph:
     """Return the parameter DAG of ``model`` in canonical order.
 
     Args:
-        model: an ONNX model from ``migrate.mapping.export``.
+        model: an ONNX model from ``migrate.onnx_export``.
         param_names: the names that are parameters (MXNet params or torch ``state_dict`` keys); None takes
             every floating-point initializer.
 

@@ -11,7 +11,7 @@ node per source tensor (``packed_linear_nodes``).
 
 Recurrent layers: an ONNX ``LSTM``/``GRU``/``RNN`` node reads its weights ``W``/``R``/``B`` through plumbing
 (torch slices ``weight_ih_l0`` per gate and concatenates the slices; MXNet's export, through
-``migrate.mapping.onnx_converters``, splits and concatenates ``l0_i2h_weight``). The plumbing differs; which named
+``migrate.onnx_export.mxnet_converters``, splits and concatenates ``l0_i2h_weight``). The plumbing differs; which named
 tensor feeds which input does not. ``recurrent_nodes`` walks back from each input through the plumbing and gives
 each named tensor its role in torch's words (``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh``, with
 ``_reverse`` for the second direction); both sides store these tensors with the same shape and gate order
@@ -251,7 +251,7 @@ def _hard(ctx, i):
 
 def _fix_gamma(ctx, i):
     """BatchNormalization(x, gamma * 0 + 1, ...) -> BatchNormalization(x, gamma, ...) with ``fix_gamma=1``: the
-    scale MXNet's ``fix_gamma=True`` holds at 1 (``migrate.mapping.onnx_converters`` writes it so, and so does the
+    scale MXNet's ``fix_gamma=True`` holds at 1 (``migrate.onnx_export.mxnet_converters`` writes it so, and so does the
     forward of a generated torch module)."""
     nodes, _, _, params, _ = ctx
     bn = nodes[i]

@@ -1,12 +1,12 @@
 """``name_mapping``: export both models, build their parameter graphs and match them into a ``NameMapping``."""
 from __future__ import annotations
 
-from migrate.mapping.export import export_mxnet, export_torch, normalize_shapes
-from migrate.mapping.file_source import model_source
+from migrate.arguments import normalize_shapes
 from migrate.mapping.graph import param_graph
 from migrate.mapping.match import match_graphs
 from migrate.mapping.table import NameMapping
-from migrate.mapping.translated_export import export_translated
+from migrate.onnx_export.torch_export import export_torch
+from migrate.source.reading import model_source
 
 __all__ = ["name_mapping"]
 
@@ -16,16 +16,16 @@ def name_mapping(mx_model, torch_model, input_shapes, *, input_dtypes=None, prog
 
     Args:
         mx_model: an initialized Gluon ``HybridBlock``, a tuple ``(symbol_json_path, params_path)`` or an
-            ``MxSource`` from ``load_mxnet``.
+            ``MxSource`` (``migrate.source``).
         torch_model: the ``torch.nn.Module`` to carry the parameters to.
         input_shapes: one input shape tuple, or a list of them for several inputs.
         input_dtypes: None (float32), one dtype, or one per input; integer inputs become ``torch.long``.
         progress: optional callable ``progress(1)``, called per MXNet node exported and per torch module traced.
 
-    Both models are exported structure-only (``migrate.mapping.export``): shapes and dtypes, no weight bytes, so
-    the time and memory of mapping do not grow with the size of the weights. Files read without MXNet (MXNet not
-    installed, or ``MIGRATE_WITHOUT_MXNET=1``) have their graph exported through its torch translation
-    (``translated_export``) instead of MXNet's exporter.
+    Both models are exported structure-only (``MxSource.onnx``, ``migrate.onnx_export``): shapes and dtypes, no
+    weight bytes, so the time and memory of mapping do not grow with the size of the weights. Files read without
+    MXNet (MXNet not installed, or ``MIGRATE_WITHOUT_MXNET=1``) have their graph exported through its torch
+    translation instead of MXNet's exporter (``migrate.source.FileSource``).
 
     Returns:
         A ``NameMapping`` covering every parameter and buffer; ``.ok`` is False when anything is unmatched or a
@@ -47,8 +47,7 @@ def name_mapping(mx_model, torch_model, input_shapes, *, input_dtypes=None, prog
     """
     shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
     source = model_source(mx_model, shapes, dtypes)
-    export = export_translated if source.without_mxnet else export_mxnet  # files read without MXNet: no exporter
-    mx_graph = param_graph(export(source, shapes, dtypes, progress=progress), source.params)
+    mx_graph = param_graph(source.onnx(shapes, dtypes, progress=progress), source.params)
     torch_keys = list(torch_model.state_dict()) if hasattr(torch_model, "state_dict") else None
     torch_graph = param_graph(export_torch(torch_model, shapes, dtypes, progress=progress), torch_keys)
     mapping = match_graphs(mx_graph, torch_graph, torch_keys)

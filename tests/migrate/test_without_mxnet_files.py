@@ -23,14 +23,12 @@ from mxnet.gluon.model_zoo import vision
 import migrate
 from gluon_lr import LrTrainer, Rule
 from migrate.cli.commands import main
-from migrate.errors import InputFileError, UnsupportedOpError
+from migrate.errors import InputFileError, MXNetRequiredError, UnsupportedOpError
 from migrate.generate import generate_torch
-from migrate.mapping.export import EXPORTED_WITH_MXNET, READ_WITHOUT_MXNET, load_mxnet
-from migrate.mapping.file_source import WITHOUT_MXNET_VARIABLE, model_source, read_mxnet_files
 from migrate.mapping.generated_mapping import generated_mapping
 from migrate.mapping.stream import read_safetensors
-from migrate.mapping.verify_translated import verify_translated
-from migrate.mapping.symbol_graph import aux_state_names, graph_document
+from migrate.source import (EXPORTED_WITH_MXNET, READ_WITHOUT_MXNET, WITHOUT_MXNET_VARIABLE, load_mxnet, model_source,
+                            read_mxnet_files)
 from tests.migrate.mapping import test_gluoncv as gluoncv_pairs
 from tests.migrate.mapping import test_model_zoo as zoo_pairs
 from tests.migrate.mapping import test_module_batchnorm as mod_bn
@@ -197,11 +195,11 @@ class TestReadMxnetFiles:
         files, _, _ = make(tmp_path)
         plain, mx_side = read_mxnet_files(*files), load_mxnet(files, None, None)
         assert plain.reader == READ_WITHOUT_MXNET and mx_side.reader == EXPORTED_WITH_MXNET
-        mine, theirs = graph_document(plain.symbol), json.loads(mx_side.symbol.tojson())
+        mine, theirs = plain.document, json.loads(mx_side.symbol.tojson())
         assert [(n["op"], n["name"], n["attrs"], [e[:2] for e in n["inputs"]]) for n in mine["nodes"]] == [
             (n["op"], n["name"], n.get("attrs", {}), [e[:2] for e in n["inputs"]]) for n in theirs["nodes"]]
         assert [h[:2] for h in mine["heads"]] == [h[:2] for h in theirs["heads"]]
-        assert aux_state_names(plain.symbol) == mx_side.symbol.list_auxiliary_states()
+        assert plain.aux_names == mx_side.symbol.list_auxiliary_states()
         assert plain.input_names == mx_side.input_names and plain.notes == mx_side.notes
         assert sorted(plain.params) == sorted(mx_side.params)
         for name, value in mx_side.params.items():
@@ -296,8 +294,8 @@ class TestMatchingWithoutMxnet:
     @pytest.mark.parametrize("pair", list(PAIRS))
     def test_same_mapping_and_verified(self, tmp_path, monkeypatch, pair):
         """The mapping converts as the one matched against MXNet's export (keys, layout steps, folds, held scales,
-        shapes, unmatched, defaults); verify_translated passes node by node and at the output (1e-5), with the
-        same nodes as verify against MXNet and differences within 1e-5 of MXNet's."""
+        shapes, unmatched, defaults); verify against the translation passes node by node and at the output (1e-5),
+        with the same nodes as verify against MXNet and differences within 1e-5 of MXNet's."""
         _assert_same_mapping_and_verified(*PAIRS[pair](tmp_path), monkeypatch=monkeypatch)
 
     def test_gluoncv_resnet18_v1b(self, tmp_path, monkeypatch, model_zoo):
@@ -342,7 +340,7 @@ class TestMatchingWithoutMxnet:
         first, second = by_key["layer1.0.conv1.weight"], by_key["layer1.0.conv2.weight"]
         first["torch"], second["torch"] = second["torch"], first["torch"]
         (tmp_path / "swapped.json").write_text(json.dumps(document))
-        report = verify_translated(source, twin(), migrate.NameMapping.load(tmp_path / "swapped.json"), shape)
+        report = migrate.verify(source, twin(), migrate.NameMapping.load(tmp_path / "swapped.json"), shape)
         assert not report.ok and report.first_divergence.mx_node.endswith("_stage1_conv0_fwd")
         assert report.first_divergence.max_abs_diff > 1e-2
 
@@ -359,6 +357,15 @@ DAMAGED = [  # (description, damage(symbol path, params path), message pattern)
 
 class TestErrors:
     """Bad input on the path without MXNet: typed errors naming the thing."""
+
+    def test_check_training_of_files_read_without_mxnet(self, cases):
+        """check_training trains the MXNet model: given files read without MXNet, MXNetRequiredError names it."""
+        files, case = cases["module"]["files"], cases["module"]
+        source = read_mxnet_files(files["symbol"], files["params"])
+        model = getattr(torch_models, MODULE_TWIN.split(":")[1])()
+        with pytest.raises(MXNetRequiredError, match=r"^migrate\.check_training \(running the MXNet model\) needs "
+                                                     r"MXNet 1\.9\.1"):
+            migrate.check_training(source, model, [tuple(int(d) for d in case["shape"].split(","))])
 
     def _symbol_file(self, tmp_path, symbol, params):
         symbol.save(str(tmp_path / "x-symbol.json"))
@@ -593,6 +600,20 @@ def _optimizer_state(folder, case, torch_flag) -> dict:
 
 class TestCli:
     """The migrate command on files read without MXNet (MIGRATE_WITHOUT_MXNET=1 here)."""
+
+    @pytest.mark.parametrize("without", [False, True], ids=["with-mxnet", "without-mxnet"])
+    def test_all_generate_reads_the_files_once(self, cases, tmp_path, capsys, monkeypatch, without):
+        """`all --torch generate` reads the MXNet files once (generation, matching and verification share the source),
+        with MXNet and without it."""
+        from migrate.source import CheckpointSource, FileSource
+        reads = []
+        for kind in (CheckpointSource, FileSource):
+            def read(mx_model, shapes=None, dtypes=None, _read=kind.read):
+                reads.append(mx_model)
+                return _read(mx_model, shapes, dtypes)
+            monkeypatch.setattr(kind, "read", read)
+        code, _, err = _cli(_all_args(cases["module"], "generate", tmp_path / "out"), capsys, without, monkeypatch)
+        assert code == 0 and len(reads) == 1, (err, reads)
 
     def test_report_says_which_path_read_the_graph(self, cases, tmp_path, capsys, monkeypatch):
         """`generate --json` has mxnet_graph: 'exported with MXNet' by default, the other path with the variable;

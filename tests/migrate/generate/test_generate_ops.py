@@ -941,7 +941,7 @@ _RANDOM_GRAPHS = {
 
 def _from_files(fn, shapes, folder, without_mxnet):
     """The source ``generate_torch`` writes for ``fn``'s exported symbol/params files, read with or without MXNet."""
-    from migrate.mapping.file_source import WITHOUT_MXNET_VARIABLE
+    from migrate.source import WITHOUT_MXNET_VARIABLE
     block = _Op(fn)
     block.hybridize()
     block(*[mx.nd.zeros(s) for s in shapes])

@@ -16,10 +16,9 @@ import gluon_lr
 import migrate
 import migrate.cli
 from migrate.generate import generate_torch, generator
-from migrate.mapping.file_source import WITHOUT_MXNET_VARIABLE, model_source
 from migrate.mapping.generated_mapping import generated_mapping
-from migrate.mapping.node_outputs import mxnet_executor
-from migrate.mapping.symbol_graph import symbol_document
+from migrate.source.live import mxnet_executor
+from migrate.source.reading import WITHOUT_MXNET_VARIABLE, model_source
 from tests.migrate.generate.test_generate import (MiscBlock, OpsBlock, RecurrentNet, TransformerBlock, _check,
                                                   _small_net, generate_module)
 from tests.migrate.generate.test_generate_zoo import small_bert, transformer_decoder
@@ -153,7 +152,7 @@ def recorded_before(net, model, shapes, dtypes=None) -> set:
     """The MXNet nodes whose output the generated forward recorded for verify before its modules were made of layers
     (commit 742bee0's ``_record`` rule): the parameters a node reads are one module's, and it takes data."""
     source = model_source(net, shapes, dtypes or ["float32"] * len(shapes))
-    nodes, keys = symbol_document(source.symbol)["nodes"], model.MXNET_NAMES
+    nodes, keys = source.document["nodes"], model.MXNET_NAMES
     out = set()
     for node in nodes:
         if node["op"] == "null":

@@ -54,8 +54,10 @@ ERRORS = [
      InputShapeError, "expected a tuple of positive integers"),
     ("two shapes for one input", lambda t: (M.gluon(M.MxDenseStack), M.TorchDenseStack(), [(2, 16), (2, 16)]),
      InputShapeError, r"MXNet block MxDenseStack does not take 2 input\(s\)"),
-    ("plain gluon Block", lambda t: (_PlainBlock(), M.TorchDenseStack(), (2, 16)),
-     ModelTypeError, "a plain gluon.Block cannot be exported: make it a HybridBlock"),
+    ("plain gluon Block computing nothing", lambda t: (_PlainBlock(), M.TorchDenseStack(), (2, 16)),
+     ModelTypeError, "MXNet block _PlainBlock: its forward recorded no operation"),
+    ("not a model", lambda t: (object(), M.TorchDenseStack(), (2, 16)),
+     ModelTypeError, r"mx_model: expected an initialized mxnet.gluon.Block .* received object"),
     ("torch model is not a module", lambda t: (M.gluon(M.MxDenseStack), "resnet18", (2, 16)),
      ModelTypeError, "torch_model: expected a torch.nn.Module, received str"),
     ("symbol file missing", lambda t: (_files(t), M.TorchDenseStack(), (2, 16)),
@@ -137,7 +139,8 @@ def test_reshape_codes_export_with_static_shapes():
     """MXNet's converter raises 'Shape value not supported in ONNX' for these Reshape codes; the export writes each
     as one Reshape to its constant target (the input shapes are fixed), and the chain of four (with the Dense
     layer's Flatten) collapses into one Reshape to (2, 12); the pair maps and verifies."""
-    from migrate.mapping.export import export_mxnet, load_mxnet
+    from migrate.onnx_export import export_mxnet
+    from migrate.source import load_mxnet
     net = M.gluon(_MxReshapes)
     shapes, dtypes = [(2, 3, 4)], [np.dtype("float32")]
     graph = export_mxnet(load_mxnet(net, shapes, dtypes), shapes, dtypes).graph

@@ -6,7 +6,8 @@ import onnx
 import onnx.numpy_helper
 import pytest
 
-from migrate.mapping.export import export_mxnet, export_torch, load_mxnet
+from migrate.onnx_export import export_mxnet, export_torch
+from migrate.source import load_mxnet
 from migrate.mapping.graph import gc_paused, param_graph
 from tests.migrate import models as M
 

@@ -207,7 +207,7 @@ class TestLayerNormForms:
     def test_decomposed_layer_norm_matches_the_fused_op(self):
         """A LayerNorm written in arithmetic on the torch side pairs with MXNet's fused one: gamma and beta map,
         and the copied model reproduces MXNet within 1e-5."""
-        from migrate.mapping.export import export_torch
+        from migrate.onnx_export import export_torch
         net, model = _MxLayerNormBlock.build(), _TorchHandLayerNorm()
         ops = {n.op_type for n in export_torch(model, [(2, 3, 6)], [np.dtype("float32")]).graph.node}
         assert {"ReduceMean", "Sqrt", "Div"} <= ops and "LayerNormalization" not in ops

@@ -12,7 +12,7 @@ from gluon_lr import export_settings
 from gluon_lr.sources import TRANSLATED_OPTIMIZERS
 from migrate.cli.commands import main
 from migrate.errors import InputFileError
-from migrate.mapping.module_checkpoint import cut_loss_heads
+from migrate.source.checkpoint import cut_loss_heads
 from migrate.mapping.weights import convert_weights
 from migrate.optim import OPTIMIZERS
 from tests.gluon_lr.test_sources import BATCH, module

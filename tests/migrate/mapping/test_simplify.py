@@ -9,14 +9,16 @@ import pytest
 import torch
 from onnx.reference import ReferenceEvaluator
 
-from migrate.mapping import export
-from migrate.mapping.simplify import MAX_ELEMENTS, simplify_graph
+from migrate.onnx_export import mxnet_export, torch_export
+from migrate.onnx_export.simplify import MAX_ELEMENTS, simplify_graph
+from migrate.source import load_mxnet
 
 
 def _raw_and_simplified(monkeypatch, make):
     """``make()``'s ONNX model as exported without simplification, then as exported."""
     with monkeypatch.context() as patch:
-        patch.setattr(export, "simplify_graph", lambda model, params: None)
+        for exporter in (mxnet_export, torch_export):
+            patch.setattr(exporter, "simplify_graph", lambda model, params: None)
         raw = make()
     return raw, make()
 
@@ -54,7 +56,7 @@ class TestSimplifyTorch:
         model = _TorchViews()
         shapes, dtypes = [(2, 3, 4)], [np.dtype("float32")]
         raw, simple = _raw_and_simplified(
-            monkeypatch, lambda: export.export_torch(model, shapes, dtypes, with_weights=True))
+            monkeypatch, lambda: torch_export.export_torch(model, shapes, dtypes, with_weights=True))
         x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
         feeds = {raw.graph.input[0].name: x}
         np.testing.assert_allclose(_run(simple, feeds)[0], _run(raw, feeds)[0], rtol=0, atol=1e-6)
@@ -82,9 +84,9 @@ class TestSimplifyBert:
         patch = pytest.MonkeyPatch()
         try:
             out = {}
-            for side, make in (("mxnet", lambda: export.export_mxnet(export.load_mxnet(net, SHAPES, dtypes), SHAPES,
-                                                                      dtypes, with_weights=True)),
-                               ("torch", lambda: export.export_torch(model, SHAPES, dtypes, with_weights=True))):
+            for side, make in (("mxnet", lambda: mxnet_export.export_mxnet(load_mxnet(net, SHAPES, dtypes), SHAPES,
+                                                                           dtypes, with_weights=True)),
+                               ("torch", lambda: torch_export.export_torch(model, SHAPES, dtypes, with_weights=True))):
                 out[side] = _raw_and_simplified(patch, make)
         finally:
             patch.undo()
@@ -197,23 +199,23 @@ class TestMxnetConverterSizes:
         MXNet's own converter, interleaved attention 7 and 7 against 29 and 19."""
         pytest.importorskip("gluonnlp")
         import mxnet as mx
-        from migrate.mapping import onnx_converters
+        from migrate.onnx_export import mxnet_converters
         from tests.migrate.mapping.test_transformers import DTYPES, SHAPES, _gluon_bert
         with mx.name.NameManager():
             net = _gluon_bert()
         dtypes = [np.dtype(d) for d in DTYPES]
-        source = export.load_mxnet(net, SHAPES, dtypes)
+        source = load_mxnet(net, SHAPES, dtypes)
         ops = {"ln": "bertencoder0_transformer0_layernorm0_layernorm0",
                "qk": "bertencoder0_transformer0_dotproductselfattentioncell0_interleaved_matmul_selfatt_qk0",
                "valatt": "bertencoder0_transformer0_dotproductselfattentioncell0_interleaved_matmul_selfatt_valatt0"}
 
         def counts():
             with monkeypatch.context() as patch:
-                patch.setattr(export, "simplify_graph", lambda model, params: None)
-                nodes = export.export_mxnet(source, SHAPES, dtypes).graph.node
+                patch.setattr(mxnet_export, "simplify_graph", lambda model, params: None)
+                nodes = mxnet_export.export_mxnet(source, SHAPES, dtypes).graph.node
             return {k: sum(n.output[0].startswith(prefix) for n in nodes) for k, prefix in ops.items()}
 
         ours = counts()
-        monkeypatch.setattr(onnx_converters, "_fused_layer_norm", lambda original: original)
-        monkeypatch.setattr(onnx_converters, "_static_attention", lambda shapes, originals: dict(originals))
+        monkeypatch.setattr(mxnet_converters, "_fused_layer_norm", lambda original: original)
+        monkeypatch.setattr(mxnet_converters, "_static_attention", lambda shapes, originals: dict(originals))
         assert (ours, counts()) == ({"ln": 1, "qk": 7, "valatt": 7}, {"ln": 10, "qk": 29, "valatt": 19})

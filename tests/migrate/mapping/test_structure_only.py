@@ -8,10 +8,12 @@ import pytest
 import torch
 
 import migrate
-from migrate.mapping.export import (STRUCTURE_ONLY, export_mxnet, export_torch, load_mxnet, normalize_shapes)
+from migrate.arguments import normalize_shapes
+from migrate.onnx_export import STRUCTURE_ONLY, export_mxnet, export_torch
+from migrate.source import load_mxnet
 from migrate.mapping.graph import param_graph
 from migrate.mapping.match import match_graphs
-from migrate.mapping.verify import verify
+from migrate.verification import verify
 from migrate.mapping.weights import convert_weights, load_mxnet_weights
 from tests.migrate import models as M
 from tests.migrate.conftest import PAIRS, build_pair

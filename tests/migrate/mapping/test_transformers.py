@@ -1,4 +1,5 @@
 """GluonNLP BERT (small, random init) against HF transformers.BertModel of the same configuration."""
+import copy
 import re
 
 import numpy as np
@@ -109,15 +110,29 @@ class TestBert:
             np.testing.assert_allclose(g, w, rtol=0, atol=2e-5)
 
     def test_verify_passes(self, bert_pair):
-        """migrate.verify with integer inputs agrees with the manual comparison."""
+        """migrate.verify with integer inputs compares every matched node, none skipped: the query, key and value
+        weights and biases GluonNLP packs into one FullyConnected as their slices of its output (6 rows per layer)."""
         net, model, mapping = bert_pair
         report = migrate.verify(net, model, mapping, SHAPES, input_dtypes=DTYPES, atol=2e-5)
-        assert report.ok and report.max_abs_diff < 2e-5
-        compared = {r.torch_node for r in report.rows if r.max_abs_diff is not None}
-        skipped = {r.torch_node for r in report.rows if r.note.startswith("skipped: MXNet packs")}
-        assert skipped == {f"bert.encoder.layer.{i}.attention.self.{p}" for i in range(LAYERS)
-                           for p in ("query", "key", "value")}
-        assert len(compared) == 3 + 1 + 5 * LAYERS + 1  # embeddings, LayerNorms, dense layers, pooler
+        assert report.verified and report.max_abs_diff < 2e-5 and not report.skipped
+        packed = [r.torch_node for r in report.rows if "dotproductselfattentioncell0_reshape" in r.mx_node]
+        assert sorted(packed) == sorted(f"bert.encoder.layer.{i}.attention.self.{p}" for i in range(LAYERS)
+                                        for p in ("query", "key", "value") for _ in ("weight", "bias"))
+        assert len(report.rows) == 3 + 1 + 5 * LAYERS + 1 + 6 * LAYERS  # embeddings, LayerNorms, dense, pooler, q/k/v
+        assert all(r.max_abs_diff is not None and r.max_abs_diff < 2e-5 for r in report.rows)
+
+    def test_a_wrong_value_projection_diverges_at_its_node(self, bert_pair):
+        """A twin whose layer-1 value projection adds 0.5 to its output first diverges at that value node (compared
+        as its slice of MXNet's packed output), by 0.5; the query and key nodes of layer 1 still pass."""
+        net, model, mapping = bert_pair
+        wrong = copy.deepcopy(model)
+        wrong.bert.encoder.layer[1].attention.self.value.register_forward_hook(lambda _m, _i, out: out + 0.5)
+        report = migrate.verify(net, wrong, mapping, SHAPES, input_dtypes=DTYPES, atol=2e-5)
+        first = report.first_divergence
+        assert not report.ok and first.torch_node == "bert.encoder.layer.1.attention.self.value"
+        assert abs(first.max_abs_diff - 0.5) < 1e-4
+        layer1 = [r for r in report.rows if r.torch_node.startswith("bert.encoder.layer.1.attention.self.")]
+        assert [r.ok for r in layer1 if not r.torch_node.endswith("value")] == [True] * 4
 
 
 class TestBertDifferences:

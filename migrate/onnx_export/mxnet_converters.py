@@ -59,7 +59,7 @@ def mxnet_converters(static_shapes=None):
     ``EXPORT_OPSET`` (it takes ``onnx.defs.onnx_opset_version()`` and has no argument for it), restore both after.
 
     ``static_shapes``: ``{MXNet node name: output shape}`` of the symbol being exported (from
-    ``migrate.mapping.export``); with it, a Reshape whose node is listed gets a constant target."""
+    ``mxnet_export``); with it, a Reshape whose node is listed gets a constant target."""
     import onnx.checker
     import onnx.defs
     from mxnet.onnx.mx2onnx._export_onnx import MXNetGraph

@@ -1,4 +1,9 @@
-"""Numeric verification of a ``NameMapping``: copy the weights, run both models, compare every matched node."""
+"""Numeric verification of a ``NameMapping``: copy the weights, run both models, compare every matched node.
+
+The MXNet side is whatever the source runs in MXNet's place (``MxSource.node_outputs``): MXNet itself, or the graph's
+torch translation where the files were read without MXNet. Nodes are paired by ``nodes.node_pairs``; a node the MXNet
+side cannot show on its own is skipped and named; the final outputs are always compared.
+"""
 from __future__ import annotations
 
 import copy
@@ -8,18 +13,17 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from migrate import arguments
-from migrate.mapping.export import node_output_shapes, normalize_shapes
-from migrate.mapping.file_source import model_source
-from migrate.mapping.node_outputs import (captured_module_outputs, max_diff, mxnet_executor, node_pairs,
-                                          packed_note, packing_consumers, seeded_inputs, torch_inputs,
-                                          without_folded_bias)
 from migrate.mapping.table import NameMapping
 from migrate.mapping.weights import load_mxnet_weights
+from migrate.module_outputs import captured_module_outputs, torch_inputs
+from migrate.source.reading import model_source
+from migrate.verification.nodes import max_diff, node_pairs, seeded_inputs, without_folded_bias
 
 __all__ = ["verify", "VerifyReport", "NodeCheck", "MEMORY_BUDGET"]
 
 MEMORY_BUDGET = 1 << 30
 """Default bytes of node outputs ``verify`` holds at once (both frameworks together); more means more passes."""
+_HELD_BYTES = 3 * 4  # per output element during a pass: MXNet's array, its numpy copy and torch's copy, float32
 
 
 @dataclass
@@ -122,10 +126,11 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
     """Copy the MXNet weights into (a copy of) the torch model and compare outputs node by node.
 
     Both models run in eval mode on the same seeded random input. MXNet files read without MXNet (not installed, or
-    ``MIGRATE_WITHOUT_MXNET=1``) are compared with the graph's torch translation instead (``verify_translated``). A node passes when its largest absolute
-    difference is at most ``atol * max(1, largest |MXNet output|)``; the final output uses the same rule. When
-    the outputs of all matched nodes would take more than ``memory_budget`` bytes, the nodes are compared layer by
-    layer: each pass runs both models and keeps only the next budget's worth of outputs (``report.passes``).
+    ``MIGRATE_WITHOUT_MXNET=1``) are compared with the graph's torch translation instead (``MxSource.node_outputs``).
+    A node passes when its largest absolute difference is at most ``atol * max(1, largest |MXNet output|)``; the final
+    output uses the same rule. When the outputs of all matched nodes would take more than ``memory_budget`` bytes,
+    the nodes are compared layer by layer: each pass runs both models and keeps only the next budget's worth of
+    outputs (``report.passes``; the translation's outputs are held at once).
 
     Args:
         mx_model: Gluon ``HybridBlock``, ``(symbol_json_path, params_path)`` or an ``MxSource``.
@@ -149,6 +154,7 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
         InputShapeError: the shapes are malformed, or a model rejects them.
         ModelTypeError: ``torch_model`` is not a ``torch.nn.Module`` instance.
         ArgumentError: ``atol`` is not a finite number >= 0, or ``in_place`` is not a bool.
+        UnsupportedOpError: read without MXNet, the graph has an op with no translation (names it and the node).
 
     Examples:
         >>> report = verify(net, torchvision.models.resnet18(), mapping, (1, 3, 64, 64))  # doctest: +SKIP
@@ -158,36 +164,32 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
     arguments.torch_model(torch_model, "verify(torch_model)")
     arguments.name_table(mapping, "verify(mapping)")
     atol = arguments.tolerance(atol, "verify(atol)")
-    shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
+    shapes, dtypes = arguments.normalize_shapes(input_shapes, input_dtypes)
     source = model_source(mx_model, shapes, dtypes)
     model = torch_model if arguments.flag(in_place, "verify(in_place=...)") else copy.deepcopy(torch_model)
-    if source.without_mxnet:  # files read without MXNet: no MXNet to run, compared with the graph's translation
-        from migrate.mapping.verify_translated import verify_translated
-        return verify_translated(source, model, mapping, shapes, atol=atol, seed=seed, input_dtypes=dtypes)
+    reference = source.node_outputs(shapes, dtypes, mapping)
     load_mxnet_weights(model, source.params, mapping)
     was_training = model.training
     model.eval()
     try:
-        return _compare_all(source, model, mapping, shapes, dtypes, atol, seed, memory_budget, progress)
+        return _compare_all(source, reference, model, mapping, shapes, dtypes, atol, seed, memory_budget, progress)
     finally:
         model.train(was_training)
 
 
-def _compare_all(source, model, mapping, shapes, dtypes, atol, seed, budget, progress) -> VerifyReport:
+def _compare_all(source, reference, model, mapping, shapes, dtypes, atol, seed, budget, progress) -> VerifyReport:
     inputs = seeded_inputs(shapes, dtypes, mapping, seed)
     nodes = node_pairs(source, mapping, model)
-    sizes = _output_bytes(source, [n[0] for n in nodes], shapes, dtypes)
+    heads = {source.document["nodes"][h[0]]["name"] for h in source.document["heads"]}
+    sizes = {op: _HELD_BYTES * n for op, n in reference.output_sizes([n[0] for n in nodes]).items()}
     passes = _passes(nodes, sizes, budget)
-    packed = packing_consumers(source.symbol)
     rows, mx_final, torch_final = [], [], []
     for index, part in enumerate(passes):
-        last = index == len(passes) - 1
-        mx_outs, mx_final = _run_mxnet(source, inputs, [n[0] for n in part], with_final=last)
+        mx_outs, mx_final = reference.run(inputs, part, with_final=index == len(passes) - 1)
         torch_outs, torch_final = _run_torch(model, inputs, [n[1] for n in part])
-        rows += [_compare(mx_node, t_node, without_folded_bias(mx_outs.get(mx_node), source.params.get(bias)),
-                          torch_outs.get(t_node), atol, bias) if mx_node not in packed else
-                 NodeCheck(mx_node, t_node, None, 0.0, True, packed_note(packed[mx_node]))
-                 for mx_node, t_node, bias in part]
+        rows += [_row(reference, _skip_note(reference, mx_node, t_node, heads), (mx_node, t_node), mx_out,
+                      torch_outs.get(t_node), source.params.get(bias), bias, atol)
+                 for (mx_node, t_node, bias), mx_out in zip(part, mx_outs)]
         del mx_outs, torch_outs
         if progress is not None:
             progress(len(part))
@@ -197,16 +199,6 @@ def _compare_all(source, model, mapping, shapes, dtypes, atol, seed, budget, pro
     first = next((r for r in rows if not r.ok), None)
     return VerifyReport(final_ok and first is None, float(diff), atol, rows, first, len(passes),
                         sum(sizes.values()))
-
-
-def _output_bytes(source, ops, shapes, dtypes) -> dict:
-    """MXNet op name -> bytes its output takes in both frameworks during a pass (MXNet's array, its numpy copy,
-    torch's copy: three times the output), from MXNet's shape inference."""
-    try:
-        size = node_output_shapes(source, shapes, partial=True)
-    except Exception:  # shapes unknown: one pass, as before
-        return {}
-    return {op: 3 * 4 * int(np.prod(size[op], dtype=np.int64)) for op in dict.fromkeys(ops) if size.get(op)}
 
 
 def _passes(nodes, sizes, budget) -> list:
@@ -222,15 +214,6 @@ def _passes(nodes, sizes, budget) -> list:
     return parts + [part] if part or not parts else parts
 
 
-def _run_mxnet(source, inputs, ops, with_final=True) -> tuple[dict, list]:
-    import mxnet as mx
-    values = {**source.params, **{n: mx.nd.array(x, dtype=x.dtype) for n, x in zip(source.input_names, inputs)}}
-    executor, wanted = mxnet_executor(source.symbol, values, ops, with_final=with_final)
-    outs = [o.asnumpy() for o in executor.forward(is_train=False)]
-    del executor
-    return dict(zip(wanted, outs)), outs[len(wanted):]
-
-
 def _run_torch(model, inputs, modules) -> tuple[dict, list]:
     import torch
     with captured_module_outputs(model, modules) as found, torch.no_grad():
@@ -240,11 +223,25 @@ def _run_torch(model, inputs, modules) -> tuple[dict, list]:
     return as_np, [f.detach().numpy() for f in final]
 
 
-def _compare(mx_node, torch_node, a, b, atol, folded_bias) -> NodeCheck:
-    note = f"compared without {folded_bias!r} (folded into the next BatchNorm)" if folded_bias else ""
+def _skip_note(reference, mx_node: str, torch_node: str, heads: set) -> str | None:
+    """Why a pair is not compared: the MXNet side cannot show the node alone, or the torch model holds the parameter
+    itself (its module path is ``""``: its output is the model's, comparable only with a graph output)."""
+    if torch_node == "" and mx_node not in heads:
+        return "skipped: the torch model holds the parameter itself, no layer of its own (checked at the final output)"
+    return reference.skip_note(mx_node)
+
+
+def _row(reference, skipped, pair, a, b, bias, folded_bias, atol) -> NodeCheck:
+    """The comparison of one pair ``(MXNet node, torch module)``: skipped where ``skipped`` says why (``_skip_note``)
+    or either output is missing, else within ``atol`` (relative above magnitude 1)."""
+    mx_node, torch_node = pair
+    if skipped is not None:
+        return NodeCheck(mx_node, torch_node, None, 0.0, True, skipped)
     if a is None or b is None:
-        side = "MXNet output not found" if a is None else "torch module output not captured"
+        side = reference.missing if a is None else "torch module output not captured"
         return NodeCheck(mx_node, torch_node, None, 0.0, True, f"skipped: {side}")
+    a = without_folded_bias(a, bias)
+    note = f"compared without {folded_bias!r} (folded into the next BatchNorm)" if folded_bias else ""
     diff, scale = max_diff(a, b)
     if not np.isfinite(diff):
         return NodeCheck(mx_node, torch_node, None, scale, False,

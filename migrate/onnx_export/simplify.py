@@ -49,7 +49,7 @@ def simplify_graph(model, params) -> None:
     reshape chains (see the module docstring).
 
     Args:
-        model: an ``onnx.ModelProto`` from ``migrate.mapping.export`` (changed in place).
+        model: an ``onnx.ModelProto`` from ``migrate.onnx_export`` (changed in place).
         params: the names that are parameters: never treated as constants, never removed.
 
     Examples:

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from migrate.mapping.node_outputs import torch_inputs
-from migrate.mapping.symbol_graph import symbol_document
+from migrate.module_outputs import torch_inputs
 
 __all__ = ["TRANSFORM_OPS", "input_transform_cause"]
 
@@ -36,11 +35,11 @@ def input_transform_cause(source, model, mx_node: str, torch_module: str, inputs
     before that layer and the other does not, or ``""``.
 
     Args:
-        source: the ``MxSource`` (its symbol and input names).
+        source: the ``MxSource`` (its graph and input names).
         model: the torch model (run once, in eval mode, on ``inputs``).
         mx_node: the MXNet op of the first diverging pair (``VerifyReport.first_divergence.mx_node``).
         torch_module: its torch module path (``first_divergence.torch_node``).
-        inputs: the numpy inputs both models ran on (``node_outputs.seeded_inputs``), in ``source.input_names`` order.
+        inputs: the numpy inputs both models ran on (``nodes.seeded_inputs``), in ``source.input_names`` order.
 
     Returns:
         One sentence naming the transform (MXNet's ops and their expression, or torch's measured scale and offset),
@@ -51,7 +50,7 @@ def input_transform_cause(source, model, mx_node: str, torch_module: str, inputs
         ...                       report.first_divergence.torch_node, seeded_inputs(shapes, dtypes, mapping, 0))
         ''
     """
-    chain = _mx_chain(symbol_document(source.symbol), mx_node, source.input_names)
+    chain = _mx_chain(source.document, mx_node, source.input_names)
     if chain is None:
         return ""
     data, ops, expression = chain
