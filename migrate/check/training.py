@@ -172,7 +172,7 @@ class _Run:
                  seed, assume_order):
         self.source, self.mapping, self.settings, self.inputs, self.atol = source, mapping, settings, inputs, atol
         self.float64, self.states_given, self.perturbation = float64, states is not None, perturbation
-        self.pairs = node_pairs(source, mapping)
+        self.pairs = node_pairs(source, mapping, torch_model)
         ops = [p[0] for p in self.pairs]
         self.torch = TorchTraining(torch_model, source.params, mapping, settings, states, optimizer, float64,
                                    assume_order=assume_order)

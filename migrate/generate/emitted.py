@@ -16,9 +16,9 @@ import inspect
 import sys
 import types
 
-__all__ = ["closure", "emittable", "source_of", "imports_of", "free_globals"]
+__all__ = ["closure", "emittable", "source_of", "imports_of", "free_globals", "STANDARD_NAMES"]
 
-_STANDARD = {"torch", "nn", "F", "math"}  # the names every generated file imports
+STANDARD_NAMES = frozenset({"torch", "nn", "F", "math"})  # the names every generated file imports
 
 
 def emittable(value) -> bool:
@@ -91,7 +91,7 @@ def imports_of(objects) -> list:
     lines = set()
     for obj in objects:
         for name, value in free_globals(obj).items():
-            if name in _STANDARD or emittable(value) or isinstance(value, types.ModuleType):
+            if name in STANDARD_NAMES or emittable(value) or isinstance(value, types.ModuleType):
                 continue
             lines.add(f"from {value.__module__} import {value.__name__}" + (
                 "" if value.__name__ == name else f" as {name}"))

@@ -6,18 +6,17 @@ through the ``MxSource`` interface (graph document, auxiliary states, node shape
 from __future__ import annotations
 
 import itertools
-import types
 
 import numpy as np
 
 from migrate.errors import InputFileError, InputShapeError
 from migrate.generate import ops  # noqa: F401  (importing the op families fills the registry)
-from migrate.generate.module_tree import ModuleTree, module_expression
-from migrate.generate.names import block_paths, identifier, param_keys, tree_order
+from migrate.generate.module_tree import ModuleTree, module_expression, parameter_module, parameter_readers
+from migrate.generate.names import block_classes, block_paths, identifier, param_keys, tree_order
 from migrate.generate.registry import MULTI_OUTPUT, OpNode, translator
 from migrate.arguments import normalize_shapes
 from migrate.generate.shapes import LOSS_HEADS
-from migrate.generate.source_file import GeneratedClass, file_text
+from migrate.generate.source_file import GeneratedClass, file_text, in_memory_module
 
 __all__ = ["module_code", "translated_module"]
 
@@ -48,9 +47,7 @@ def translated_module(source, input_shapes, input_dtypes=None) -> "torch.nn.Modu
     """
     shapes, dtypes = normalize_shapes(input_shapes, input_dtypes)
     code, state = module_code(source, shapes, dtypes, "MxnetGraph", "graph")
-    module = types.ModuleType("migrate_translated")
-    exec(compile(code, "<migrate translated module>", "exec"), module.__dict__)
-    model = module.MxnetGraph()
+    model = in_memory_module(code, "MxnetGraph").MxnetGraph()
     model.load_state_dict(state)
     return model
 
@@ -111,7 +108,7 @@ def _source(source, block, shapes, dtypes, class_name, origin) -> tuple:
     used = [n["name"] for n in nodes if n["op"] == "null" and n["name"] in source.params]
     keys = param_keys(block, used)
     tree = ModuleTree({keys[name]: (tuple(source.params[name].shape), np.dtype(source.params[name].dtype).name,
-                                    name in aux) for name in used}, tree_order(block))
+                                    name in aux) for name in used}, tree_order(block), block_classes(block))
     arg_names = [identifier(name) for name in inputs]
     walk = _Walk(nodes, out_shapes, keys, dict(zip(inputs, arg_names)), tree)
     walk.run(block_paths(block, [n["name"] for n in nodes if n["op"] != "null"], used), heads)
@@ -136,6 +133,7 @@ class _Walk:
         self.nodes, self.out_shapes, self.keys, self.inputs, self.tree = nodes, out_shapes, keys, inputs, tree
         self.multi = {i for i, n in enumerate(nodes) if n["op"] in MULTI_OUTPUT or len(out_shapes[i]) > 1}
         self.exprs, self.lines, self.emitted = {}, [], set()
+        self.readers = parameter_readers(nodes, keys)
 
     def run(self, blocks: dict, heads: list) -> None:
         """Write every node (``blocks``: op node name -> the module path of the block that made it alone; ``heads``:
@@ -155,6 +153,7 @@ class _Walk:
                                         and e[0] not in self.multi for e in entries],
                              site=self.tree, subgraphs=node.get("subgraphs", []))
             expression = translator(node["op"], node["name"])(op_node)
+            expression = parameter_module(op_node, self.tree, self.readers) or expression
             self.lines += op_node.statements  # a loop's lines (_foreach) before the value it gives
             done = sorted({name for name, j in live.items() if last[j] <= i}, key=_number)
             for name in done:

@@ -7,6 +7,11 @@ that made the node (``names.block_paths``). A block called twice is one layer ca
 another layer, or parameters the layer does not hold, gets none (the node is written as a function call on the
 parameters). Parameters and buffers no layer holds stay in ``Block`` containers, under the same keys.
 
+A Gluon block that holds only parameters, read by one node's function calls (GluonCV's ``Normalize`` scale, an SSD
+anchor generator), becomes a small module written into the file: its parameters in ``__init__``, the node's
+translation as its ``forward`` (``parameter_module``), as a torch user writes an ``L2Norm`` or an anchor generator;
+the keys stay (``features.norm4.scale``) and a forward hook on it sees the node's output.
+
 ``init_lines`` writes the tree as torch code: nested constructors, ``Block(...)`` for a Gluon block that holds
 others (its numbered children positional, ``None`` where a number holds nothing, its named children keywords).
 
@@ -17,9 +22,16 @@ Examples:
 """
 from __future__ import annotations
 
+import collections
+import itertools
+import re
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["ModuleTree", "Spec", "module_expression"]
+from migrate.generate.registry import MULTI_OUTPUT, OpNode, translator
+
+__all__ = ["ModuleTree", "Spec", "module_expression", "parameter_module", "parameter_readers"]
 
 _LINE = 100  # a constructor that fits in this many characters is written on one line
 
@@ -51,12 +63,15 @@ class ModuleTree:
     Args:
         specs: state_dict key -> ``Spec`` of every parameter and buffer of the model.
         order: module paths and keys in the order the tree lists them (Gluon's); others follow in first use.
+        classes: module path -> the class name of the Gluon block there (names the modules ``place_module``
+            writes; from files, the path names them).
     """
 
-    def __init__(self, specs: dict, order=()):
+    def __init__(self, specs: dict, order=(), classes=None):
         self.specs = {key: Spec(spec) for key, spec in specs.items()}
-        self.layers = {}  # module path -> constructor text
+        self.layers = {}  # module path -> constructor text (a _Written until ``module_classes`` names its class)
         self.held = set()  # keys layers hold
+        self.classes = dict(classes or {})
         self._order = {path: i for i, path in enumerate(order)}
 
     def place(self, cls: type, args: tuple, kwargs: dict, keys: dict, block: str | None) -> str | None:
@@ -78,6 +93,34 @@ class ModuleTree:
         self.held.update(keys.values())
         self.touch(path)
         return module_expression(path)
+
+    def place_module(self, path: str, fields: dict, args: list, body: str, op: str) -> str | None:
+        """The forward expression of a module written for the block at ``path``: it holds ``fields`` (attribute ->
+        state_dict key: every key under ``path``) and its forward takes ``args`` and returns ``body``; None where
+        the block holds anything else or its tensors differ in dtype."""
+        dtypes = {self.specs[key].dtype for key in fields.values()}
+        if not path or len(dtypes) != 1 or not self._free(path, fields):
+            return None
+        kind = _ModuleClass(self.classes.get(path) or _path_class(path), path in self.classes, op, tuple(
+            (attr, self.specs[key].buffer) for attr, key in fields.items()), tuple(args), body)
+        self.layers[path] = _Written(kind, tuple(self.specs[key].shape for key in fields.values()), dtypes.pop())
+        self.held.update(fields.values())
+        self.touch(path)
+        return module_expression(path)
+
+    def module_classes(self, taken: set) -> list:
+        """The source of each class ``place_module`` wrote, named after its Gluon block (a number added where two
+        differ or a name in ``taken`` has it); the constructors in the tree then name them."""
+        kinds = list(dict.fromkeys(v.kind for v in self.layers.values() if isinstance(v, _Written)))
+        names, taken = {}, set(taken)
+        for kind in kinds:
+            names[kind] = next(kind.name + (str(k) if k > 1 else "") for k in itertools.count(1)
+                               if kind.name + (str(k) if k > 1 else "") not in taken)
+            taken.add(names[kind])
+        for path, value in self.layers.items():
+            if isinstance(value, _Written):
+                self.layers[path] = value.constructor(names[value.kind])
+        return [kind.source(names[kind]) for kind in kinds]
 
     def touch(self, path: str) -> None:
         """Note that the forward uses ``path`` here (containers list their children in first-use order)."""
@@ -131,6 +174,91 @@ class ModuleTree:
     def root_has_numbers(self) -> bool:
         """Whether the model itself has numbered children (a HybridSequential model): its class is then a Block."""
         return any(path.split(".")[0].isdigit() for path in [*self.layers, *self.specs])
+
+
+@dataclass(frozen=True)
+class _ModuleClass:
+    """A class written for a parameter-holding Gluon block: blocks that read their tensors alike share one."""
+
+    name: str
+    gluon: bool  # named after the Gluon block's class (else after its path: files name no classes)
+    op: str
+    fields: tuple  # (attribute, is a buffer) per tensor
+    args: tuple
+    body: str
+
+    def source(self, name: str) -> str:
+        init = [f"self.register_buffer({attr!r}, torch.zeros({attr}_shape, dtype=dtype))" if buffer else
+                f"self.{attr} = nn.Parameter(torch.zeros({attr}_shape, dtype=dtype))" for attr, buffer in self.fields]
+        shapes = ", ".join(f"{attr}_shape" for attr, _ in self.fields)
+        block = f"The Gluon block {self.name}" if self.gluon else "A block of MXNet parameters"
+        return "\n".join([
+            f"class {name}(nn.Module):",
+            f'    """{block}: {self.op} on its {", ".join(attr for attr, _ in self.fields)}."""', "",
+            f"    def __init__(self, {shapes}, dtype=None):", "        super().__init__()",
+            *["        " + line for line in init], "",
+            f"    def forward(self, {', '.join(self.args)}):", f"        return {self.body}"])
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A module of a ``_ModuleClass`` in the tree: its tensors' shapes and dtype."""
+
+    kind: _ModuleClass
+    shapes: tuple
+    dtype: str
+
+    def constructor(self, name: str) -> str:
+        dtype = "" if self.dtype == "float32" else f", dtype=torch.{self.dtype}"
+        return f"{name}({', '.join(repr(tuple(s)) for s in self.shapes)}{dtype})"
+
+
+def _path_class(path: str) -> str:
+    """A class name read from a module path (files name no classes): ``anchor_generator.0`` -> ``AnchorGenerator``."""
+    segment = next((s for s in reversed(path.split(".")) if not s.isdigit()), "") or "Parameters"
+    return "".join(part.capitalize() for part in re.sub(r"\d+$", "", segment).split("_") if part) or "Parameters"
+
+
+_ARGUMENTS = ("x", "y", "z")
+
+
+def parameter_readers(nodes: list, keys: dict) -> collections.Counter:
+    """state_dict key -> how many op nodes of the graph read that parameter (``keys``: MXNet name -> key)."""
+    return collections.Counter(keys[nodes[i]["name"]] for node in nodes if node["op"] != "null"
+                               for i in {entry[0] for entry in node["inputs"]}
+                               if nodes[i]["op"] == "null" and nodes[i]["name"] in keys)
+
+
+def parameter_module(node: OpNode, tree: ModuleTree, readers: collections.Counter) -> str | None:
+    """The call of a module written for the Gluon block whose tensors ``node`` reads by function calls (its forward
+    the node's translation on them: ``x1 = self.features.norm4(x1)``), or None: the node reads no parameters, takes
+    no data, or returns several values, another node reads them, a layer holds them, or the block holds more.
+
+    Examples:
+        >>> parameter_module(node, tree, readers)  # doctest: +SKIP
+        'self.features.norm4(x1)'
+    """
+    keys = {i: key for i, key in enumerate(node.param_keys) if key is not None}
+    data = [i for i in range(len(node.inputs)) if i not in keys]
+    paths = {key.rpartition(".")[0] for key in keys.values()}
+    if (not keys or not data or len(paths) != 1 or node.statements or node.op in MULTI_OUTPUT
+            or tree.held & set(keys.values()) or any(readers[key] != 1 for key in keys.values())):
+        return None
+    path = paths.pop()
+    args = dict(zip(data, _ARGUMENTS + tuple(f"x{k}" for k in range(3, len(data)))))
+    own = OpNode(node.op, node.name, node.attrs, [f"self.{keys[i].rpartition('.')[2]}" if i in keys else args[i]
+                                                  for i in range(len(node.inputs))],
+                 node.in_shapes, node.out_shape, in_ops=node.in_ops, param_keys=node.param_keys,
+                 last_read=[False] * len(node.inputs), subgraphs=node.subgraphs)
+    body = translator(node.op, node.name)(own)
+    fields = {key.rpartition(".")[2]: key for key in dict.fromkeys(keys.values())}
+    if own.statements or not set(re.findall(r"\bself\.(\w+)", body)) <= set(fields):  # self._device(): the model's
+        return None
+    module = tree.place_module(path, fields, list(args.values()), body, node.op)
+    if module is None:
+        return None
+    node.emitted |= own.emitted
+    return f"{module}({', '.join(node.inputs[i] for i in data)})"
 
 
 def _constructor(cls: type, args: tuple, kwargs: dict) -> str:

@@ -13,7 +13,7 @@ import re
 
 import torch
 
-__all__ = ["param_keys", "block_paths", "tree_order", "identifier"]
+__all__ = ["param_keys", "block_paths", "block_classes", "tree_order", "identifier"]
 
 _SUFFIXES = ("running_mean", "running_var", "moving_mean", "moving_var", "moving_inv_var")
 _RESERVED = set(dir(torch.nn.Module)) | {"self", "torch", "F", "math"}
@@ -104,16 +104,26 @@ def tree_order(block) -> list:
     """The module paths and parameter keys of a HybridBlock in Gluon's registration order (a block's parameters,
     then its children, depth first): the generated tree lists children so. Empty without a block (files: graph
     order then)."""
-    out = []
-
-    def walk(parent, prefix):
-        out.extend(prefix + identifier(attr) for attr in parent._reg_params)
-        for attr, child in parent._children.items():
-            out.append(prefix + identifier(attr, numeric_ok=True))
-            walk(child, out[-1] + ".")
-    if block is not None:
-        walk(block, "")
+    if block is None:
+        return []
+    out = [identifier(attr) for attr in block._reg_params]
+    for path, child in _blocks(block):
+        out += [path] + [f"{path}.{identifier(attr)}" for attr in child._reg_params]
     return out
+
+
+def block_classes(block) -> dict:
+    """Module path -> class name of each block under a Gluon block (``features.norm4`` -> ``Normalize``); empty
+    without a block (files name no classes)."""
+    return {path: type(child).__name__ for path, child in _blocks(block)} if block is not None else {}
+
+
+def _blocks(block, prefix: str = ""):
+    """(module path, block) of each block under ``block``, depth first in registration order."""
+    for attr, child in block._children.items():
+        path = prefix + identifier(attr, numeric_ok=True)
+        yield path, child
+        yield from _blocks(child, path + ".")
 
 
 def _block_keys(block, prefix: str = "") -> dict:

@@ -1,5 +1,6 @@
 """The text of a generated file: its docstring, imports, ``MXNET_NAMES``, the helpers and layer classes its code
-uses (copied from the op modules), and the model class (``__init__`` building the module tree, ``forward``).
+uses (copied from the op modules), the classes written for parameter-holding blocks (``ModuleTree.place_module``),
+and the model class (``__init__`` building the module tree, ``forward``).
 
 Examples:
     >>> text = file_text(GeneratedClass("Net", "Gluon block Net", [("data", (1, 3))], lines, emitted, names, tree))
@@ -7,14 +8,20 @@ Examples:
 """
 from __future__ import annotations
 
+import itertools
+import linecache
 import textwrap
+import types
+import weakref
 from dataclasses import dataclass
 
-from migrate.generate.emitted import closure, imports_of, source_of
+from migrate.generate.emitted import STANDARD_NAMES, closure, imports_of, source_of
 from migrate.generate.module_tree import ModuleTree
 from migrate.generate.ops.layers import Block
 
-__all__ = ["GeneratedClass", "file_text"]
+__all__ = ["GeneratedClass", "file_text", "in_memory_module"]
+
+_IN_MEMORY = itertools.count()  # numbers the sources of modules run from memory
 
 _IMPORTS = ["import math  # noqa: F401", "", "import torch", "import torch.nn.functional as F  # noqa: F401",
             "from torch import nn  # noqa: F401"]
@@ -48,11 +55,15 @@ class GeneratedClass:
 
 def file_text(model: GeneratedClass) -> str:
     """The generated file's text (imports only torch)."""
+    every = closure(model.emitted | {Block})
+    written = model.tree.module_classes({model.name, *STANDARD_NAMES, *(obj.__name__ for obj in every),
+                                         *(line.split()[-1] for line in imports_of(every))})
     init = model.tree.init_lines()
     blocks = any("Block(" in line for line in init) or model.tree.root_has_numbers()
     objects = closure(model.emitted | ({Block} if blocks else set()))
     parts = [_docstring(model), "\n".join(_IMPORTS + imports_of(objects))]
     parts += [source_of(objects).rstrip("\n")] if objects else []
+    parts += written
     parts.append(_class(model, init, "Block" if model.tree.root_has_numbers() else "nn.Module"))
     parts.append(f"MXNET_NAMES = {model.name}.MXNET_NAMES")
     return "\n\n\n".join(parts) + "\n"
@@ -97,3 +108,14 @@ def _class(model: GeneratedClass, init: list, base: str) -> str:
     args = ", ".join(name for name, _ in model.inputs)
     lines += ["", f"    def forward(self, {args}):", body, ""] + ["    " + line for line in _names(model.mx_names)]
     return "\n".join(lines)
+
+
+def in_memory_module(code: str, class_name: str) -> types.ModuleType:
+    """The module ``code`` defines, run from memory, its source readable as a file's is (``inspect``, tracebacks:
+    ``verify`` reads a forward's statements) while its class ``class_name`` lives."""
+    filename = f"<migrate translated module {next(_IN_MEMORY)}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    module = types.ModuleType("migrate_translated")
+    exec(compile(code, filename, "exec"), module.__dict__)
+    weakref.finalize(getattr(module, class_name), linecache.cache.pop, filename, None)
+    return module

@@ -12,8 +12,8 @@ matching splits it per parameter alike. The matched mapping then converts as the
 does (tests/migrate/test_without_mxnet_files.py: model-zoo, GluonCV and GluonNLP pairs, RNNs, Module checkpoints).
 
 The translation's nodes are read as its layers' outputs: the output of the MXNet op that first reads a parameter is
-that of the translated layer holding the parameter (forward hooks, ``migrate.module_outputs``); a node no layer of the
-translation computes (parameters of several blocks, or read by function calls) has none. All are held at once.
+that of the translated layer holding the parameter (forward hooks, ``migrate.module_outputs``), or of the translation's
+statement reading it where its code does (a function call on a Gluon block's tensor). All are held at once.
 
 Examples:
     >>> model = export_translated(read_mxnet_files(*files), [(1, 3, 32, 32)], [np.float32])  # doctest: +SKIP
@@ -26,7 +26,7 @@ import onnx.helper
 
 from migrate.generate.generator import translated_module
 from migrate.generate.shapes import translated_values
-from migrate.module_outputs import captured_module_outputs, torch_inputs
+from migrate.module_outputs import captured_module_outputs, node_sites, torch_inputs
 from migrate.onnx_export.torch_export import export_torch
 from migrate.source.base import MxSource
 from migrate.source.packed import packed_slices
@@ -57,7 +57,7 @@ class TranslatedNodeOutputs:
     def __init__(self, source: MxSource, shapes, dtypes, mapping):
         self.source = source
         self.module = translated_module(source, shapes, dtypes).eval()
-        self.layers = _layers(source, mapping, self.module.MXNET_NAMES)
+        self.layers = _layers(source, mapping, self.module)
         self.slices = packed_slices(source.document, source.params, self._packed_value)
 
     def output_sizes(self, ops) -> dict:
@@ -71,7 +71,7 @@ class TranslatedNodeOutputs:
     def run(self, inputs: list, pairs: list, *, with_final=True) -> tuple[list, list]:
         """(the output of each pair's node, the final outputs), as numpy arrays, on the numpy ``inputs``."""
         import torch
-        wanted = [self.layers.get(pair[:2]) if pair[0] not in self.slices else None for pair in pairs]
+        wanted = [self.layers.get(pair[0]) if pair[0] not in self.slices else None for pair in pairs]
         with torch.no_grad(), captured_module_outputs(self.module, [w for w in wanted if w is not None]) as found:
             final = self.module(*torch_inputs(inputs))
         final = final if isinstance(final, (tuple, list)) else [final]
@@ -95,17 +95,18 @@ class TranslatedNodeOutputs:
         return (value[output] if isinstance(value, tuple) else value).numpy()
 
 
-def _layers(source: MxSource, mapping, mx_names: dict) -> dict:
-    """``(MXNet op, torch module path)`` of each node compared -> the translated layer whose output is that op's:
-    the holder of the first mapped parameter the op reads."""
+def _layers(source: MxSource, mapping, module) -> dict:
+    """MXNet op of each node compared -> where the translation ``module`` computes that op's output: the holder of
+    the first mapped parameter the op reads, or that parameter's key where the translation's code reads it
+    (``node_sites``: a function call on a Gluon block's tensor)."""
     consumer = {name: node["name"] for name, (node, _) in source.parameter_users().items()}
+    mx_names = module.MXNET_NAMES
+    sites = node_sites(module, mx_names.values())
     layers = {}
     for name in mapping:
-        entry = mapping.entry(name)
-        if entry.get("fold") or name not in consumer or name not in mx_names:
+        if mapping.entry(name).get("fold") or name not in consumer or name not in mx_names:
             continue
-        module = entry["torch"].rsplit(".", 1)[0] if "." in entry["torch"] else ""
-        layers.setdefault((consumer[name], module), mx_names[name].rsplit(".", 1)[0] if "." in mx_names[name] else "")
+        layers.setdefault(consumer[name], sites[mx_names[name]])
     return layers
 
 

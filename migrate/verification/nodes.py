@@ -13,6 +13,7 @@ import itertools
 import numpy as np
 
 from migrate.mapping.table import NameMapping
+from migrate.module_outputs import node_sites
 
 __all__ = ["max_diff", "node_pairs", "seeded_inputs", "without_folded_bias"]
 
@@ -32,9 +33,13 @@ def seeded_inputs(shapes, dtypes, mapping: NameMapping, seed: int) -> list:
             else rng.standard_normal(s).astype(d) for s, d in zip(shapes, dtypes)]
 
 
-def node_pairs(source, mapping: NameMapping) -> list:
+def node_pairs(source, mapping: NameMapping, model=None) -> list:
     """(MXNet op name, torch module path, folded bias or None) per matched node, in the mapping's canonical order:
     the op that first reads a mapped parameter (``MxSource.parameter_users``) and the module holding its torch key.
+
+    With the torch ``model``, a node whose parameter is read by the model's code rather than a layer is named by the
+    parameter's key instead of a module path (``module_outputs.node_sites``): ``captured_module_outputs`` reads its
+    output at the statement reading it.
 
     Examples:
         >>> node_pairs(source, mapping)[0]  # doctest: +SKIP
@@ -42,6 +47,7 @@ def node_pairs(source, mapping: NameMapping) -> list:
     """
     consumer = {name: node["name"] for name, (node, _) in source.parameter_users().items()}
     folded = {consumer.get(k): k for k in mapping if mapping.entry(k).get("fold")}
+    sites = node_sites(model, [mapping.entry(k)["torch"] for k in mapping]) if model is not None else {}
     seen, out = set(), []
     for name in mapping:
         e = mapping.entry(name)
@@ -51,7 +57,7 @@ def node_pairs(source, mapping: NameMapping) -> list:
         if (op, module) in seen:
             continue
         seen.add((op, module))
-        out.append((op, module, folded.get(op)))
+        out.append((op, sites.get(e["torch"], module), folded.get(op)))
     return out
 
 

@@ -179,7 +179,7 @@ def verify(mx_model, torch_model, mapping: NameMapping, input_shapes, *, atol=1e
 
 def _compare_all(source, reference, model, mapping, shapes, dtypes, atol, seed, budget, progress) -> VerifyReport:
     inputs = seeded_inputs(shapes, dtypes, mapping, seed)
-    nodes = node_pairs(source, mapping)
+    nodes = node_pairs(source, mapping, model)
     heads = {source.document["nodes"][h[0]]["name"] for h in source.document["heads"]}
     sizes = {op: _HELD_BYTES * n for op, n in reference.output_sizes([n[0] for n in nodes]).items()}
     passes = _passes(nodes, sizes, budget)
