@@ -17,7 +17,7 @@ nodes that computed them go, and so does any node that only fed them. Then:
 
 A parameter is never read and never removed: a ``Shape`` of a parameter folds, any other reader of a parameter
 stays a reader of that parameter, so every parameter keeps its name. A graph with subgraphs (``If``, ``Loop``) is
-left as it is. The outputs stay the same (``tests/migrate/mapping/test_simplify.py`` runs both forms with onnx's reference
+left as it is. The outputs stay the same (``tests/migrate/onnx_export/test_simplify.py`` runs both forms with onnx's reference
 evaluator); GluonNLP BERT-base and HF BERT go from 10.2 to 4.9 nodes per parameter tensor, resnet50 stays at 1.2
 (``bench/bench_mapping.py``).
 """

@@ -97,7 +97,7 @@ def test_module_cli_all(tmp_path):
     out = tmp_path / "migrated"
     code = main(["all", "--symbol", str(tmp_path / "mlp-symbol.json"), "--params", str(tmp_path / "mlp-0000.params"),
                  "--settings", str(tmp_path / "settings.json"), "--states", str(tmp_path / "mlp.states"),
-                 "--torch", "tests.migrate.mapping.test_module_checkpoint:torch_mlp", "--input-shape", f"{BATCH},5", "--out", str(out)])
+                 "--torch", "tests.migrate.source.test_module_checkpoint:torch_mlp", "--input-shape", f"{BATCH},5", "--out", str(out)])
     assert code == 0
     report = (out / "report.txt").read_text()
     assert "note: Module checkpoint: loss head SoftmaxOutput 'softmax' and label input ['softmax_label'] cut" in report
@@ -163,7 +163,7 @@ def test_params_missing_a_symbol_argument(tmp_path):
         migrate.name_mapping((tmp_path / "mlp-symbol.json", tmp_path / "bad-0000.params"), torch_mlp(), (BATCH, 5))
     out = tmp_path / "bad-migrated"
     code = main(["all", "--symbol", str(tmp_path / "mlp-symbol.json"), "--params", str(tmp_path / "bad-0000.params"),
-                 "--settings", str(tmp_path / "settings.json"), "--torch", "tests.migrate.mapping.test_module_checkpoint:torch_mlp",
+                 "--settings", str(tmp_path / "settings.json"), "--torch", "tests.migrate.source.test_module_checkpoint:torch_mlp",
                  "--input-shape", f"{BATCH},5", "--out", str(out)])
     assert code == 2 and not out.exists()
     assert sorted(os.listdir(tmp_path)) == ["bad-0000.params", "mlp-0000.params", "mlp-symbol.json", "mlp.states",

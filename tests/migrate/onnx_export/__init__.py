@@ -1,0 +1,1 @@
+"""Tests of migrate.onnx_export: the exports matching reads, made static."""
