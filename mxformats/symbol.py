@@ -38,10 +38,17 @@ from .errors import SymbolFileError
 from .reading import read_regular_file
 
 __all__ = ["SymbolNode", "SymbolGraph", "read_symbol", "symbol_file_problem", "symbol_from_json", "INPUT_NAMES",
-           "MXNET_VERSION"]
+           "MXNET_VERSION", "FORCED_TRAINING", "MODE_OPS"]
 
 #: The MXNet version whose loader this module reproduces (1.9.1, as MXNet numbers it).
 MXNET_VERSION = 10901
+#: A hidden attribute (MXNet's loader keeps it and its ops ignore it) that gluon-lr writes on a BatchNorm or RNN node
+#: a recorded Block ran in a training mode its forward forced (``autograd.train_mode()``: GluonCV's GroupNorm made of
+#: BatchNorm): the node computes as in training whatever the mode (a Dropout gets MXNet's own ``mode="always"``).
+FORCED_TRAINING = "__forced_training__"
+#: The ops whose result follows the training mode (``is_train`` of MXNet's forward).
+MODE_OPS = frozenset({"BatchNorm", "BatchNorm_v1", "_contrib_SyncBatchNorm", "_contrib_BatchNormWithReLU", "Dropout",
+                      "RNN"})
 _UNSUPPORTED_FROM = 20000  # MXNet 2.0
 _LEGACY_VERSION = 800  # what MXNet assumes for a file that names no version
 _HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage")

@@ -21,8 +21,9 @@ from migrate.errors import InputShapeError
 from migrate.onnx_export.mxnet_export import export_mxnet
 from migrate.source.base import EXPORTED_WITH_MXNET, MXNET, MxSource
 from migrate.source.packed import packed_slices, packing_consumers
+from mxformats.symbol import FORCED_TRAINING, MODE_OPS
 
-__all__ = ["LiveSource", "MXNetNodeOutputs", "mxnet_executor", "mxnet_node_shapes"]
+__all__ = ["LiveSource", "MXNetNodeOutputs", "forced_training_graph", "mxnet_executor", "mxnet_node_shapes"]
 
 
 class LiveSource(MxSource):
@@ -103,6 +104,8 @@ class MXNetNodeOutputs:
     A parameter MXNet packs with others into one ``FullyConnected`` (GluonNLP's query/key/value) is first read by a
     packing op: its node's output is its slice of that ``FullyConnected``'s output (``packed.packed_slices``, the
     packing run on coded values by MXNet); a packing op whose slice cannot be told (gluon.rnn's weight blob) is skipped.
+    A graph with ops a recorded Block forced into training mode runs in training mode, its other ops made to compute as
+    in eval mode (``forced_training_graph``).
 
     Args:
         source: The model.
@@ -113,6 +116,9 @@ class MXNetNodeOutputs:
 
     def __init__(self, source: LiveSource, shapes):
         self.source, self.shapes = source, shapes
+        forced = forced_training_graph(source.document)
+        self.symbol = source.symbol if forced is None else _symbol(forced)
+        self.train_mode = forced is not None
         self.packed = packing_consumers(source.document)
         self.slices = packed_slices(source.document, source.params, self._packed_value) if self.packed else {}
 
@@ -140,8 +146,8 @@ class MXNetNodeOutputs:
         values = {**self.source.params,
                   **{n: mx.nd.array(x, dtype=x.dtype) for n, x in zip(self.source.input_names, inputs)}}
         ops = [self.slices[p[0]].name if p[0] in self.slices else p[0] for p in pairs]
-        executor, wanted = mxnet_executor(self.source.symbol, values, ops, with_final=with_final)
-        outs = [o.asnumpy() for o in executor.forward(is_train=False)]
+        executor, wanted = mxnet_executor(self.symbol, values, ops, with_final=with_final)
+        outs = [o.asnumpy() for o in executor.forward(is_train=self.train_mode)]
         del executor
         found = dict(zip(wanted, outs))
         mine = [found.get(op) for op in ops]
@@ -161,6 +167,32 @@ class MXNetNodeOutputs:
         if exposed != [name]:
             raise KeyError(f"{name} output {output}")
         return executor.forward(is_train=False)[0].asnumpy()
+
+
+def forced_training_graph(document: dict) -> dict | None:
+    """``document`` (a symbol JSON document) as MXNet computes it in training mode the way the graph computes in eval
+    mode, where an op is marked to compute as in training whatever the mode (``mxformats.symbol.FORCED_TRAINING``: a
+    recorded Block's ``autograd.train_mode()``, GluonCV's GroupNorm); None where none is. The other ops that follow
+    the mode compute as in eval in it: a BatchNorm with ``use_global_stats``, a Dropout or an RNN's dropout with
+    ``p`` 0 (MXNet moves the running statistics in the backward pass, which verification does not run)."""
+    if not any(n.get("attrs", {}).get(FORCED_TRAINING) == "True" for n in document["nodes"]):
+        return None
+    out = json.loads(json.dumps(document))
+    for node in out["nodes"]:
+        attrs = node.get("attrs", {})
+        if node["op"] not in MODE_OPS or attrs.get(FORCED_TRAINING) == "True" or attrs.get("mode") == "always":
+            continue
+        if node["op"] in ("Dropout", "RNN"):
+            attrs["p"] = "0"
+        else:
+            attrs["use_global_stats"] = "True"
+        node["attrs"] = attrs
+    return out
+
+
+def _symbol(document: dict):
+    import mxnet as mx
+    return mx.sym.load_json(json.dumps(document))
 
 
 def mxnet_node_shapes(nodes: list, names: list, shapes: list) -> list:

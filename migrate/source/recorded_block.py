@@ -104,8 +104,9 @@ def record_block(block, inputs: list, *, recorded_on: str = "the inputs given") 
         NDArray, a loop over a length read from it), the module holds the path of ``inputs``, and ``notes`` names
         each place it read such a value. Recording runs in eval mode (``train_mode=False``: BatchNorm's running
         statistics are not updated, Dropout's op is still recorded and drops in training mode); code that branches
-        on ``mx.autograd.is_training()`` holds its eval branch. Frozen parameters become marked autograd variables
-        (with ``grad_req='null'``).
+        on ``mx.autograd.is_training()`` holds its eval branch; ops run inside ``autograd.train_mode()`` compute as
+        in training in either mode of the module. Frozen parameters become marked autograd variables (with
+        ``grad_req='null'``).
     """
     import mxnet as mx
     if not isinstance(block, mx.gluon.Block):
@@ -160,8 +161,8 @@ def _notes(block, recording, recorded_on: str, shapes: list, used: list, names: 
                      f"results are constants of the module")
     if recording.trained:
         notes.append(f"training mode: forward forced training mode (autograd.train_mode) for {', '.join(recording.trained)}; "
-                     f"the graph holds no mode: the module runs these ops in its own (in eval mode BatchNorm reads its "
-                     f"running statistics where the Block used the batch's)")
+                     f"the module runs these ops in training mode in either of its modes, as the Block did (a "
+                     f"BatchNorm normalizes with the batch's statistics)")
     if recording.constants:
         shown = ", ".join(recording.constants[:6]) + (", ..." if len(recording.constants) > 6 else "")
         notes.append(f"constants: {len(recording.constants)} array(s) forward made from no recorded value "

@@ -23,6 +23,10 @@ in MXNet. What the graph does not hold is kept in the ``Recording``:
 - ``paused``: an op run on recorded values with recording off some other way (``autograd.set_recording(False)``, a
   ``pause`` imported before the recording): its result is a constant.
 
+An op the forward ran in a training mode it forced (``autograd.train_mode()``: GluonCV's GroupNorm normalizes by a
+BatchNorm so) computes so in the graph too: a Dropout gets ``mode="always"``, a BatchNorm or RNN the hidden attribute
+``mxformats.symbol.FORCED_TRAINING``, which the translation and verification's MXNet run read.
+
 Hybridized children run op by op while recording (a ``_CachedOp`` node would hide their ops) and are hybridized again
 afterwards; a ``SymbolBlock`` always runs as one ``_CachedOp``, which is refused.
 
@@ -42,11 +46,11 @@ import sys
 from dataclasses import dataclass, field
 
 from migrate.errors import InputShapeError, ModelTypeError, first_line
+from mxformats.symbol import FORCED_TRAINING, MODE_OPS
 
 __all__ = ["Recording", "block_arrays", "parameter_arrays", "record"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_MODE_OPS = frozenset({"BatchNorm", "_contrib_SyncBatchNorm", "Dropout", "RNN"})  # their result follows the mode
 
 
 @dataclass
@@ -62,7 +66,7 @@ class Recording:
             ``mx.autograd.pause``, which is recorded through).
         trained: ``<op> at file:line (function)`` of each op whose result depends on the training mode (BatchNorm,
             Dropout, ...) that the forward ran in a training mode it forced (``autograd.train_mode()``; the recording
-            runs in eval mode): the graph holds no mode, the module runs the op in its own.
+            runs in eval mode): marked in the graph to compute as in training in either mode.
     """
 
     symbol: object
@@ -101,7 +105,8 @@ def record(block, inputs: list, input_names: list) -> Recording:
     constants = _constants(document, names, watch.arguments)
     paused = watch.paused_nodes(document)
     trained = [f"{n['op']} at {watch.training[n['name']]}" for n in document["nodes"]
-               if n["op"] in _MODE_OPS and n["name"] in watch.training]
+               if n["op"] in MODE_OPS and n["name"] in watch.training]
+    _mark_forced_training(document, watch.training)
     _name_nodes(document, {**names, **{v: k for k, (v, _) in constants.items()}}, watch.owners)
     document = _with_gradient_stops(document, paused)
     used = {n["name"] for n in document["nodes"] if n["op"] == "null"}
@@ -109,6 +114,19 @@ def record(block, inputs: list, input_names: list) -> Recording:
     values.update({name: value for name, (_, value) in constants.items()})
     return Recording(mx.sym.load_json(json.dumps(document)), values, list(constants), watch.reads, watch.paused,
                      list(dict.fromkeys(trained)))
+
+
+def _mark_forced_training(document: dict, forced: dict) -> None:
+    """The ops of ``document`` run in a training mode the forward forced (``forced``: node name -> where) compute so
+    in the graph too: a Dropout gets MXNet's ``mode="always"``, a BatchNorm or RNN the hidden attribute
+    ``FORCED_TRAINING`` (its translation and verification's MXNet run read it)."""
+    for node in document["nodes"]:
+        if node["op"] in MODE_OPS and node["name"] in forced:
+            attrs = node.setdefault("attrs", {})
+            if node["op"] == "Dropout":
+                attrs["mode"] = "always"
+            else:
+                attrs[FORCED_TRAINING] = "True"
 
 
 def block_arrays(block, outputs, where: tuple = ()) -> list:

@@ -16,6 +16,7 @@ from torch.nn.modules.instancenorm import _InstanceNorm
 
 from migrate.generate.ops.layers import MXNetNames
 from migrate.generate.registry import OpNode, register
+from mxformats.symbol import FORCED_TRAINING
 
 __all__ = ["BatchNorm", "mx_batch_norm", "LayerNorm", "mx_layer_norm", "InstanceNorm", "GroupNorm", "mx_group_norm",
            "mx_l2_normalization", "mx_lrn"]
@@ -29,14 +30,18 @@ def _batch_norm(node: OpNode) -> str:
                 "fix_gamma": bool(node.attr("fix_gamma", True)),
                 "use_global_stats": bool(node.attr("use_global_stats", False)), "axis": node.attr("axis", 1)}
     stats = tuple(key.rsplit(".", 1)[-1] if key else None for key in node.param_keys[3:5])
+    forced = bool(node.attr(FORCED_TRAINING, False)) and not settings["use_global_stats"]  # autograd.train_mode()
     layer = None
-    if node.in_shapes and node.in_shapes[1] and len(stats) == 2 and None not in stats:
+    if node.in_shapes and node.in_shapes[1] and len(stats) == 2 and None not in stats and not forced:
         written = {k: v for k, v in settings.items() if v != _BATCH_NORM_DEFAULTS[k]}
         layer = node.layer(BatchNorm, node.in_shapes[1][0], **written,
                            **({} if stats == ("running_mean", "running_var") else {"stats": stats}),
                            params={"gamma": 1, "beta": 2, stats[0]: 3, stats[1]: 4})
     momentum = float(np.float32(settings["momentum"]))  # MXNet holds it as a float32
-    return layer or node.call(mx_batch_norm, x, gamma, beta, mean, var, "self.training", f"momentum={momentum!r}",
+    if forced:  # the batch's statistics in either mode, none kept: MXNet updates arrays the Block made for the call
+        mean = var = "None"
+    return layer or node.call(mx_batch_norm, x, gamma, beta, mean, var, "True" if forced else "self.training",
+                              f"momentum={momentum!r}",
                               *(f"{k}={settings[k]!r}" for k in ("eps", "fix_gamma", "use_global_stats", "axis")))
 
 
@@ -96,14 +101,18 @@ def mx_batch_norm(x, gamma, beta, running_mean, running_var, training, momentum,
     ones updated with the biased batch variance, by one call of torch's kernel: its update uses the unbiased
     variance, so it updates a copy of the running variance multiplied by n / (n - 1) (n values per channel), divided
     back into the running variance: two operations on one value per channel. One value per channel (which torch's
-    kernel refuses) has variance 0."""
+    kernel refuses) has variance 0. Without running statistics (None) it normalizes with the batch's in either mode
+    (a BatchNorm the MXNet Block ran under ``autograd.train_mode()``, as GluonCV's GroupNorm does)."""
     if fix_gamma:
         gamma = gamma * 0 + 1
     axis = axis % x.dim()
     if axis != 1:
         x = x.movedim(axis, 1)
     count = x.numel() // x.shape[1]
-    if not training or use_global_stats or torch.onnx.is_in_onnx_export():
+    kept = running_mean is not None
+    if not kept and count > 1:
+        y = F.batch_norm(x, None, None, gamma, beta, True, 0.0, eps)
+    elif kept and (not training or use_global_stats or torch.onnx.is_in_onnx_export()):
         y = F.batch_norm(x, running_mean, running_var, gamma, beta, training and not use_global_stats,
                          1 - momentum, eps)
     elif count > 1:
@@ -113,9 +122,10 @@ def mx_batch_norm(x, gamma, beta, running_mean, running_var, training, momentum,
         with torch.no_grad():
             torch.div(scaled, count / (count - 1), out=running_var)
     else:
-        with torch.no_grad():
-            running_mean.mul_(momentum).add_(x.reshape(-1), alpha=1 - momentum)
-            running_var.mul_(momentum)
+        if kept:
+            with torch.no_grad():
+                running_mean.mul_(momentum).add_(x.reshape(-1), alpha=1 - momentum)
+                running_var.mul_(momentum)
         shape = (1, -1) + (1,) * (x.dim() - 2)
         y = (x - x) * gamma.reshape(shape) + beta.reshape(shape)
     return y.movedim(1, axis) if axis != 1 else y

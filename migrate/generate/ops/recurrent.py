@@ -16,6 +16,7 @@ import math
 import torch
 
 from migrate.generate.registry import OpNode, register
+from mxformats.symbol import FORCED_TRAINING
 
 __all__ = ["mx_rnn"]
 
@@ -54,7 +55,7 @@ def _rnn(node: OpNode) -> str:
     return node.call(mx_rnn, *node.inputs[:2], *states, repr(mode), f"state_size={node.attr('state_size')}",
                      f"num_layers={node.attr('num_layers', 1)}",
                      f"bidirectional={bool(node.attr('bidirectional', False))}", f"p={node.attr('p', 0.0)}",
-                     "training=self.training")
+                     "training=True" if node.attr(FORCED_TRAINING, False) else "training=self.training")
 
 
 def mx_rnn(x, params, state, state_cell, mode, state_size, num_layers, bidirectional, p, training):

@@ -1,6 +1,7 @@
 """``RecordedBlockSource``: a plain gluon.Block read as the graph MXNet records while it runs (``record_block``):
 the names the graph gets back, what the run did that a graph cannot hold, and the errors."""
 import re
+from unittest import mock
 
 import mxnet as mx
 import numpy as np
@@ -8,9 +9,13 @@ import pytest
 import torch
 from mxnet import autograd, gluon
 
+import migrate
 from migrate.errors import InputShapeError, ModelTypeError
 from migrate.generate import generate_torch
+from migrate.mapping.generated_mapping import generated_mapping
 from migrate.source import EXPORTED_WITH_MXNET, RecordedBlockSource, load_mxnet, record_block
+from migrate.source.live import forced_training_graph
+from mxformats.symbol import FORCED_TRAINING
 
 
 class Scaled(gluon.HybridBlock):
@@ -157,7 +162,14 @@ class TestPause:
 
 
 class GroupNormByBatchNorm(gluon.HybridBlock):
-    """GluonCV's GroupNorm: a BatchNorm over the groups in a training mode the forward forces."""
+    """GluonCV's GroupNorm: a BatchNorm over the groups in a training mode the forward forces; then a Dropout forced
+    likewise (``p`` 0.5 where given) and a BatchNorm of the Block's own, which follows the mode."""
+
+    def __init__(self, dropout=False, own_norm=False, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = dropout
+        with self.name_scope():
+            self.norm = gluon.nn.BatchNorm(in_channels=4) if own_norm else None
 
     def hybrid_forward(self, F, x):
         with autograd.train_mode():
@@ -165,24 +177,65 @@ class GroupNormByBatchNorm(gluon.HybridBlock):
             groups = y.shape[1]
             y = F.BatchNorm(y, F.ones(groups), F.zeros(groups), F.zeros(groups), F.ones(groups), fix_gamma=True,
                             momentum=0)
-        return y.reshape_like(x)
+            if self.dropout:
+                y = F.Dropout(y, p=0.5)
+        y = y.reshape_like(x)
+        return self.norm(y) if self.norm is not None else y
+
+
+def _forced(net, x, tmp_path):
+    """(source, model, the Block's output): ``net`` recorded on ``x`` and generated."""
+    net.initialize(mx.init.Uniform(1.0))
+    source = record_block(net, [mx.nd.array(x)])
+    return source, generate_torch(source, [x.shape], tmp_path / "gn.py"), net(mx.nd.array(x)).asnumpy()
 
 
 class TestTrainingMode:
+    X = np.random.RandomState(0).rand(2, 4, 3, 3).astype(np.float32)
+
     def test_forced_training_mode_noted(self, tmp_path):
-        """A BatchNorm run under autograd.train_mode() is named (op, file:line): the module computes the Block's
-        output in its training mode (1e-6), not in eval mode (its running statistics), as the note says."""
-        x = np.random.RandomState(0).rand(2, 4, 3, 3).astype(np.float32)
-        net = GroupNormByBatchNorm()
-        source = record_block(net, [mx.nd.array(x)])
+        """A BatchNorm run under autograd.train_mode() is named (op, file:line) and marked in the graph: the module
+        computes the Block's output in eval mode and in training mode (1e-6), with the batch's statistics, and keeps
+        no statistics of it."""
+        source, model, want = _forced(GroupNormByBatchNorm(), self.X, tmp_path)
         trained = [n for n in source.notes if n.startswith("training mode:")]
         assert len(trained) == 1 and re.search(r"BatchNorm at .*test_recorded_block\.py:\d+ \(hybrid_forward\)",
                                                trained[0]), source.notes
-        model = generate_torch(source, [x.shape], tmp_path / "gn.py")
-        want = net(mx.nd.array(x)).asnumpy()
-        with torch.no_grad():  # eval first: a training-mode forward moves the running statistics (momentum 0)
-            assert np.abs(model.eval()(torch.from_numpy(x)).numpy() - want).max() > 0.1
-            np.testing.assert_allclose(model.train()(torch.from_numpy(x)).numpy(), want, rtol=0, atol=1e-6)
+        norms = [n for n in source.document["nodes"] if n["op"] == "BatchNorm"]
+        assert [n["attrs"].get(FORCED_TRAINING) for n in norms] == ["True"]
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        with torch.no_grad():
+            for mode in ("eval", "train"):
+                got = getattr(model, mode)()(torch.from_numpy(self.X)).numpy()
+                np.testing.assert_allclose(got, want, rtol=0, atol=1e-6, err_msg=mode)
+        assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+    def test_forced_dropout_drops_in_eval_mode(self, tmp_path):
+        """A Dropout forced into training mode gets MXNet's mode="always": the module drops in eval mode too (about
+        half the values zero, the rest doubled), as the Block does."""
+        source, model, want = _forced(GroupNormByBatchNorm(dropout=True), self.X, tmp_path)
+        dropout = [n for n in source.document["nodes"] if n["op"] == "Dropout"]
+        assert [n["attrs"]["mode"] for n in dropout] == ["always"]
+        assert 0.2 < (want == 0).mean() < 0.8
+        with torch.no_grad():
+            got = model.eval()(torch.from_numpy(self.X)).numpy()
+        assert 0.2 < (got == 0).mean() < 0.8
+
+    @pytest.mark.parametrize("own_norm", [False, True])
+    def test_verify_runs_forced_ops_in_training_mode(self, tmp_path, own_norm):
+        """verify: MXNet runs the graph in training mode, the ops the Block did not force made to compute as in eval
+        (its own BatchNorm with use_global_stats): each node within 1e-5; without that, MXNet's eval run reads the
+        forced BatchNorm's zero running statistics and verify fails there."""
+        source, model, _ = _forced(GroupNormByBatchNorm(own_norm=own_norm), self.X, tmp_path)
+        report = migrate.verify(source, model, generated_mapping(source, model), [self.X.shape])
+        assert report.verified and report.max_abs_diff <= 1e-5 and len(report.rows) == 1 + own_norm, str(report)
+        graph = forced_training_graph(source.document)
+        norms = [n["attrs"] for n in graph["nodes"] if n["op"] == "BatchNorm"]
+        assert [a.get(FORCED_TRAINING) for a in norms] == ["True"] + [None] * own_norm
+        assert [a.get("use_global_stats") for a in norms[1:]] == ["True"] * own_norm
+        with mock.patch("migrate.source.live.forced_training_graph", return_value=None):
+            failed = migrate.verify(source, model, generated_mapping(source, model), [self.X.shape])
+        assert not failed.ok and failed.first_divergence.mx_node.endswith("batchnorm0"), str(failed)
 
 
 class _Returns(gluon.Block):
