@@ -1,6 +1,6 @@
 """MXNet's products and its ``linalg`` family: ``dot``, ``batch_dot``, ``diag`` and the ``_linalg_*`` ops ``gemm``,
 ``gemm2``, ``potrf``, ``potri``, ``trsm``, ``trmm``, ``syrk``, ``sumlogdiag``, ``extractdiag``, ``makediag``,
-``extracttrian``, ``maketrian``, ``inverse``, ``det`` and ``slogdet``.
+``extracttrian``, ``maketrian``, ``inverse``, ``det``, ``slogdet``, ``gelqf`` and ``syevd``.
 
 The ``_linalg_*`` ops work on the last two axes and batch over the leading ones, as MXNet's do, with torch's own
 LAPACK-backed ops: a triangular operand is read from its lower triangle (``lower=False``: its upper one) and the
@@ -17,7 +17,7 @@ import torch
 from migrate.generate.registry import OpNode, register
 
 __all__ = ["mx_dot", "mx_gemm2", "mx_gemm",
-           "mx_trsm", "mx_trmm", "mx_extracttrian", "mx_maketrian"]
+           "mx_trsm", "mx_trmm", "mx_extracttrian", "mx_maketrian", "mx_gelqf", "mx_syevd"]
 
 
 @register("batch_dot")
@@ -180,6 +180,31 @@ _TORCH_LINALG = {"_linalg_inverse": "inv", "_linalg_det": "det", "_linalg_slogde
 @register(*_TORCH_LINALG)
 def _linalg_torch(node: OpNode) -> str:
     return f"torch.linalg.{_TORCH_LINALG[node.op]}({node.inputs[0]})"
+
+
+@register("_linalg_gelqf")
+def _linalg_gelqf(node: OpNode) -> str:
+    return node.call(mx_gelqf, node.inputs[0])
+
+
+def mx_gelqf(a):
+    """MXNet's linalg.gelqf: (Q, L) with a = L Q, Q's rows orthonormal, L lower triangular: the QR factorization of
+    a^T, transposed (LAPACK's gelqf reflects a's rows as its geqrf reflects the columns of a^T: the same signs)."""
+    q, r = torch.linalg.qr(a.transpose(-1, -2))
+    return q.transpose(-1, -2), r.transpose(-1, -2)
+
+
+@register("_linalg_syevd")
+def _linalg_syevd(node: OpNode) -> str:
+    return node.call(mx_syevd, node.inputs[0])
+
+
+def mx_syevd(a):
+    """MXNet's linalg.syevd: (U, L) with a = U^T diag(L) U, the eigenvalues L ascending and the eigenvectors the rows
+    of U, each signed as MXNet signs them: its entry of largest magnitude positive."""
+    values, vectors = torch.linalg.eigh(a)
+    u = vectors.transpose(-1, -2)
+    return u * torch.sign(u.gather(-1, u.abs().argmax(-1, keepdim=True))), values
 
 
 @register("diag")

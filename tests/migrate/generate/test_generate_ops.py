@@ -91,6 +91,17 @@ def _spd(*batch, n, dtype=np.float32):
     return make
 
 
+def _symmetric(*batch, dtype=np.float32):
+    """Symmetric matrices (the last axis is ``batch[-1]``) with eigenvalues well apart: an eigenvector's sign and
+    gradient are then well defined."""
+    def make(rng):
+        n = batch[-1]
+        q, _ = np.linalg.qr(rng.standard_normal(batch[:-1] + (n, n)))
+        values = np.arange(1, n + 1) * 2.0 + rng.uniform(-0.5, 0.5, batch[:-1] + (n,))
+        return ((q * values[..., None, :]) @ np.swapaxes(q, -1, -2)).astype(dtype)
+    return make
+
+
 def _tri(*batch, n, dtype=np.float32):
     """Well-conditioned matrices (3 on the diagonal plus uniform(-1, 1)); a triangular op must not read the other
     triangle."""
@@ -257,6 +268,10 @@ CASES = [
     Case("_linalg_det", lambda F, a: F.linalg.det(a), _both(_tri(2, n=3, dtype=np.float64))),
     Case("_linalg_slogdet", lambda F, a: F.linalg.slogdet(a), _both(lambda r: _tri(4, n=3, dtype=np.float64)(
         r) * np.array([1, -1, 1, -1]).reshape(4, 1, 1))),
+    *[Case(f"_linalg_gelqf {np.dtype(d).name}", lambda F, a: F.linalg.gelqf(a), _both(_u(2, 3, 5, dtype=d)))
+      for d in (np.float32, np.float64)],
+    *[Case(f"_linalg_syevd {np.dtype(d).name}", lambda F, a: F.linalg.syevd(a), _both(_symmetric(2, 4, dtype=d)))
+      for d in (np.float32, np.float64)],
     Case("diag of a vector", lambda F, x: F.diag(x, k=1), _both(_u(4))),
     Case("diag of a matrix", lambda F, x: F.diag(x, k=-1), _both(_u(4, 5))),
     Case("diag axes", lambda F, x: F.diag(x, k=1, axis1=2, axis2=0), _both(_u(4, 2, 5))),
@@ -1033,7 +1048,7 @@ def test_known_ops_cover_gluonts_elmo_and_int8():
     wanted = {"_eye", "_np_cumsum", "_linalg_potrf", "_linalg_potri", "_linalg_trsm", "_linalg_trmm", "_linalg_syrk",
               "_linalg_gemm", "_linalg_gemm2", "_linalg_sumlogdiag", "_linalg_extractdiag", "_linalg_makediag",
               "_linalg_extracttrian", "_linalg_maketrian", "_linalg_inverse", "_linalg_det", "_linalg_slogdet",
-              "_sample_gamma", "_sample_normal", "_sample_uniform", "_sample_exponential", "_sample_poisson",
+              "_linalg_gelqf", "_linalg_syevd", "_sample_gamma", "_sample_normal", "_sample_uniform", "_sample_exponential", "_sample_poisson",
               "_sample_negative_binomial", "_sample_generalized_negative_binomial", "_foreach",
               "_contrib_quantize_v2", "_contrib_dequantize", "_contrib_requantize", "_contrib_quantized_conv",
               "_contrib_quantized_fully_connected", "_contrib_quantized_pooling", "_sg_mkldnn_conv"}
