@@ -16,7 +16,7 @@ from migrate.mapping.match import match_graphs
 from migrate.verification import verify
 from migrate.mapping.weights import convert_weights, load_mxnet_weights
 from tests.migrate import models as M
-from tests.migrate.conftest import PAIRS, build_pair
+from tests.migrate.pairs import PAIRS, build_pair
 
 
 def _wide_pair(depth=6, width=1024):
