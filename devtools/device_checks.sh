@@ -7,11 +7,15 @@
 #   3. the exact optimizers on CUDA against the CPU's exact results: float64 within 1e-12 after 100 steps, float32,
 #      multi_precision, capturable (tests/migrate/optim/test_gpu.py).
 # Here first (./.venv, MXNet): .venv/bin/python -m devtools.generated_speed prepare build/generated_speed
-# Then run this script on the device, carrying build/generated_speed (build/ is ignored by git).
+#   and, for a device without pytest: pip install --target build/pylib pytest
+# Then run this script on the device, carrying build/generated_speed and build/pylib (build/ is ignored by git).
 set -u
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 status=0
+if ! "$python" -c "import pytest" 2>/dev/null; then
+    export PYTHONPATH="$PWD/build/pylib${PYTHONPATH:+:$PYTHONPATH}"
+fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 "$python" -m devtools.generated_speed run build/generated_speed --batch 64 --repeat 20 || status=1
 "$python" bench/bench_optim.py --device cuda --repeat 20 || status=1
