@@ -13,6 +13,7 @@ set -u
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 status=0
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # bench/ scripts import migrate from the work tree
 if ! "$python" -c "import pytest" 2>/dev/null; then
     export PYTHONPATH="$PWD/build/pylib${PYTHONPATH:+:$PYTHONPATH}"
 fi
