@@ -375,9 +375,9 @@ class TestErrors:
     def test_unknown_op_names_op_and_node(self, tmp_path, monkeypatch):
         """An op with no translation: UnsupportedOpError naming the op and the node; nothing written."""
         x = mx.sym.var("data")
-        files = self._symbol_file(tmp_path, mx.sym.linalg.gelqf(x, name="lq")[0], {})
+        files = self._symbol_file(tmp_path, mx.sym.khatri_rao(x, x, name="kr"), {})
         monkeypatch.setenv(WITHOUT_MXNET_VARIABLE, "1")
-        with pytest.raises(UnsupportedOpError, match=r"'lq' uses op '_linalg_gelqf'"):
+        with pytest.raises(UnsupportedOpError, match=r"'kr' uses op 'khatri_rao'"):
             generate_torch(files, (2, 3), tmp_path / "t.py")
         assert not (tmp_path / "t.py").exists()
 

@@ -320,12 +320,12 @@ class TestErrors:
     def test_unsupported_op_writes_nothing(self, tmp_path):
         """An op without a translation is an UnsupportedOpError naming the op, the node, MXNet's documentation name
         and the nearest known ops; no file is written."""
-        class LQ(gluon.HybridBlock):
+        class KhatriRao(gluon.HybridBlock):
             def hybrid_forward(self, F, x):
-                return F.linalg.gelqf(x)[0]
-        with pytest.raises(UnsupportedOpError, match=r"node 'lq_gelqf0' uses op '_linalg_gelqf' \(documented "
-                                                     r"as mxnet.symbol.linalg.gelqf\).*nearest known ops"):
-            generate_torch(LQ(prefix="lq_"), (2, 5), tmp_path / "t.py")
+                return F.khatri_rao(x, x)
+        with pytest.raises(UnsupportedOpError, match=r"node 'kr_khatri_rao0' uses op 'khatri_rao' \(documented "
+                                                     r"as mxnet.symbol.khatri_rao\).*nearest known ops"):
+            generate_torch(KhatriRao(prefix="kr_"), (2, 5), tmp_path / "t.py")
         assert not (tmp_path / "t.py").exists()
 
     def test_none_output_is_named(self, tmp_path):
@@ -447,12 +447,12 @@ class TestCli:
     def test_unsupported_op_exit_2_nothing_written(self, tmp_path, capsys):
         """An op without translation: exit 2, the error names the op, no file is written."""
         fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, no_bias=True, name="fc")
-        mx.sym.linalg.gelqf(fc, name="lq")[0].save(str(tmp_path / "t-symbol.json"))
+        mx.sym.khatri_rao(fc, fc, name="kr").save(str(tmp_path / "t-symbol.json"))
         mx.nd.save(str(tmp_path / "t-0000.params"), {"arg:fc_weight": mx.nd.ones((3, 5))})
         args = ["generate", "--symbol", str(tmp_path / "t-symbol.json"), "--params", str(tmp_path / "t-0000.params"),
                 "--input-shape", "2,5", "--out", str(tmp_path / "t.py")]
         assert migrate.cli.main(args) == 2
-        assert "op '_linalg_gelqf'" in capsys.readouterr().err and not (tmp_path / "t.py").exists()
+        assert "op 'khatri_rao'" in capsys.readouterr().err and not (tmp_path / "t.py").exists()
 
 
 def generate_module(path):
