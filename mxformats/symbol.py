@@ -38,7 +38,7 @@ from .errors import SymbolFileError
 from .reading import read_regular_file
 
 __all__ = ["SymbolNode", "SymbolGraph", "read_symbol", "symbol_file_problem", "symbol_from_json", "INPUT_NAMES",
-           "MXNET_VERSION", "FORCED_TRAINING", "MODE_OPS"]
+           "MXNET_VERSION", "FORCED_TRAINING", "MODE_OPS", "forced_training"]
 
 #: The MXNet version whose loader this module reproduces (1.9.1, as MXNet numbers it).
 MXNET_VERSION = 10901
@@ -61,6 +61,12 @@ _NORM_INPUTS = ("data", "gamma", "beta", "moving_mean", "moving_var")
 
 def _true(value) -> bool:
     return str(value).strip().lower() in ("true", "1")
+
+
+def forced_training(node: dict) -> bool:
+    """Whether a node of a symbol JSON document is marked ``FORCED_TRAINING`` (the translators read the attribute
+    alike: ``True`` or 1)."""
+    return _true(node.get("attrs", {}).get(FORCED_TRAINING, False))
 
 
 def _with_bias(no_bias_default: bool):

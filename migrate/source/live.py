@@ -21,7 +21,7 @@ from migrate.errors import InputShapeError
 from migrate.onnx_export.mxnet_export import export_mxnet
 from migrate.source.base import EXPORTED_WITH_MXNET, MXNET, MxSource
 from migrate.source.packed import packed_slices, packing_consumers
-from mxformats.symbol import FORCED_TRAINING, MODE_OPS
+from mxformats.symbol import MODE_OPS, forced_training
 
 __all__ = ["LiveSource", "MXNetNodeOutputs", "forced_training_graph", "mxnet_executor", "mxnet_node_shapes"]
 
@@ -175,12 +175,12 @@ def forced_training_graph(document: dict) -> dict | None:
     recorded Block's ``autograd.train_mode()``, GluonCV's GroupNorm); None where none is. The other ops that follow
     the mode compute as in eval in it: a BatchNorm with ``use_global_stats``, a Dropout or an RNN's dropout with
     ``p`` 0 (MXNet moves the running statistics in the backward pass, which verification does not run)."""
-    if not any(n.get("attrs", {}).get(FORCED_TRAINING) == "True" for n in document["nodes"]):
+    if not any(forced_training(n) for n in document["nodes"]):
         return None
     out = json.loads(json.dumps(document))
     for node in out["nodes"]:
         attrs = node.get("attrs", {})
-        if node["op"] not in MODE_OPS or attrs.get(FORCED_TRAINING) == "True" or attrs.get("mode") == "always":
+        if node["op"] not in MODE_OPS or forced_training(node) or attrs.get("mode") == "always":
             continue
         if node["op"] in ("Dropout", "RNN"):
             attrs["p"] = "0"
