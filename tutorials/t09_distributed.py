@@ -135,7 +135,8 @@ def main(argv=None) -> int:
     code = migrate_main(command)
     if code != 0:
         return code
-    print("\ntutorials/fsdp_recipe.py, what each rank runs:\n" + inspect.getsource(fsdp_recipe.main))
+    recipe = inspect.getsource(fsdp_recipe)
+    print("\ntutorials/fsdp_recipe.py, what each rank runs:\n" + recipe[recipe.index("def main("):])
     printed = torch_phase(folder, batches[n:], args.out)
     print(printed[0].rstrip())
     summary = compare(net, args.out, mx_losses, printed, n)

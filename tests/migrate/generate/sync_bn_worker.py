@@ -14,6 +14,8 @@ import sys
 import numpy as np
 import torch
 
+from devtools import torch_ranks
+
 
 def main(folder: str) -> None:
     torch.distributed.init_process_group("gloo")
@@ -33,9 +35,8 @@ def main(folder: str) -> None:
     arrays.update({f"grad:{k}": p.grad.numpy() for k, p in model.named_parameters() if p.grad is not None})
     arrays.update({f"state:{k}": v.numpy() for k, v in model.state_dict().items()})
     np.savez(os.path.join(folder, f"rank{rank}.npz"), **arrays)
-    torch.distributed.barrier()  # both ranks are done communicating before either tears its process group down
-    torch.distributed.destroy_process_group()
+    torch_ranks.finish()  # both ranks done communicating before either tears its process group down
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    torch_ranks.run_rank(main, sys.argv[1])  # exits without the C++ static destructors (see devtools.torch_ranks)
