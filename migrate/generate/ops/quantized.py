@@ -4,6 +4,7 @@
 ``_contrib_quantized_flatten``, ``_contrib_quantized_concat``, and ``_sg_mkldnn_conv`` (the convolution MXNet's
 quantization fuses with BatchNorm, ReLU and a residual sum) with calibrated output ranges; the float forms of
 ``_sg_mkldnn_conv`` and ``_sg_mkldnn_fully_connected`` are their subgraphs written out.
+Also ``_contrib_quantize`` (v1), ``_contrib_quantize_asym`` and ``_contrib_quantized_elemwise_add``/``_mul``.
 
 A quantized value is three outputs, as in MXNet: the int8 (or uint8) tensor and float32 tensors of shape (1,) holding
 the real range's min and max. MXNet's oneDNN ops scale by 127.5 (int8) or 255.5 (uint8) over the largest absolute
@@ -328,3 +329,103 @@ def _sg_mkldnn_conv(node: OpNode) -> str:
     return node.call(mx_int8_convolution, data, d_low, d_high, weight, bias, bn, residual,
                      _conv_args(node, body["Convolution"]), (flags["with_act"], flags["with_postsum_act"]),
                      (low, high, uint8))
+
+
+__all__ += ["mx_quantize", "mx_quantize_asym", "mx_quantized_elemwise_add", "mx_quantized_elemwise_mul"]
+
+
+def mx_quantize(x, low, high, out_type):
+    """MXNet's quantize (the v1 op, oneDNN): ``x * scale`` in float32, rounded half to even and saturated, scale 255
+    (uint8) or 127 (int8) over the largest bound of the range tensors ``low``/``high``. Returns (quantized, min,
+    max): uint8 keeps the given range, int8 the symmetric one."""
+    uint8 = out_type == "uint8"
+    real = mx_max_abs(low, high)
+    scale = torch.full_like(real, 255.0 if uint8 else 127.0) / real
+    quantized = mx_saturate(x.float() * scale, torch.uint8 if uint8 else torch.int8)
+    return (quantized, low, high) if uint8 else (quantized, -real, real)
+
+
+def mx_quantize_asym(x, calib_min, calib_max):
+    """MXNet's quantize_asym (oneDNN's RNN data reorder, 3-d input): uint8 of ``x * scale + shift`` (float32, two
+    roundings), rounded half to even and saturated; scale 255 / (max - min), shift 255 - max * scale, the range the
+    calibrated one or else x's own min and max. Returns (quantized, scale, shift)."""
+    if calib_min is None:
+        low, high = x.detach().min().float().reshape(1), x.detach().max().float().reshape(1)
+    else:
+        low, high = mx_range_constant(calib_min, x), mx_range_constant(calib_max, x)
+    scale = torch.full_like(high, 255.0) / (high - low)
+    shift = torch.full_like(high, 255.0) - high * scale
+    return mx_saturate(x.float() * scale + shift, torch.uint8), scale, shift
+
+
+def mx_quantized_elemwise_add(a, b, ranges, calib_min, calib_max):
+    """MXNet's quantized_elemwise_add (oneDNN sum, ``ranges``: a and b min/max): each input times its scale in
+    float32, summed in float32, rounded half to even and saturated. Calibrated: the output (int8, or uint8 for two
+    uint8 inputs) at scale 127.5 or 255.5 over the calibrated range, an input's scale that over its own (127.5 or
+    255.5 over its range); else int32 over the range -(|a| + |b|)..(|a| + |b|), an input's scale |its range| *
+    2^31 / ((|a| + |b|) * its 127.5 or 255.5). Mixing int8 and uint8, MXNet first rescales the uint8 input to int8
+    (rounded, saturated at 127) and adds it unscaled."""
+    a_abs, b_abs = mx_max_abs(ranges[0], ranges[1]), mx_max_abs(ranges[2], ranges[3])
+    levels = [torch.full_like(a_abs, 255.5 if q.dtype == torch.uint8 else 127.5) for q in (a, b)]
+    if calib_min is None:
+        out_dtype, high = torch.int32, a_abs + b_abs
+        low = -high
+        scales = [real * 2147483648.0 / (high * level) for real, level in zip((a_abs, b_abs), levels)]
+    else:
+        out_dtype = a.dtype if a.dtype == b.dtype else torch.int8
+        low, high = mx_range_constant(calib_min, a), mx_range_constant(calib_max, a)
+        out_scale = torch.full_like(a_abs, 255.5 if out_dtype == torch.uint8 else 127.5) / mx_max_abs(low, high)
+        scales = [out_scale / (level / real) for real, level in zip((a_abs, b_abs), levels)]
+    terms = []
+    for q, scale in zip((a, b), scales):
+        if a.dtype != b.dtype and q.dtype == torch.uint8:
+            q, scale = mx_saturate(q.float() * scale, torch.int8), torch.ones_like(scale)
+        terms.append(q.float() * scale)
+    return mx_saturate(terms[0] + terms[1], out_dtype), low, high
+
+
+def mx_quantized_elemwise_mul(a, b, ranges, calib_min, calib_max, float_output):
+    """MXNet's quantized_elemwise_mul (its plain CPU loop over int8 inputs; ``ranges``: a and b min/max): the integer
+    product times a float32 scale. ``float_output``: float32, scale 1 / a's scale / b's scale (in double, rounded to
+    float32), an input's scale 127.5 over its range. Calibrated: int8 at scale (127.5 over the calibrated range) / a's
+    scale / b's scale, truncated toward 0 to int32 (out of int32's range: INT32_MIN) and wrapped to 8 bits, as
+    MXNet's ``static_cast`` does. Else the int32 product with the range of a product of int8 values."""
+    product = a.float() * b.float()  # at most 2^14: exact
+    a_scale, b_scale = (torch.full_like(ranges[0], 127.5) / mx_max_abs(ranges[0], ranges[1]),
+                        torch.full_like(ranges[2], 127.5) / mx_max_abs(ranges[2], ranges[3]))
+    if float_output:
+        return product * (torch.ones_like(a_scale, dtype=torch.float64) / a_scale.double() / b_scale.double()).float()
+    if calib_min is None:
+        return product.to(torch.int32), *mx_int8_product_range(*ranges, 127.0, 127.0)
+    low, high = mx_range_constant(calib_min, a), mx_range_constant(calib_max, a)
+    value = (product * (torch.full_like(a_scale, 127.5) / mx_max_abs(low, high) / a_scale / b_scale)).double().trunc()
+    value = torch.where(value.abs() < 2147483648.0, value, torch.full_like(value, -2147483648.0))
+    return (torch.remainder(value + 128.0, 256.0) - 128.0).to(torch.int8), low, high
+
+
+@register("_contrib_quantize")
+def _quantize(node: OpNode) -> str:
+    out_type = node.attr("out_type", "uint8")
+    if out_type not in ("int8", "uint8"):
+        raise node.unsupported(f"out_type {out_type!r}")
+    return node.call(mx_quantize, *node.inputs[:3], repr(out_type))
+
+
+@register("_contrib_quantize_asym")
+def _quantize_asym(node: OpNode) -> str:
+    shape = node.in_shapes[0] if node.in_shapes else None
+    if shape is not None and len(shape) != 3:
+        raise node.unsupported(f"a {len(shape)}-d input (MXNet 1.9.1's CPU build runs quantize_asym on 3-d data only "
+                               f"and crashes on other shapes; reshape the data to 3-d before it)")
+    return node.call(mx_quantize_asym, node.inputs[0], *_calib(node))
+
+
+@register("_contrib_quantized_elemwise_add")
+def _quantized_elemwise_add(node: OpNode) -> str:
+    return node.call(mx_quantized_elemwise_add, *node.inputs[:2], f"[{', '.join(node.inputs[2:6])}]", *_calib(node))
+
+
+@register("_contrib_quantized_elemwise_mul")
+def _quantized_elemwise_mul(node: OpNode) -> str:
+    return node.call(mx_quantized_elemwise_mul, *node.inputs[:2], f"[{', '.join(node.inputs[2:6])}]", *_calib(node),
+                     bool(node.attr("enable_float_output", False)))

@@ -148,6 +148,50 @@ def _int8_dense(F, x, w, b, kind):
                                                num_hidden=5)
 
 
+def _q(dtype, *shape):
+    """Random int8 (or uint8) values over the dtype's whole range, its two ends among them."""
+    def make(rng):
+        info = np.iinfo(dtype)
+        values = rng.randint(info.min, info.max + 1, shape)
+        values.flat[:2] = info.min, info.max
+        return values.astype(dtype)
+    return make
+
+
+def _bound(value):
+    """A range bound as MXNet's int8 ops take it: float32, shape (1,)."""
+    return lambda rng: np.array([value], np.float32)
+
+
+def _halves(low, high, *shape):
+    """Random multiples of 0.5 in [low, high): rounding ties where a quantization's scale is 1."""
+    return lambda rng: (rng.randint(2 * low, 2 * high, shape) / 2).astype(np.float32)
+
+
+def _near_asym_ties(low, high, *shape):
+    """Values a few float32 steps from where quantize_asym's ``x * scale + shift`` (calibrated to [low, high]) is
+    k + 0.5, some beyond the range: rounding the product before adding the shift decides many of them."""
+    def make(rng):
+        scale = np.float32(255) / (np.float32(high) - np.float32(low))
+        shift = np.float32(255) - np.float32(high) * scale
+        ties = (rng.randint(-3, 258, shape) + 0.5 - np.float64(shift)) / np.float64(scale)
+        return (ties.astype(np.float32).view(np.int32) + rng.randint(-3, 4, shape)).view(np.float32)
+    return make
+
+
+def _in_graph(fn):
+    """``fn`` run by MXNet's graph executor where F is mx.nd (MXNet 1.9.1 runs quantized_elemwise_mul only in a
+    graph: called on NDArrays it fails its output count check)."""
+    def run(F, *xs):
+        if F is not mx.nd:
+            return fn(F, *xs)
+        names = [f"x{i}" for i in range(len(xs))]
+        out = fn(mx.sym, *[mx.sym.var(n) for n in names])
+        outs = out.bind(mx.cpu(), dict(zip(names, xs)), grad_req="null").forward(is_train=False)
+        return outs if len(outs) > 1 else outs[0]
+    return run
+
+
 def _both(*makers):
     return lambda rng: [m(rng) for m in makers]
 
@@ -317,6 +361,56 @@ CASES = [
             F.contrib.quantize_v2(a, out_type="int8"),
             F.contrib.quantize_v2(b, out_type="auto", min_calib_range=0.0, max_calib_range=2.5)), num_args=2, dim=1),
          _both(_u(2, 3, 4), _u(2, 2, 4, low=0, high=2)), grad=False, tol=0.0),
+    # quantize (v1): scale 127 or 255 over the range tensors, round half to even (scale 1: ties), saturation
+    Case("_contrib_quantize int8", lambda F, x, low, high: F.contrib.quantize(x, low, high, out_type="int8"),
+         _both(_u(2, 3, 4, 5, low=-3, high=3), _bound(-2.0), _bound(2.54)), grad=False, tol=0.0),
+    Case("_contrib_quantize uint8 (default)", lambda F, x, low, high: F.contrib.quantize(x, low, high),
+         _both(_u(3, 7, low=-1, high=3), _bound(-0.5), _bound(2.5)), grad=False, tol=0.0),
+    *[Case(f"_contrib_quantize {out_type} ties", (lambda out_type: lambda F, x, low, high: F.contrib.quantize(
+        x, low, high, out_type=out_type))(out_type), _both(_halves(*values, 4, 9), _bound(low), _bound(high)),
+           grad=False, tol=0.0)
+      for out_type, values, low, high in (("int8", (-140, 140), -127.0, 100.0), ("uint8", (-5, 265), -3.0, 255.0))],
+    # quantize_asym (3-d data: MXNet 1.9.1 crashes on others): x * scale + shift, uint8
+    Case("_contrib_quantize_asym", lambda F, x: F.contrib.quantize_asym(x), _both(_u(2, 5, 6, low=-1.5, high=2.5)),
+         grad=False, tol=0.0),
+    Case("_contrib_quantize_asym calibrated", lambda F, x: F.contrib.quantize_asym(
+        x, min_calib_range=-0.75, max_calib_range=1.25), _both(_near_asym_ties(-0.75, 1.25, 2, 40, 16)), grad=False,
+         tol=0.0),
+    Case("_contrib_quantize_asym calibrated, ties", lambda F, x: F.contrib.quantize_asym(
+        x, min_calib_range=-127.5, max_calib_range=127.5), _both(_ints(140, 2, 3, 8, low=-140)), grad=False, tol=0.0),
+    # quantized_elemwise_add (oneDNN sum): int32 without a calibrated range; ties at scales 0.5; a uint8 input
+    # beside an int8 one rescaled to int8 first (saturating at 127); each row its own shape (MXNet caches the sum by
+    # shapes and input ranges, not by the calibrated range)
+    *[Case(f"_contrib_quantized_elemwise_add {a}+{b} {kw or 'int32'}", (lambda kw: lambda F, *xs: (
+        F.contrib.quantized_elemwise_add(*xs, **kw)))(kw), _both(_q(a, *shape), _q(b, *shape),
+                                                                 *[_bound(v) for v in ranges]), grad=False, tol=0.0)
+      for a, b, ranges, kw, shape in (
+          ("int8", "int8", (-0.8, 1.3, -2.1, 0.4), {}, (2, 3, 4, 5)),
+          ("int8", "int8", (-127.5, 100.0, -50.0, 127.5), {"min_calib_range": -255.0, "max_calib_range": 200.0},
+           (3, 4, 7)),
+          ("uint8", "uint8", (0.0, 255.5, 0.0, 255.5), {"min_calib_range": 0.0, "max_calib_range": 511.0}, (5, 9)),
+          ("uint8", "uint8", (0.0, 1.7, 0.0, 0.6), {}, (2, 9)),
+          ("int8", "uint8", (-1.5, 1.2, 0.0, 2.0), {"min_calib_range": -2.5, "max_calib_range": 3.1}, (4, 6)),
+          ("uint8", "int8", (0.0, 4.0, -1.0, 1.0), {"min_calib_range": -1.5, "max_calib_range": 1.5}, (3, 11)),
+          ("uint8", "int8", (0.0, 1.0, -2.0, 2.0), {}, (6, 5)))],
+    Case("_contrib_quantized_elemwise_add, quantize_v2", lambda F, a, b: F.contrib.quantized_elemwise_add(
+        *(lambda qa, qb: (qa[0], qb[0], qa[1], qa[2], qb[1], qb[2]))(
+            F.contrib.quantize_v2(a, out_type="int8"),
+            F.contrib.quantize_v2(b, out_type="auto", min_calib_range=0.0, max_calib_range=2.5)),
+        min_calib_range=-1.5, max_calib_range=3.0), _both(_u(2, 3, 4), _u(2, 3, 4, low=0, high=2)), grad=False,
+         tol=0.0),
+    # quantized_elemwise_mul (MXNet's plain CPU loop, int8 inputs): the int32 product; calibrated, int8 truncated and
+    # wrapped to 8 bits; or float32 (ranges where the scale's double division differs from float32 divisions)
+    *[Case(f"_contrib_quantized_elemwise_mul {kw or 'int32'}", (lambda kw: _in_graph(lambda F, *xs: (
+        F.contrib.quantized_elemwise_mul(*xs, **kw))))(kw), _both(_q("int8", *shape), _q("int8", *shape),
+                                                                  *[_bound(v) for v in ranges]), grad=False, tol=0.0)
+      for ranges, kw, shape in (
+          ((-0.9, 1.1, -2.0, 0.5), {}, (3, 5)),
+          ((-1.0, 1.0, -1.0, 0.7), {"min_calib_range": -0.8, "max_calib_range": 1.0}, (4, 6)),
+          ((-1.0, 1.0, -1.0, 0.7), {"min_calib_range": -0.05, "max_calib_range": 0.04}, (2, 7)),
+          ((-0.3, 2.2, -2.6, 0.9), {"enable_float_output": True}, (3, 4, 2)),
+          ((-0.3, 1.7, -0.9, 0.5), {"enable_float_output": True, "min_calib_range": -1.0, "max_calib_range": 1.0},
+           (5, 3)))],
     # creation and the numpy interface
     Case("_eye", lambda F, x: F.broadcast_mul(x, F.eye(3, 4, k=1)), _both(_u(2, 3, 4))),
     Case("_eye float64 k -1", lambda F, x: F.broadcast_add(x, F.eye(3, k=-1, dtype="float64")),
@@ -986,6 +1080,7 @@ def test_exporter_ops_generate_alike_without_mxnet(case, tmp_path):
 
 
 _FILE_PATH_OPS = ("_foreach", "_contrib_quantize_v2 int8", "_contrib_quantized_conv", "_contrib_quantized_concat",
+                  "_contrib_quantize int8", "_contrib_quantize_asym calibrated",
                   "_contrib_quantized_fully_connected int8", "_linalg_trsm", "_linalg_maketrian", "_np_cumsum",
                   "_eye", "sum exclude")
 
@@ -999,6 +1094,13 @@ def test_loop_int8_linalg_ops_generate_alike_without_mxnet(case, tmp_path):
     running the translations on zeros: potrf or inverse of a graph input is refused there, naming the node.)"""
     shapes = [a.shape for a in case.inputs(np.random.RandomState(0))]
     assert _from_files(case.fn, shapes, tmp_path, True) == _from_files(case.fn, shapes, tmp_path, False)
+
+
+def test_quantize_asym_of_other_than_3d_data_is_refused(tmp_path):
+    """MXNet 1.9.1's CPU build runs quantize_asym on 3-d data only (it crashes on others): a 2-d one is refused,
+    naming the node and the fix."""
+    with pytest.raises(UnsupportedOpError, match=r"\(op _contrib_quantize_asym\): a 2-d input .*reshape the data"):
+        generate_torch(_Op(lambda F, x: F.contrib.quantize_asym(x)), [(3, 4)], tmp_path / "asym.py")
 
 
 def test_random_op_without_a_shape_names_the_op_without_mxnet(tmp_path):
@@ -1051,5 +1153,7 @@ def test_known_ops_cover_gluonts_elmo_and_int8():
               "_linalg_gelqf", "_linalg_syevd", "_sample_gamma", "_sample_normal", "_sample_uniform", "_sample_exponential", "_sample_poisson",
               "_sample_negative_binomial", "_sample_generalized_negative_binomial", "_foreach",
               "_contrib_quantize_v2", "_contrib_dequantize", "_contrib_requantize", "_contrib_quantized_conv",
-              "_contrib_quantized_fully_connected", "_contrib_quantized_pooling", "_sg_mkldnn_conv"}
+              "_contrib_quantized_fully_connected", "_contrib_quantized_pooling", "_sg_mkldnn_conv",
+              "_contrib_quantize", "_contrib_quantize_asym", "_contrib_quantized_elemwise_add",
+              "_contrib_quantized_elemwise_mul"}
     assert wanted <= set(known_ops()), sorted(wanted - set(known_ops()))
