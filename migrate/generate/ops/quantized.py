@@ -34,7 +34,8 @@ from migrate.generate.registry import OpNode, register, translator
 __all__ = ["mx_range_constant", "mx_max_abs", "mx_quantize_scale", "mx_saturate", "mx_quantize_v2", "mx_dequantize",
            "mx_requantize", "mx_int8_product_range", "mx_quantized_conv", "mx_quantized_fully_connected",
            "mx_quantized_concat", "mx_fold_batch_norm", "mx_int8_weights", "mx_int8_convolution",
-           "mx_integer_convolution"]
+           "mx_integer_convolution", "mx_quantize", "mx_quantize_asym", "mx_quantized_elemwise_add",
+           "mx_quantized_elemwise_mul"]
 
 def mx_max_abs(low, high):
     """MXNet's MaxAbs of a range's bounds (float32 tensors of shape (1,))."""
@@ -330,8 +331,6 @@ def _sg_mkldnn_conv(node: OpNode) -> str:
                      _conv_args(node, body["Convolution"]), (flags["with_act"], flags["with_postsum_act"]),
                      (low, high, uint8))
 
-
-__all__ += ["mx_quantize", "mx_quantize_asym", "mx_quantized_elemwise_add", "mx_quantized_elemwise_mul"]
 
 
 def mx_quantize(x, low, high, out_type):
