@@ -7,11 +7,11 @@ equivalent, a helper in the same module, listed in its ``__all__``), and a row i
 ``tests/migrate/generate/test_generate_ops.py``.
 """
 from migrate.generate.ops import (activations, control_flow, creation, detection, elementwise, indexing, layers,
-                                  linalg, normalization, numpy_interface, quantized, recurrent, reduction,
-                                  sampling, sequence, shape, vision)
+                                  linalg, normalization, numpy_interface, quantized, quantized_rnn, recurrent,
+                                  reduction, sampling, sequence, shape, vision)
 
 __all__ = ["FAMILIES"]
 
 FAMILIES = (layers, activations, normalization, elementwise, shape, reduction, linalg, indexing, creation, sequence,
-            recurrent, vision, detection, numpy_interface, sampling, control_flow, quantized)
+            recurrent, vision, detection, numpy_interface, sampling, control_flow, quantized, quantized_rnn)
 """The op family modules, in the order their emitted objects are written into a file."""

@@ -1,6 +1,7 @@
 """MXNet's ``_sample_*`` ops: draws from distributions whose parameters are arrays (``_sample_normal``,
 ``_sample_uniform``, ``_sample_gamma``, ``_sample_exponential``, ``_sample_poisson``, ``_sample_negative_binomial``,
-``_sample_generalized_negative_binomial``, ``_sample_multinomial``).
+``_sample_generalized_negative_binomial``, ``_sample_multinomial``) and ``_sample_unique_zipfian`` (distinct classes
+drawn from MXNet's approximately log-uniform distribution, with the number of draws it took).
 
 Each parameter element gets ``shape`` draws: the output's shape is the parameters' shape followed by ``shape``, its
 dtype the node's ``dtype`` (float32 by default, whatever the parameters' dtype, as MXNet gives it). The draws come
@@ -20,7 +21,7 @@ from migrate.generate.registry import OpNode, register
 
 __all__ = ["mx_sample_params", "mx_sample_normal", "mx_sample_uniform", "mx_sample_gamma", "mx_sample_exponential",
            "mx_sample_poisson", "mx_sample_negative_binomial", "mx_sample_generalized_negative_binomial",
-           "mx_sample_multinomial"]
+           "mx_sample_multinomial", "mx_sample_unique_zipfian"]
 
 
 @register("_sample_normal", "_sample_uniform", "_sample_gamma", "_sample_exponential", "_sample_poisson",
@@ -113,3 +114,45 @@ def mx_sample_multinomial(data, shape, get_prob, dtype):
     if not get_prob:
         return sample
     return sample, torch.log(rows.gather(1, index.clamp(max=k - 1))).reshape(out_shape)
+
+
+@register("_sample_unique_zipfian")
+def _sample_unique_zipfian(node: OpNode) -> str:
+    shape = node.tuple_attr("shape") or (tuple(node.out_shape) if node.out_shape else ())
+    if len(shape) != 2:
+        raise node.unsupported(f"shape {shape} (MXNet takes (batch_size, num_sampled))")
+    range_max = int(node.attr("range_max"))
+    if shape[1] > range_max:
+        raise node.unsupported(f"num_sampled {shape[1]} above range_max {range_max} (MXNet refuses it)")
+    return node.call(mx_sample_unique_zipfian, range_max, shape, "self._device()")
+
+
+def mx_sample_unique_zipfian(range_max, shape, device=None):
+    """MXNet's _sample_unique_zipfian: per row of ``shape`` (batch_size, num_sampled), draws
+    ``lround(exp(u * log(range_max))) - 1`` (u uniform in [0, 1), float64) until ``num_sampled`` distinct classes
+    came up, kept in the order they first came: P(k) = (log(min(k + 1.5, range_max)) - log(max(k + 0.5, 1))) /
+    log(range_max), as MXNet's kernel draws (its documentation's (log(k + 2) - log(k + 1)) / log(range_max + 1) is
+    another distribution). Returns (samples int64 (batch_size, num_sampled), draws per row int64 (batch_size,)): the
+    draws count the repeated classes too, as MXNet's ``num_tries``."""
+    rows, wanted = int(shape[0]), int(shape[1])
+    if rows == 0 or wanted == 0:
+        return (torch.empty((rows, wanted), dtype=torch.int64, device=device),
+                torch.zeros(rows, dtype=torch.int64, device=device))
+    log_range = math.log(range_max)
+    draws = torch.empty((rows, 0), dtype=torch.int64, device=device)
+    chunk = 2 * wanted + 16
+    while True:
+        more = torch.exp(torch.rand((rows, chunk), dtype=torch.float64, device=device) * log_range)
+        whole = more.trunc()
+        draws = torch.cat([draws, (whole + (more - whole >= 0.5).double()).long() - 1], 1)  # lround, then - 1
+        order, index = torch.sort(draws, dim=1, stable=True)
+        first = torch.ones_like(order, dtype=torch.bool)
+        first[:, 1:] = order[:, 1:] != order[:, :-1]
+        new = torch.zeros_like(first).scatter(1, index, first)  # a class's first draw in its row
+        count = new.cumsum(1)
+        if bool((count[:, -1] >= wanted).all()):
+            break
+        chunk *= 2
+    keep = new & (count <= wanted)
+    tries = (count >= wanted).int().argmax(1) + 1  # the draw that brought the last class
+    return draws[keep].reshape(rows, wanted), tries.long()

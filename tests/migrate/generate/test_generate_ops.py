@@ -1028,6 +1028,191 @@ class TestSampleOps:
         assert got[0].dtype == np.dtype(dtype or "float32") and got[0].shape == (2, 3)
 
 
+def _zipfian_chi_square(classes, range_max, probability=None):
+    """Pearson's chi-square of the drawn ``classes`` against ``probability`` (default: the distribution MXNet's
+    _sample_unique_zipfian kernel draws, lround(exp(u log range_max)) - 1 for u uniform in [0, 1))."""
+    k = np.arange(range_max)
+    if probability is None:
+        probability = (np.log(np.minimum(k + 1.5, range_max)) - np.log(np.maximum(k + 0.5, 1))) / np.log(range_max)
+    expected = probability * classes.size
+    return float(((np.bincount(classes.ravel(), minlength=range_max) - expected) ** 2 / expected).sum())
+
+
+class TestUniqueZipfian:
+    """_sample_unique_zipfian(range_max=50) draws torch's numbers from MXNet's distribution: shapes and dtypes (int64)
+    as MXNet's; single draws pass a chi-square test of that distribution on both sides (49 degrees of freedom, bound
+    49 + 5 sqrt(98), which the distribution of MXNet's documentation fails: MXNet's draws score about 900 against
+    it); each row's classes are distinct, the first is one draw (chi-square again), and the draws counted per row
+    (MXNet's num_tries) have the same mean on both sides (5 standard errors)."""
+
+    RANGE = 50
+    BOUND = 49 + 5 * np.sqrt(98)
+
+    def test_distribution(self, tmp_path):
+        """20000 rows of one class each: every class drawn at MXNet's rate, on both sides."""
+        fn = lambda F, x: (x * 1, *F._internal._sample_unique_zipfian(  # noqa: E731
+            range_max=self.RANGE, shape=(20000, 1)))
+        (want, _), (got, _) = _sampled(fn, [_u(2, 3)(np.random.RandomState(0))], tmp_path)
+        for k in (1, 2):
+            _assert_same_kind(want[k], got[k], f"output {k}")
+        for side, (_, classes, tries) in (("MXNet", want), ("torch", got)):
+            assert (tries == 1).all(), f"{side}: a single draw counted {sorted(set(tries.tolist()))} tries"
+            chi = _zipfian_chi_square(classes, self.RANGE)
+            assert chi <= self.BOUND, f"{side}: chi-square {chi:.1f} above {self.BOUND:.1f}"
+        k = np.arange(self.RANGE)
+        documented = (np.log(k + 2) - np.log(k + 1)) / np.log(self.RANGE + 1)
+        assert _zipfian_chi_square(want[1], self.RANGE, documented) > 4 * self.BOUND, "the test cannot tell them apart"
+
+    def test_distinct_classes_and_tries(self, tmp_path):
+        """2000 rows of 20 classes: distinct in [0, 50) per row, the first a plain draw, at least 20 tries per row,
+        and the mean number of tries as MXNet's."""
+        fn = lambda F, x: (x * 1, *F._internal._sample_unique_zipfian(  # noqa: E731
+            range_max=self.RANGE, shape=(2000, 20)))
+        (want, _), (got, _) = _sampled(fn, [_u(2, 3)(np.random.RandomState(0))], tmp_path)
+        for k in (1, 2):
+            _assert_same_kind(want[k], got[k], f"output {k}")
+        for side, (_, classes, tries) in (("MXNet", want), ("torch", got)):
+            assert classes.min() >= 0 and classes.max() < self.RANGE, f"{side}: classes outside [0, {self.RANGE})"
+            assert all(len(set(row)) == 20 for row in classes.tolist()), f"{side}: a row repeats a class"
+            assert (tries >= 20).all(), f"{side}: fewer tries than classes"
+            chi = _zipfian_chi_square(classes[:, 0], self.RANGE)
+            assert chi <= self.BOUND, f"{side}: first classes' chi-square {chi:.1f} above {self.BOUND:.1f}"
+        error = np.sqrt(want[2].var() / want[2].size + got[2].var() / got[2].size)
+        assert abs(want[2].mean() - got[2].mean()) <= 5 * error, (want[2].mean(), got[2].mean(), error)
+
+
+_QRNN_MXNET = r"""
+import sys
+import numpy as np
+import mxnet as mx
+arrays = dict(np.load(sys.argv[1]))
+low, high, size = float(arrays.pop("low")), float(arrays.pop("high")), int(arrays.pop("size"))
+
+
+def run(x, params, h0, c0, **kw):
+    q, scale, shift = mx.nd.contrib.quantize_asym(mx.nd.array(x), min_calib_range=low, max_calib_range=high)
+    out = mx.nd.contrib.quantized_rnn(q, mx.nd.array(params), mx.nd.array(h0), mx.nd.array(c0), scale, shift,
+                                      state_size=size, num_layers=1, mode="lstm", **kw)
+    return [a.asnumpy() for a in [q, scale, shift] + (list(out) if isinstance(out, list) else [out])]
+
+
+def ulp(a, seed):
+    step = np.random.RandomState(seed).randint(-1, 2, a.shape)
+    toward = np.where(step > 0, np.inf, -np.inf).astype(np.float32)
+    return np.where(step == 0, a, np.nextafter(a.astype(np.float32), toward))
+
+
+names = ("x", "params", "h0", "c0")
+result = dict(zip(("q", "scale", "shift", "out", "h", "c"), run(*(arrays[n] for n in names), state_outputs=True)))
+result["out_only"] = run(*(arrays[n] for n in names))[3]
+for trial in range(4):  # h0 holds rounding ties on purpose: an ulp moves them to the other side
+    result[f"noisy_c{trial}"] = run(*(arrays[n] if n == "h0" else ulp(arrays[n], 10 * trial + k)
+                                      for k, n in enumerate(names)), state_outputs=True)[5]
+np.savez(sys.argv[2], **result)
+"""
+
+
+def _mxnet_quantized_rnn(arrays, tmp_path):
+    """MXNet's _contrib_quantized_rnn (data quantized by quantize_asym) on ``arrays``, and its final cell state for
+    four copies of the data, parameters and initial cell state each moved by -1, 0 or +1 ulp per value (the initial
+    hidden state holds rounding ties and stays), run in a process of its own with oneDNN
+    held below AVX-512 VNNI (``DNNL_MAX_CPU_ISA=AVX512_CORE``: oneDNN 2.4's VNNI LSTM refuses MXNet 1.9.1's weight
+    layout, "could not create a primitive descriptor for a reorder primitive")."""
+    import subprocess
+    import sys
+    np.savez(tmp_path / "in.npz", **arrays)
+    env = dict(os.environ, DNNL_MAX_CPU_ISA="AVX512_CORE")
+    subprocess.run([sys.executable, "-c", _QRNN_MXNET, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+                   env=env, check=True, capture_output=True, timeout=300)
+    return dict(np.load(tmp_path / "out.npz"))
+
+
+class TestQuantizedRnn:
+    """_contrib_quantized_rnn (the int8 LSTM MXNet's quantize_net writes for a one-layer gluon.rnn.LSTM): uint8
+    data of calibrated ranges [-0.8, 1.2] (scale 127.5, shift 102) and [-1, 1] (shift 127.5: a zero state is a
+    rounding tie), weights quantized per gate row, initial hidden states at rounding ties 2k + 0.5 (half to even
+    rounds down) and beyond the range (saturating at 0 and 255), odd and even input widths. The
+    output sequence and the final hidden state are MXNet's bits (the gate products saturate in int16 pairs, as
+    oneDNN's do: the test asserts they do here). The final cell state carries oneDNN's own sigmoid/tanh rounding:
+    the generated one is within what MXNet's cell state moves when the float inputs move by one ulp (the control:
+    each of four such runs moves it by 2.6e-7 to 6.5e-7 here; the generated one is off by 1.2e-7 at most, and equal
+    in about 40% of its values)."""
+
+    def _arrays(self, low, high, steps=8, batch=16, width=33, size=40):
+        rng = np.random.RandomState(5)
+        x = rng.uniform(low, high, (steps, batch, width)).astype(np.float32)
+        x[0, 0, :4] = [high, high + 0.3, low, low - 1.0]  # the range's ends and beyond
+        h0 = rng.uniform(-1.5, 1.5, (1, batch, size)).astype(np.float32)
+        scale = np.float32(255.0) / np.float32(high - low)
+        shift = np.float32(255.0) - np.float32(high) * scale
+        ties = np.float32((np.arange(0, 255, 2) + 0.5 - shift) / scale)  # h scale + shift = 2k + 0.5 exactly
+        ties = ties[(ties * scale + shift).astype(np.float32) == np.arange(0, 255, 2) + 0.5]
+        h0[0, 0, :size] = np.resize(ties[::3], size)
+        h0[0, 1, :3] = 0.0
+        return {"x": x, "params": rng.uniform(-0.3, 0.3, (4 * size * (width + size + 2),)).astype(np.float32),
+                "h0": h0, "c0": rng.uniform(-1, 1, (1, batch, size)).astype(np.float32),
+                "low": np.float32(low), "high": np.float32(high), "size": np.int64(size)}
+
+    @pytest.mark.parametrize("low, high", [(-0.8, 1.2), (-1.0, 1.0)])
+    def test_matches_mxnet(self, tmp_path, low, high):
+        """Outputs equal for state_outputs True and False (the parameters as one vector, and as the four pieces
+        _rnn_param_concat joins); the final cell state within the 1-ulp control."""
+        arrays = self._arrays(low, high)
+        assert len(set(arrays["h0"][0, 0].tolist())) > 20, "the initial state lacks its rounding ties"
+        want = _mxnet_quantized_rnn(arrays, tmp_path)
+        inputs = [want["q"], arrays["params"], arrays["h0"], arrays["c0"], want["scale"], want["shift"]]
+        cut = np.cumsum([4 * 40 * 33, 4 * 40 * 40, 4 * 40])
+        pieces = np.split(arrays["params"], cut)  # as Gluon's LSTM hands them over, through _rnn_param_concat
+        got = {}
+        for state_outputs, heads in ((True, ("out", "h", "c")), (False, ("out_only",))):
+            def fn(F, q, *rest, state_outputs=state_outputs):
+                p = rest[0] if state_outputs else F._internal._rnn_param_concat(*rest[:4], dim=0, num_args=4)
+                h, c, s, t = rest[-4:]
+                return F.contrib.quantized_rnn(q, p, h, c, min_data=s, max_data=t, state_size=40, num_layers=1,
+                                               mode="lstm", state_outputs=state_outputs)  # a symbol names them so
+            given = inputs if state_outputs else inputs[:1] + pieces + inputs[2:]
+            model = generate_torch(_Op(fn), [a.shape for a in given], tmp_path / f"qrnn{state_outputs}.py",
+                                   input_dtypes=[a.dtype for a in given])
+            with torch.no_grad():
+                outs = model.eval()(*[torch.from_numpy(a) for a in given])
+            outs = outs if isinstance(outs, (list, tuple)) else [outs]
+            assert len(outs) == len(heads), f"{len(outs)} outputs, MXNet {len(heads)}"
+            got.update((head, value.numpy()) for head, value in zip(heads, outs))
+        for head in ("out", "h", "c", "out_only"):
+            _assert_same_kind(want[head], got[head], head)
+        for head in ("out", "h", "out_only"):
+            assert np.array_equal(want[head], got[head]), f"{head}: {(want[head] != got[head]).sum()} values differ"
+        control = min(float(np.abs(want[f"noisy_c{k}"] - want["c"]).max()) for k in range(4))
+        differ = float(np.abs(got["c"] - want["c"]).max())
+        assert 0 < control <= 1e-6, f"MXNet's cell state moves by {control} under 1-ulp input noise"
+        assert differ <= control, f"cell state off by {differ}; MXNet's own 1-ulp noise moves it by {control}"
+        assert differ <= 2e-7 and (got["c"] == want["c"]).mean() > 0.3, (differ, (got["c"] == want["c"]).mean())
+
+    def test_gate_products_saturate_in_int16_pairs(self):
+        """The test's data and weights make oneDNN's int16 pair sums saturate (so the comparison covers it)."""
+        from migrate.generate.ops.quantized_rnn import mx_int16_pair_dot, mx_rnn_int8_weights
+        arrays, width, size = self._arrays(-0.8, 1.2), 33, 40
+        params = torch.from_numpy(arrays["params"])
+        q_input, _, _ = mx_rnn_int8_weights(params[:4 * size * width].reshape(-1, width),
+                                            params[4 * size * width:4 * size * (width + size)].reshape(-1, size))
+        scale, shift = 255.0 / 2.0, 255.0 - 1.2 * 127.5
+        data = torch.round((torch.from_numpy(arrays["x"]).reshape(-1, width) * scale + shift).clamp(0, 255))
+        data = data.to(torch.uint8)
+        exact = data.long() @ q_input.long().t()
+        assert (mx_int16_pair_dot(data, q_input) != exact).float().mean() > 0.01
+
+    @pytest.mark.parametrize("kw", [{"num_layers": 2}, {"bidirectional": True}], ids=["num_layers", "bidirectional"])
+    def test_other_layers_are_refused(self, tmp_path, kw):
+        """Two layers or two directions are refused, naming the attribute and the fix (exclude_layers)."""
+        fn = lambda F, q, p, h, c, s, t: F.contrib.quantized_rnn(  # noqa: E731
+            q, p, h, c, min_data=s, max_data=t, state_size=4, mode="lstm", **{"num_layers": 1, **kw})
+        layers, dirs = kw.get("num_layers", 1), 2 if kw.get("bidirectional") else 1
+        shapes = [(3, 2, 4), (4 * 4 * dirs * (4 + 4 + 2) + 4 * 4 * dirs * (layers - 1) * (4 * dirs + 4 + 2),),
+                  (layers * dirs, 2, 4), (layers * dirs, 2, 4), (1,), (1,)]
+        with pytest.raises(UnsupportedOpError, match=f"{next(iter(kw))}=.*exclude_layers"):
+            generate_torch(_Op(fn), shapes, tmp_path / "q.py", input_dtypes=[np.uint8] + [np.float32] * 5)
+
+
 def test_every_op_mxnet_exports_to_onnx_has_a_translation():
     """Every op MXNet 1.9.1's own ONNX exporter converts (all its opsets) has a translation: files read without
     MXNet (matching against the translated graph) never refuse a graph that the MXNet path exports."""
@@ -1045,7 +1230,9 @@ _RANDOM_GRAPHS = {
     "_random_uniform": (lambda F, x: F.cast(x, "float64") + F.random.uniform(low=-1, high=2, shape=(2, 3),
                                                                              dtype="float64"), [(2, 3)]),
     "_random_uniform_like": (lambda F, x: F.random.uniform_like(x, low=2, high=3), [(2, 3)]),
-    "_sample_multinomial": (lambda F, p: F.sample_multinomial(F.softmax(p), shape=(4,), get_prob=True), [(2, 3)])}
+    "_sample_multinomial": (lambda F, p: F.sample_multinomial(F.softmax(p), shape=(4,), get_prob=True), [(2, 3)]),
+    "_sample_unique_zipfian": (lambda F, x: (x * 1, *F._internal._sample_unique_zipfian(range_max=50, shape=(2, 3))),
+                               [(2, 3)])}
 
 
 def _from_files(fn, shapes, folder, without_mxnet):
@@ -1150,7 +1337,8 @@ def test_known_ops_cover_gluonts_elmo_and_int8():
     wanted = {"_eye", "_np_cumsum", "_linalg_potrf", "_linalg_potri", "_linalg_trsm", "_linalg_trmm", "_linalg_syrk",
               "_linalg_gemm", "_linalg_gemm2", "_linalg_sumlogdiag", "_linalg_extractdiag", "_linalg_makediag",
               "_linalg_extracttrian", "_linalg_maketrian", "_linalg_inverse", "_linalg_det", "_linalg_slogdet",
-              "_linalg_gelqf", "_linalg_syevd", "_sample_gamma", "_sample_normal", "_sample_uniform", "_sample_exponential", "_sample_poisson",
+              "_linalg_gelqf", "_linalg_syevd", "_sample_gamma", "_sample_normal", "_sample_uniform",
+              "_sample_exponential", "_sample_poisson", "_sample_unique_zipfian", "_contrib_quantized_rnn",
               "_sample_negative_binomial", "_sample_generalized_negative_binomial", "_foreach",
               "_contrib_quantize_v2", "_contrib_dequantize", "_contrib_requantize", "_contrib_quantized_conv",
               "_contrib_quantized_fully_connected", "_contrib_quantized_pooling", "_sg_mkldnn_conv",
