@@ -4,7 +4,8 @@
 without MXNet, ``translated_shapes`` walks the nodes in graph order and evaluates each node's expression, written
 by the same translator generation uses (one translation table serves both), on zeros of the input shapes and the
 model's own parameter values, in eval mode without gradients. A ``_zeros`` state whose batch axis MXNet leaves to
-inference (Gluon's RNN begin states) takes the shape its ``RNN`` consumer gives it, as MXNet's inference does.
+inference (Gluon's RNN begin states) takes the shape its ``RNN`` (or ``_contrib_quantized_rnn``) consumer gives it, as
+MXNet's inference does.
 
 Examples:
     >>> shapes = translated_shapes(nodes, ["data"], [(1, 3, 8, 8)], [np.float32], params)  # doctest: +SKIP
@@ -151,7 +152,7 @@ def _evaluate(index: int, nodes: list, values: dict, out: list, shapes: list):
                               f"its translation fails on inputs of shapes {op_node.in_shapes} ({type(exc).__name__}:"
                               f" {str(exc).splitlines()[0][:200] if str(exc) else ''}); give the shapes the model "
                               f"accepts; {_MXNET_HINT}") from None
-    if node["op"] == "RNN":
+    if node["op"] in ("RNN", "_contrib_quantized_rnn"):
         _fill_rnn_states(op_node, entries, values, out)
     return value
 
@@ -190,7 +191,8 @@ def _mx_shape(shape):
 
 
 def _fill_rnn_states(node: OpNode, entries: list, values: dict, out: list) -> None:
-    """The shape of a pending ``_zeros`` begin state of an RNN: (layers x directions, batch, state size)."""
+    """The shape of a pending ``_zeros`` begin state of an RNN (or MXNet's int8 LSTM, ``_contrib_quantized_rnn``):
+    (layers x directions, batch, state size)."""
     dirs = 2 if node.attr("bidirectional", False) else 1
     x_shape = node.in_shapes[0]
     for k in (2, 3):

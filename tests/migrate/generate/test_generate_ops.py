@@ -1118,13 +1118,82 @@ def _mxnet_quantized_rnn(arrays, tmp_path):
     hidden state holds rounding ties and stays), run in a process of its own with oneDNN
     held below AVX-512 VNNI (``DNNL_MAX_CPU_ISA=AVX512_CORE``: oneDNN 2.4's VNNI LSTM refuses MXNet 1.9.1's weight
     layout, "could not create a primitive descriptor for a reorder primitive")."""
+    np.savez(tmp_path / "in.npz", **arrays)
+    _mxnet_below_vnni(_QRNN_MXNET, tmp_path / "in.npz", tmp_path / "out.npz")
+    return dict(np.load(tmp_path / "out.npz"))
+
+
+def _mxnet_below_vnni(script, *args):
+    """Run the Python ``script`` with ``args`` in a process whose oneDNN is held below AVX-512 VNNI (see
+    ``_mxnet_quantized_rnn``); its error output in the failure."""
     import subprocess
     import sys
-    np.savez(tmp_path / "in.npz", **arrays)
     env = dict(os.environ, DNNL_MAX_CPU_ISA="AVX512_CORE")
-    subprocess.run([sys.executable, "-c", _QRNN_MXNET, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
-                   env=env, check=True, capture_output=True, timeout=300)
-    return dict(np.load(tmp_path / "out.npz"))
+    done = subprocess.run([sys.executable, "-c", script, *map(str, args)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+_QNET_LSTM_MXNET = r"""
+import sys
+import numpy as np
+import mxnet as mx
+from mxnet import gluon
+from mxnet.contrib import quantization
+folder = sys.argv[1]
+
+
+class Net(gluon.HybridBlock):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        with self.name_scope():
+            self.embed = gluon.nn.Embedding(20, 8)
+            self.lstm = gluon.rnn.LSTM(16, input_size=8)
+            self.out = gluon.nn.Dense(3, flatten=False)
+
+    def hybrid_forward(self, F, x):
+        out, (h, c) = self.lstm(self.embed(x), self.lstm.begin_state(0, func=F.zeros))  # batch left to inference
+        return out, h, c, self.out(out)
+
+
+def ulp(a, seed):
+    step = np.random.RandomState(seed).randint(-1, 2, a.shape)
+    toward = np.where(step > 0, np.inf, -np.inf).astype(np.float32)
+    return np.where(step == 0, a, np.nextafter(a.astype(np.float32), toward))
+
+
+mx.random.seed(0)
+rng = np.random.RandomState(0)
+net = Net(prefix="net_")
+net.initialize(mx.init.Xavier())
+net.hybridize()
+x = rng.randint(0, 20, (6, 4)).astype(np.float32)
+calib = gluon.data.DataLoader(gluon.data.ArrayDataset(mx.nd.array(rng.randint(0, 20, (8, 6))), mx.nd.zeros(8)),
+                              batch_size=4)
+# a quantized Embedding would feed its int8 output to the int8 LSTM, which MXNet refuses (uint8 only); the int8
+# Dense is another op's test
+qnet = quantization.quantize_net(net, quantized_dtype="auto", calib_mode="naive", calib_data=calib,
+                                 num_calib_examples=8, ctx=mx.cpu(), exclude_layers_match=["dense", "embedding"])
+# the files qnet.export() writes; export itself needs Gluon's cached op, which MXNet cannot build for the int8 LSTM
+# (_contrib_quantized_rnn has no gradient)
+symbol = qnet._cached_graph[1]
+symbol.save(folder + "/q-symbol.json")
+aux = set(symbol.list_auxiliary_states())
+params = {k: p.data() for k, p in qnet.collect_params().items()}
+mx.nd.save(folder + "/q-0000.params", {("aux:" if k in aux else "arg:") + k: v for k, v in params.items()})
+
+
+def run(values):
+    bound = symbol.bind(mx.cpu(), {"data": mx.nd.array(x), **values}, grad_req="null")
+    return [o.asnumpy() for o in bound.forward(is_train=False)]
+
+
+result = dict(zip(("out", "h", "c", "dense"), run(params)))
+for trial in range(4):
+    noisy = {k: mx.nd.array(ulp(v.asnumpy(), 10 * trial + i)) for i, (k, v) in enumerate(sorted(params.items()))}
+    result[f"noisy_c{trial}"] = run(noisy)[2]
+np.savez(folder + "/out.npz", x=x, **result)
+"""
 
 
 class TestQuantizedRnn:
@@ -1201,6 +1270,35 @@ class TestQuantizedRnn:
         exact = data.long() @ q_input.long().t()
         assert (mx_int16_pair_dot(data, q_input) != exact).float().mean() > 0.01
 
+    def test_quantize_net_lstm_generates_end_to_end(self, tmp_path):
+        """Embedding -> one-layer gluon.rnn.LSTM -> Dense quantized by MXNet's quantize_net (calib_mode "naive"; the
+        Embedding and Dense left float) and saved as export writes it: _contrib_quantize_asym, _rnn_param_concat,
+        the batch-free _zeros begin states, _contrib_quantized_rnn and the float _sg_mkldnn_fully_connected generate
+        from the files, read with MXNet and without it (the same source). The LSTM's output sequence and final hidden
+        state are MXNet's bits; the final cell state is within what MXNet's own cell state moves when its float
+        parameters move by one ulp (the control: 4.5e-8 here; the generated one is off by 1.5e-8, one ulp of its
+        largest value 0.24, and equal in about a third of its values: oneDNN's own sigmoid and tanh, see
+        quantized_rnn.py); the float Dense on the LSTM's (exact) output within 1e-7 (its summation order: 7.5e-9)."""
+        _mxnet_below_vnni(_QNET_LSTM_MXNET, tmp_path)
+        want = dict(np.load(tmp_path / "out.npz"))
+        files = (tmp_path / "q-symbol.json", tmp_path / "q-0000.params")
+        model = _generate_from_files(files, want["x"].shape, tmp_path / "qnet.py", False).eval()
+        source = (tmp_path / "qnet.py").read_text()
+        assert {"mx_quantize_asym", "mx_quantized_lstm"} <= set(re.findall(r"\b(mx_\w+)\(", source)), source
+        _generate_from_files(files, want["x"].shape, tmp_path / "files.py", True)
+        assert (tmp_path / "files.py").read_text() == source
+        with torch.no_grad():
+            got = dict(zip(("out", "h", "c", "dense"), (v.numpy() for v in model(torch.from_numpy(want["x"])))))
+        for head in ("out", "h", "c", "dense"):
+            _assert_same_kind(want[head], got[head], head)
+        for head in ("out", "h"):
+            assert np.array_equal(want[head], got[head]), f"{head}: {(want[head] != got[head]).sum()} values differ"
+        control = min(float(np.abs(want[f"noisy_c{k}"] - want["c"]).max()) for k in range(4))
+        differ = float(np.abs(got["c"] - want["c"]).max())
+        assert 0 < control <= 1e-6, f"MXNet's cell state moves by {control} under 1-ulp parameter noise"
+        assert differ <= control, f"cell state off by {differ}; MXNet's own 1-ulp noise moves it by {control}"
+        _assert_close(want["dense"], got["dense"], 1e-7, "dense")
+
     @pytest.mark.parametrize("kw", [{"num_layers": 2}, {"bidirectional": True}], ids=["num_layers", "bidirectional"])
     def test_other_layers_are_refused(self, tmp_path, kw):
         """Two layers or two directions are refused, naming the attribute and the fix (exclude_layers)."""
@@ -1237,23 +1335,28 @@ _RANDOM_GRAPHS = {
 
 def _from_files(fn, shapes, folder, without_mxnet):
     """The source ``generate_torch`` writes for ``fn``'s exported symbol/params files, read with or without MXNet."""
-    from migrate.source import WITHOUT_MXNET_VARIABLE
     block = _Op(fn)
     block.hybridize()
     block(*[mx.nd.zeros(s) for s in shapes])
     block.export(str(folder / "op"))
     files = (folder / "op-symbol.json", folder / "op-0000.params")
     path = folder / ("files.py" if without_mxnet else "mx.py")
+    _generate_from_files(files, shapes, path, without_mxnet)
+    return path.read_text()
+
+
+def _generate_from_files(files, shapes, path, without_mxnet):
+    """``generate_torch`` of symbol/params ``files``, read with MXNet or without it (``MIGRATE_WITHOUT_MXNET``)."""
+    from migrate.source import WITHOUT_MXNET_VARIABLE
     previous = os.environ.pop(WITHOUT_MXNET_VARIABLE, None)
     if without_mxnet:
         os.environ[WITHOUT_MXNET_VARIABLE] = "1"
     try:
-        generate_torch(files, shapes, path)
+        return generate_torch(files, shapes, path)
     finally:
         os.environ.pop(WITHOUT_MXNET_VARIABLE, None)
         if previous is not None:
             os.environ[WITHOUT_MXNET_VARIABLE] = previous
-    return path.read_text()
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.name.startswith(_EXPORTER_OPS)] + [
