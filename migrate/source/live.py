@@ -203,8 +203,8 @@ def mxnet_node_shapes(nodes: list, names: list, shapes: list) -> list:
         names: ``symbol.get_internals().list_outputs()``: every node's outputs, in node order (a variable's own name;
             ``<node>_output``, or ``<node>_output0``, ``<node>_output1``...; or ``<node>_output`` followed by the
             op's own output names: an ``RNN``'s ``<node>_state_output`` and ``<node>_statecell_output``, an int8 op's
-            ``<node>_min_output`` and ``<node>_max_output``, ``_sg_mkldnn_conv``'s ``<node>_output_min`` and
-            ``<node>_output_max``).
+            (``_sg_mkldnn_fully_connected``'s too) ``<node>_min_output`` and ``<node>_max_output``,
+            ``_sg_mkldnn_conv``'s ``<node>_output_min`` and ``<node>_output_max``).
         shapes: the shape of each of ``names`` (None where unknown).
 
     Returns:
@@ -233,7 +233,7 @@ def _named_outputs(op: str) -> tuple:
     """The names after ``output`` MXNet gives the other outputs of ``op`` (FListOutputNames)."""
     if op == "RNN":
         return "state_output", "statecell_output"
-    if op.startswith("_contrib_quantized_"):
+    if op.startswith("_contrib_quantized_") or op == "_sg_mkldnn_fully_connected":
         return "min_output", "max_output"
     return ("output_min", "output_max") if op.startswith("_sg_mkldnn_") else ()
 
