@@ -107,8 +107,10 @@ def _source(source, block, shapes, dtypes, class_name, origin) -> tuple:
     aux = set(source.aux_names)
     used = [n["name"] for n in nodes if n["op"] == "null" and n["name"] in source.params]
     keys = param_keys(block, used)
-    tree = ModuleTree({keys[name]: (tuple(source.params[name].shape), np.dtype(source.params[name].dtype).name,
-                                    name in aux) for name in used}, tree_order(block), block_classes(block))
+    dtype = {name: np.dtype(source.params[name].dtype) for name in used}  # integer tensors (int8 weights): buffers
+    tree = ModuleTree({keys[name]: (tuple(source.params[name].shape), dtype[name].name,
+                                    name in aux or dtype[name].kind not in "fc") for name in used},
+                      tree_order(block), block_classes(block))
     arg_names = [identifier(name) for name in inputs]
     walk = _Walk(nodes, out_shapes, keys, dict(zip(inputs, arg_names)), tree)
     walk.run(block_paths(block, [n["name"] for n in nodes if n["op"] != "null"], used), heads)

@@ -203,9 +203,9 @@ def mxnet_node_shapes(nodes: list, names: list, shapes: list) -> list:
         names: ``symbol.get_internals().list_outputs()``: every node's outputs, in node order (a variable's own name;
             ``<node>_output``, or ``<node>_output0``, ``<node>_output1``...; or ``<node>_output`` followed by the
             op's own output names: an ``RNN``'s ``<node>_state_output`` and ``<node>_statecell_output`` (an int8
-            ``RNN``'s ``<node>_statecell_ouput``), an int8 op's ``<node>_min_output`` and ``<node>_max_output``,
-            quantize_asym's ``<node>_scale`` and ``<node>_shift``, ``_sg_mkldnn_conv``'s ``<node>_output_min`` and
-            ``<node>_output_max``).
+            ``RNN``'s ``<node>_statecell_ouput``), an int8 op's (``_sg_mkldnn_fully_connected``'s too)
+            ``<node>_min_output`` and ``<node>_max_output``, quantize_asym's ``<node>_scale`` and ``<node>_shift``,
+            ``_sg_mkldnn_conv``'s ``<node>_output_min`` and ``<node>_output_max``).
         shapes: the shape of each of ``names`` (None where unknown).
 
     Returns:
@@ -236,7 +236,7 @@ def _named_outputs(op: str) -> tuple:
         return "state_output", "statecell_output"
     if op == "_contrib_quantized_rnn":
         return "state_output", "statecell_ouput"  # sic: MXNet 1.9.1's QuantizedRnnOutputNames
-    if op.startswith("_contrib_quantized_"):
+    if op.startswith("_contrib_quantized_") or op == "_sg_mkldnn_fully_connected":
         return "min_output", "max_output"
     if op == "_contrib_quantize_asym":
         return "scale", "shift"

@@ -4,7 +4,6 @@
 ``_contrib_quantized_flatten``, ``_contrib_quantized_concat``, and ``_sg_mkldnn_conv`` (the convolution MXNet's
 quantization fuses with BatchNorm, ReLU and a residual sum) with calibrated output ranges; the float forms of
 ``_sg_mkldnn_conv`` and ``_sg_mkldnn_fully_connected`` are their subgraphs written out.
-Also ``_contrib_quantize`` (v1), ``_contrib_quantize_asym`` and ``_contrib_quantized_elemwise_add``/``_mul``.
 
 A quantized value is three outputs, as in MXNet: the int8 (or uint8) tensor and float32 tensors of shape (1,) holding
 the real range's min and max. MXNet's oneDNN ops scale by 127.5 (int8) or 255.5 (uint8) over the largest absolute
@@ -19,9 +18,19 @@ numbers than MXNet's ``x * (127.5 / range)``.
 ``_sg_mkldnn_conv`` folds BatchNorm into the weights as MXNet does (float32), quantizes the weights per output
 channel (scale 127.5 / max |w|, capped so the int32 bias cannot overflow), the bias to int32 at the data scale times
 the weight scale, convolves the integers, then scales each channel by output scale / data scale / weight scale,
-adds a residual sum (scaled by output scale / its scale), applies ReLU, rounds and saturates. With an int8 residual
-MXNet's oneDNN call writes the result into the residual's int8 memory: the output saturates at 127 even where MXNet
-declares it uint8 (the generated module does the same).
+adds a residual sum (scaled by output scale / its scale), applies ReLU (or LeakyReLU), rounds and saturates. With a
+residual MXNet's oneDNN call writes the result into the residual's memory: the output saturates to the residual's
+dtype even where MXNet declares the other one (the generated module does the same). Uncalibrated (int32 output), it
+quantizes the weights with one scale and gives the range of the integer product; MXNet drops a fused relu6 (clip).
+
+Also replayed: ``_contrib_quantized_batch_norm`` (a per-channel scale and shift in float32, then oneDNN's
+normalization of int8 data), ``_contrib_quantized_embedding`` (rows of the int8 weight), and the int8
+``_sg_mkldnn_fully_connected`` in each mode ``quantize_net`` writes: int8 weights with their ranges (tensor-wise;
+the int32 bias std::round'ed, capped as MXNet caps it) or float32 ones quantized per channel, a calibrated int8 or
+uint8 output, a float32 one (dequantize fused) or an int32 one, with a fused ReLU, LeakyReLU, abs or clip. And
+``_contrib_quantize`` (v1: scale 127 or 255, not 127.5/255.5), ``_contrib_quantize_asym`` (uint8 with a scale and a
+shift: the data of the int8 LSTM, ``ops/quantized_rnn.py``), ``_contrib_quantized_elemwise_add`` (oneDNN's sum) and
+``_contrib_quantized_elemwise_mul`` (MXNet's plain loop: truncation and an 8-bit wrap where calibrated).
 """
 from __future__ import annotations
 
@@ -34,8 +43,9 @@ from migrate.generate.registry import OpNode, register, translator
 __all__ = ["mx_range_constant", "mx_max_abs", "mx_quantize_scale", "mx_saturate", "mx_quantize_v2", "mx_dequantize",
            "mx_requantize", "mx_int8_product_range", "mx_quantized_conv", "mx_quantized_fully_connected",
            "mx_quantized_concat", "mx_fold_batch_norm", "mx_int8_weights", "mx_int8_convolution",
-           "mx_integer_convolution", "mx_quantize", "mx_quantize_asym", "mx_quantized_elemwise_add",
-           "mx_quantized_elemwise_mul"]
+           "mx_integer_convolution", "mx_quantized_batch_norm", "mx_std_round", "mx_int8_dense_weights",
+           "mx_int8_fully_connected", "mx_int32_convolution", "mx_relu", "mx_quantize", "mx_quantize_asym",
+           "mx_quantized_elemwise_add", "mx_quantized_elemwise_mul"]
 
 def mx_max_abs(low, high):
     """MXNet's MaxAbs of a range's bounds (float32 tensors of shape (1,))."""
@@ -169,12 +179,17 @@ def mx_int8_weights(weight, bias, data_scale):
     return q_weight, mx_saturate(bias * (scales * data_scale), torch.int32), scales
 
 
+def mx_relu(x, slope):
+    """oneDNN's relu post-op: x where x > 0, else x times ``slope`` (0: ReLU; LeakyReLU's slope)."""
+    return x.clamp(min=0) if slope == 0 else torch.where(x > 0, x, x * slope)
+
+
 def mx_int8_convolution(data, d_low, d_high, weight, bias, bn, residual, conv, act, out_range):
     """MXNet's calibrated int8 ``_sg_mkldnn_conv``: ``data`` quantized (its range ``d_low``/``d_high``), float32
     ``weight``/``bias`` (None: no bias), ``bn`` None or (gamma, beta, mean, var, eps, fix_gamma) folded in first,
     ``residual`` None or (quantized, min, max) added after the scaling, ``conv`` (stride, pad, dilate, groups),
-    ``act`` (ReLU before the sum, ReLU after it), ``out_range`` (min, max, uint8). Returns (quantized output, min,
-    max)."""
+    ``act`` (the negative slope of a ReLU/LeakyReLU before the sum, of one after it; None: none), ``out_range`` (min,
+    max, uint8). Returns (quantized output, min, max)."""
     if bn is not None:
         weight, bias = mx_fold_batch_norm(weight, bias, *bn)
     out_low, out_high = mx_range_constant(out_range[0], data), mx_range_constant(out_range[1], data)
@@ -185,16 +200,16 @@ def mx_int8_convolution(data, d_low, d_high, weight, bias, bn, residual, conv, a
     channel = (1, -1) + (1,) * (acc.dim() - 2)
     value = acc.float() if q_bias is None else acc.float() + q_bias.float().reshape(channel)
     value = value * (out_scale / data_scale / w_scales).reshape(channel)
-    if act[0]:
-        value = value.clamp(min=0)
+    if act[0] is not None:
+        value = mx_relu(value, act[0])
     if residual is not None:
         sum_scale = out_scale / mx_quantize_scale(residual[0].dtype == torch.uint8, residual[1], residual[2])
         value = (value.double() + sum_scale.double() * residual[0].double()).float()  # one rounding, as an FMA
-    if act[1]:
-        value = value.clamp(min=0)
+    if act[1] is not None:
+        value = mx_relu(value, act[1])
     out_dtype = torch.uint8 if out_range[2] else torch.int8
-    if residual is not None and residual[0].dtype == torch.int8:  # the sum is written into the residual's int8 memory
-        return mx_saturate(value, torch.int8).to(out_dtype), out_low, out_high
+    if residual is not None:  # the sum is written into the residual's memory, saturated to its dtype
+        return mx_saturate(value, residual[0].dtype).to(out_dtype), out_low, out_high
     return mx_saturate(value, out_dtype), out_low, out_high
 
 
@@ -279,6 +294,46 @@ def _quantized_concat(node: OpNode) -> str:
                      f"[{', '.join(ranges[1::2])}]", int(node.attr("dim", 1)))
 
 
+def mx_quantized_batch_norm(data, gamma, beta, mean, var, d_low, d_high, eps, out_low, out_high):
+    """MXNet's quantized_batch_norm (oneDNN): uint8 data first reordered to int8 (times 127.5 / 255.5, rounded);
+    per channel the scale gamma * invstd * (data range / output range) and the shift (beta - mean * gamma * invstd)
+    * 127.5 / output range (float32; invstd = 1 / sqrt(var + eps) in double; gamma as given, fix_gamma is not read),
+    then oneDNN's normalization of that with mean 0 and variance 1 (the scale divided by sqrt(1 + eps) in float32),
+    ``x * scale + shift`` rounded (half to even) and saturated to int8; the range is the calibrated one."""
+    if data.dtype == torch.uint8:
+        to_int8 = torch.full_like(d_low, 127.5) / torch.full_like(d_low, 255.5)
+        data = mx_saturate(data.float() * to_int8, torch.int8)
+    out_low, out_high = mx_range_constant(out_low, gamma), mx_range_constant(out_high, gamma)
+    out_real = mx_max_abs(out_low, out_high)
+    invstd = (1.0 / torch.sqrt(var.double() + eps)).float()
+    scale = gamma * invstd * mx_max_abs(d_low, d_high) / out_real
+    shift = (beta - mean * gamma * invstd) * 127.5 / out_real
+    scale = scale / torch.sqrt(torch.ones_like(scale) + torch.full_like(scale, eps))  # both float32, as oneDNN adds
+    channel = (1, -1) + (1,) * (data.dim() - 2)
+    return mx_saturate(data.float() * scale.reshape(channel) + shift.reshape(channel), torch.int8), out_low, out_high
+
+
+@register("_contrib_quantized_batch_norm")
+def _quantized_batch_norm(node: OpNode) -> str:
+    low, high = _calib(node)
+    if low is None:
+        raise node.unsupported("a quantized BatchNorm without a calibrated output range (MXNet 1.9.1 refuses it too; "
+                               "quantize the model with calib_mode 'naive' or 'entropy')")
+    ndim = len(node.in_shapes[0]) if node.in_shapes and node.in_shapes[0] else None
+    axis = int(node.attr("axis", 1))
+    if axis != 1 and not (ndim is not None and axis == 1 - ndim):
+        raise node.unsupported(f"axis {axis} (oneDNN normalizes axis 1)")
+    return node.call(mx_quantized_batch_norm, *node.inputs[:7], float(node.attr("eps", 1e-3)), low, high)
+
+
+@register("_contrib_quantized_embedding")
+def _quantized_embedding(node: OpNode) -> str:
+    """MXNet's quantized_embedding: the int8 weight's rows (indices truncated and clipped to the rows, as MXNet's
+    Embedding reads them); the weight's range passes through."""
+    rows = f"{node.inputs[0]}.long().clamp(0, {int(node.attr('input_dim')) - 1})"
+    return f"(F.embedding({rows}, {node.inputs[1]}), {node.inputs[2]}, {node.inputs[3]})"
+
+
 _FUSED_FLAGS = ("with_bn", "with_act", "with_sum", "with_postsum_act")
 
 
@@ -291,30 +346,189 @@ def _fused_float(node: OpNode) -> str:
     return heads[0] if len(heads) == 1 else f"({', '.join(heads)})"
 
 
+def mx_std_round(x):
+    """C's std::round of float32 values (half away from zero), in float64."""
+    x = x.double()
+    return torch.sign(x) * torch.floor(x.abs() + 0.5)
+
+
+def mx_int8_dense_weights(weight, bias, ranges, data_scale):
+    """MXNet's tensor-wise int8 weights and int32 bias of a quantized fused FullyConnected (int8 ``weight`` and
+    ``bias``, ``ranges``: their min/max): the bias rescaled to data scale times weight scale, std::round'ed; where
+    that rescale would pass INT32_MAX / 2 over the bias range, MXNet caps it and rescales the weights to match
+    (std::round'ed; MXNet writes them into the weight array). Returns (weights, int32 bias or None, weight scale)."""
+    w_scale = mx_quantize_scale(False, ranges[0], ranges[1])
+    if bias is None:
+        return weight, None, w_scale
+    b_scale = mx_quantize_scale(False, ranges[2], ranges[3])
+    rescale = data_scale * w_scale / b_scale
+    cap = torch.full_like(b_scale, 1073741824.0) / mx_max_abs(ranges[2], ranges[3]) / b_scale  # (INT32_MAX / 2)
+    over = rescale > cap
+    w_rescale = cap * b_scale / data_scale / w_scale
+    weight = torch.where(over, mx_std_round(weight.float() * w_rescale).to(torch.int8), weight)
+    w_scale = torch.where(over, w_scale * w_rescale, w_scale)
+    rescale = torch.where(over, cap, rescale)
+    return weight, mx_std_round(bias.float() * rescale).to(torch.int32), w_scale
+
+
+def mx_int8_fully_connected(data, d_low, d_high, weight, bias, w_ranges, flatten, act, out_range):
+    """MXNet's int8 ``_sg_mkldnn_fully_connected``: ``data`` quantized (its range ``d_low``/``d_high``); ``weight``
+    and ``bias`` (None: no bias) int8 with ``w_ranges`` (weight and bias min/max: quantize_net's tensor-wise
+    weights), or float32 with ``w_ranges`` None (channel-wise: quantized here per output channel, as the fused
+    convolution's); ``act`` None or (kind, alpha) of the fused activation ('relu' with alpha the negative slope,
+    'abs', 'clip' with alpha the upper bound); ``out_range`` (min, max, uint8) calibrated, 'float' (dequantize fused),
+    or None (int32). oneDNN adds the int32 bias to the exact integer product in float32, scales by output scale /
+    data scale / weight scale (with an activation: 1 / data scale, the output scale applied after it), rounds half to
+    even and saturates. Returns (output, min, max), or the float32 output."""
+    x = data.flatten(1) if flatten else data
+    data_scale = mx_quantize_scale(data.dtype == torch.uint8, d_low, d_high)
+    if w_ranges is None:
+        weight, bias, w_scale = mx_int8_weights(weight, bias, data_scale)
+    else:
+        weight, bias, w_scale = mx_int8_dense_weights(weight, bias, w_ranges, data_scale)
+    acc = torch.matmul(x.double(), weight.double().t())
+    value = acc.float() if bias is None else acc.float() + bias.float()
+    act_scale = None
+    if out_range == "float" or (out_range is not None and act is not None):
+        value = value * ((1.0 / data_scale.double()).float() / w_scale)
+        if out_range != "float":
+            act_scale = mx_quantize_scale(out_range[2], *(mx_range_constant(r, data) for r in out_range[:2]))
+    elif out_range is not None:
+        value = value * (mx_quantize_scale(out_range[2], *(mx_range_constant(r, data) for r in out_range[:2]))
+                         / data_scale / w_scale)
+    if act is not None:
+        kind, alpha = act
+        if kind == "relu":
+            value = mx_relu(value, alpha)
+        else:
+            value = value.abs() if kind == "abs" else value.clamp(0.0, alpha)
+        value = value if act_scale is None else value * act_scale
+    if out_range == "float":
+        return value
+    if out_range is None:
+        levels = (127.0, 255.0 if data.dtype == torch.uint8 else 127.0)
+        return (mx_saturate(value, torch.int32),
+                *mx_int8_product_range(d_low, d_high, *w_ranges[:2], *levels))
+    low, high = mx_range_constant(out_range[0], data), mx_range_constant(out_range[1], data)
+    return mx_saturate(value, torch.uint8 if out_range[2] else torch.int8), low, high
+
+
+def _dense_act(node: OpNode, body: list) -> tuple | None:
+    """The (kind, alpha) of the activation fused into a quantized FullyConnected (None: none)."""
+    for inner in body:
+        attrs = OpNode(inner["op"], node.name, inner.get("attrs", {}), [])
+        if inner["op"] == "Activation" and attrs.attr("act_type") == "relu":
+            return "relu", 0.0
+        if inner["op"] == "LeakyReLU" and attrs.attr("act_type", "leaky") == "leaky":
+            return "relu", float(attrs.attr("slope", 0.25))
+        if inner["op"] == "abs":
+            return "abs", 0.0
+        if inner["op"] == "clip":
+            return "clip", float(attrs.attr("a_max"))
+        if inner["op"] not in ("null", "FullyConnected"):
+            raise node.unsupported(f"an int8 fused FullyConnected with {inner['op']} "
+                                   f"{attrs.attr('act_type', '')!s} (relu, leaky, abs and clip are translated; oneDNN "
+                                   f"approximates the others)")
+    return None
+
+
+def _int8_dense(node: OpNode) -> str:
+    """The quantized forms of MXNet's fused FullyConnected (inputs: data, weight, [bias], data min/max, and for
+    tensor-wise weights their min/max and the bias's)."""
+    body = node.subgraphs[0]["nodes"] if node.subgraphs else []
+    fc = next((OpNode("FullyConnected", node.name, n.get("attrs", {}), []) for n in body
+               if n["op"] == "FullyConnected"), None)
+    if fc is None:
+        raise node.unsupported("a fused FullyConnected without its subgraph")
+    act = _dense_act(node, body)
+    low, high = _calib(node)
+    float_out = bool(node.attr("enable_float_output", False))
+    channel_wise = bool(node.attr("channel_wise_quantize", False))
+    if float_out and low is not None:
+        raise node.unsupported("enable_float_output with a calibrated range (quantize_net writes one or the other)")
+    if channel_wise and not float_out and low is None:
+        raise node.unsupported("a channel-wise int8 FullyConnected without a calibrated range (MXNet 1.9.1 refuses "
+                               "it too)")
+    inputs = list(node.inputs)
+    has_bias = not fc.attr("no_bias", False)
+    data, weight = inputs.pop(0), inputs.pop(0)
+    bias = inputs.pop(0) if has_bias else None
+    d_low, d_high = inputs[:2]
+    w_ranges = None if channel_wise else f"[{', '.join(inputs[2:6 if has_bias else 4])}]"
+    uint8 = act is not None  # MXNet declares the calibrated output uint8 after any fused activation
+    out_range = "'float'" if float_out else None if low is None else (low, high, uint8)
+    return node.call(mx_int8_fully_connected, data, d_low, d_high, weight, bias, w_ranges,
+                     bool(fc.attr("flatten", True)), act, out_range)
+
+
 @register("_sg_mkldnn_fully_connected")
 def _sg_mkldnn_fully_connected(node: OpNode) -> str:
+    """The float fused FullyConnected (its subgraph written out) or its quantized forms."""
     if node.attr("quantized", False):
-        raise node.unsupported("the int8 fused FullyConnected (its int8 modes are not replayed; quantize_net with "
-                               "exclude_layers keeps the layer float)")
+        return _int8_dense(node)
     return _fused_float(node)
+
+
+def mx_int32_convolution(data, d_low, d_high, weight, bias, bn, residual, conv, act):
+    """MXNet's uncalibrated int8 ``_sg_mkldnn_conv`` (arguments as ``mx_int8_convolution``'s): the weights (BatchNorm
+    folded in first) quantized with one scale, 127.5 over their largest magnitude (no cap for the bias), the bias to
+    int32 at weight scale times data scale, the integer convolution plus that bias in float32, ReLU, a residual sum
+    scaled by data scale times weight scale over its own scale (one rounding), ReLU, saturated to int32. Returns
+    (int32 output, min, max): the range MXNet gives the product of the weights' and the data's ranges."""
+    if bn is not None:
+        weight, bias = mx_fold_batch_norm(weight, bias, *bn)
+    data_scale = mx_quantize_scale(data.dtype == torch.uint8, d_low, d_high)
+    w_low, w_high = weight.detach().min().reshape(1), weight.detach().max().reshape(1)
+    w_scale = mx_quantize_scale(False, w_low, w_high)
+    acc = mx_integer_convolution(data, mx_saturate(weight * w_scale, torch.int8), *conv)
+    channel = (1, -1) + (1,) * (acc.dim() - 2)
+    value = acc.float()
+    if bias is not None:
+        value = value + mx_saturate(bias * (w_scale * data_scale), torch.int32).float().reshape(channel)
+    if act[0] is not None:
+        value = mx_relu(value, act[0])
+    if residual is not None:
+        sum_scale = data_scale * w_scale / mx_quantize_scale(residual[0].dtype == torch.uint8, residual[1], residual[2])
+        value = (value.double() + sum_scale.double() * residual[0].double()).float()  # one rounding, as an FMA
+    if act[1] is not None:
+        value = mx_relu(value, act[1])
+    levels = (127.0, 255.0 if data.dtype == torch.uint8 else 127.0)
+    return mx_saturate(value, torch.int32), *mx_int8_product_range(w_low, w_high, d_low, d_high, *levels)
+
+
+def _conv_act_slope(node: OpNode, calibrated: bool) -> float | None:
+    """The negative slope of the activation fused into a quantized convolution (0.0: ReLU or none; a relu6 (clip),
+    which MXNet drops: 0.0 where the calibrated uint8 output cuts it off, None where uncalibrated)."""
+    body = node.subgraphs[0]["nodes"] if node.subgraphs else []
+    if not any(inner["op"] == "Convolution" for inner in body):
+        raise node.unsupported("a fused convolution without its subgraph")
+    slope = 0.0
+    for inner in body:
+        attrs = OpNode(inner["op"], node.name, inner.get("attrs", {}), [])
+        if inner["op"] == "LeakyReLU" and attrs.attr("act_type", "leaky") == "leaky":
+            slope = float(attrs.attr("slope", 0.25))
+        elif inner["op"] == "clip":
+            slope = 0.0 if calibrated else None
+        elif inner["op"] not in ("null", "Convolution", "BatchNorm", "elemwise_add") and not (
+                inner["op"] == "Activation" and attrs.attr("act_type") == "relu"):
+            raise node.unsupported(f"a fused convolution with {inner['op']} {attrs.attr('act_type', '')!s} (relu, "
+                                   f"leaky and relu6 (clip) are translated; oneDNN approximates the others)")
+    return slope
 
 
 @register("_sg_mkldnn_conv")
 def _sg_mkldnn_conv(node: OpNode) -> str:
-    """The quantized, calibrated form of MXNet's fused convolution (its inputs: data, weight, [bias], [gamma, beta,
-    mean, var], [sum], data min/max, [sum min/max]; its subgraph gives the Convolution's, BatchNorm's and
-    Activations' attributes)."""
+    """The quantized forms of MXNet's fused convolution, calibrated (int8/uint8 output) or not (int32) (its inputs:
+    data, weight, [bias], [gamma, beta, mean, var], [sum], data min/max, [sum min/max]; its subgraph gives the
+    Convolution's, BatchNorm's and Activations' attributes)."""
     flags = {key: bool(node.attr(key, False)) for key in _FUSED_FLAGS}
     low, high = _calib(node)
     if not node.attr("quantized", False):
         return _fused_float(node)
-    if low is None:
-        raise node.unsupported("an uncalibrated int8 fused convolution (its int32 output; quantize the model with "
-                               "calibration, calib_mode 'naive' or 'entropy')")
     body = {n["op"]: n.get("attrs", {}) for n in node.subgraphs[0]["nodes"]} if node.subgraphs else {}
-    acts = [n.get("attrs", {}).get("act_type") for n in node.subgraphs[0]["nodes"] if n["op"] == "Activation"]
-    if any(act != "relu" for act in acts) or "Convolution" not in body:
-        raise node.unsupported(f"a fused convolution with activations {acts} (relu is translated)")
+    slope = _conv_act_slope(node, low is not None)
+    if slope is None:  # MXNet drops a fused relu6 (clip) of an uncalibrated quantized convolution
+        flags["with_act"] = False
     inputs = list(node.inputs)
     data, weight = inputs.pop(0), inputs.pop(0)
     bias = None if OpNode("", "", body["Convolution"], []).attr("no_bias", False) else inputs.pop(0)
@@ -326,11 +540,13 @@ def _sg_mkldnn_conv(node: OpNode) -> str:
     residual = inputs.pop(0) if flags["with_sum"] else None
     d_low, d_high = inputs[:2]
     residual = None if residual is None else f"({residual}, {inputs[2]}, {inputs[3]})"
-    uint8 = (flags["with_act"] and not flags["with_sum"]) or flags["with_postsum_act"]
+    act = (slope if flags["with_act"] else None, slope if flags["with_postsum_act"] else None)
+    if low is None:
+        return node.call(mx_int32_convolution, data, d_low, d_high, weight, bias, bn, residual,
+                         _conv_args(node, body["Convolution"]), act)
+    uint8 = slope == 0 and ((flags["with_act"] and not flags["with_sum"]) or flags["with_postsum_act"])
     return node.call(mx_int8_convolution, data, d_low, d_high, weight, bias, bn, residual,
-                     _conv_args(node, body["Convolution"]), (flags["with_act"], flags["with_postsum_act"]),
-                     (low, high, uint8))
-
+                     _conv_args(node, body["Convolution"]), act, (low, high, uint8))
 
 
 def mx_quantize(x, low, high, out_type):

@@ -8,6 +8,7 @@ cannot draw MXNet's numbers: ``TestRandomOps`` checks their shapes and dtypes ag
 against the distribution. Every op MXNet's own ONNX exporter converts has a translation, and the ops only that
 exporter knew before generate the same file from symbol/params files read without MXNet.
 """
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -192,6 +193,19 @@ def _in_graph(fn):
     return run
 
 
+def _int8_norm(F, x, gamma, beta, mean, var, kind):
+    """quantized_batch_norm of x quantized to int8 (4-D, eps 1e-2) or uint8 (2-D, fix_gamma, eps 2e-5), with an
+    output range narrower than the values (some saturate)."""
+    if kind == "int8":
+        qx = F.contrib.quantize_v2(x, out_type="int8")
+        kw = {"eps": 1e-2, "fix_gamma": False}
+    else:
+        qx = F.contrib.quantize_v2(F.abs(x), out_type="auto", min_calib_range=0.0, max_calib_range=0.8)
+        kw = {"eps": 2e-5, "fix_gamma": True}  # MXNet's int8 kernel reads gamma all the same
+    return F.contrib.quantized_batch_norm(qx[0], gamma, beta, mean, var, qx[1], qx[2], min_calib_range=-2.0,
+                                          max_calib_range=2.5, **kw)
+
+
 def _both(*makers):
     return lambda rng: [m(rng) for m in makers]
 
@@ -329,6 +343,21 @@ CASES = [
     Case("_foreach nested", lambda F, x, h: _flat(F.contrib.foreach(
         lambda d, st: _inner_loop(F, d, st[0]), x, [h])), _both(_u(3, 4, 2, 5), _u(2, 5))),
     # int8 ops: MXNet's oneDNN integer arithmetic replayed, so outputs and ranges are equal (tol 0); no gradients
+    *[Case(f"_contrib_quantized_batch_norm {kind}", (lambda kind: lambda F, x, g, b, m, v: _int8_norm(
+        F, x, g, b, m, v, kind))(kind), _both(shape, _u(channels, low=-1.5, high=1.5), _u(channels),
+                                             _u(channels), _u(channels, low=0.1, high=1.5)), grad=False, tol=0.0)
+      for kind, shape, channels in (("int8", _u(2, 3, 8, 8, low=-2, high=2), 3), ("uint8", _u(6, 8), 8))],
+    Case("_contrib_quantized_batch_norm x * scale rounded before the shift", lambda F, x, g, b, m, v:
+         F.contrib.quantized_batch_norm(*(lambda q: (q[0], g, b, m, v, q[1], q[2]))(F.contrib.quantize_v2(
+             x, out_type="int8", min_calib_range=-127.5, max_calib_range=127.5)), fix_gamma=False,
+             min_calib_range=-150.0, max_calib_range=160.0),  # channels where one FMA would round otherwise
+         _both(lambda r: np.tile(np.arange(-128, 128, dtype=np.float32), (1, 3, 1)),
+               *[lambda r, v=v: np.array(v, np.float32) for v in ([1.331, -0.866, 1.252], [0.379, -0.128, -0.462],
+                                                                  [0.227, 0.042, 0.236], [1.057, 1.327, 0.991])]),
+         grad=False, tol=0.0),
+    Case("_contrib_quantized_embedding", lambda F, i, w: F.contrib.quantized_embedding(
+        F.BlockGrad(i), *F.contrib.quantize_v2(w, out_type="int8"), input_dim=5, output_dim=3),
+         _both(lambda r: np.array([[-3, -0.5, 0.7, 2], [3.9, 4, 7, 1]], np.float32), _u(5, 3)), grad=False, tol=0.0),
     Case("_contrib_quantize_v2 int8", lambda F, x: F.contrib.quantize_v2(x, out_type="int8"), _both(_u(2, 3, 5)),
          grad=False, tol=0.0),
     Case("_contrib_quantize_v2 uint8", lambda F, x: F.contrib.quantize_v2(x, out_type="uint8"),
@@ -846,6 +875,291 @@ class TestQuantizedNetwork:
         with torch.no_grad():
             got = model(torch.from_numpy(x)).numpy()
         _assert_close(want, got, 1e-6, "output")
+
+    def test_uncalibrated_matches_mxnet_exactly(self, tmp_path):
+        """calib_mode 'none', no layer excluded: the int8 _sg_mkldnn_conv and _sg_mkldnn_fully_connected give int32
+        outputs with the ranges MXNet derives (weights quantized with one scale), each requantized to its own
+        values' range: the output equals MXNet's (tol 0)."""
+        x = np.random.RandomState(0).uniform(-1, 1, (2, 3, 4, 4)).astype(np.float32)
+        text, want, got = _quantized_pair(_seeded_net(_Residual(prefix="res_"), x), x, None, tmp_path)
+        assert {"mx_int32_convolution", "mx_int8_fully_connected", "mx_requantize"} <= _helpers(text)
+        _assert_close(want, got, 0.0, "output")
+
+    @pytest.mark.parametrize("calib_mode", ["naive", "none"])
+    @pytest.mark.parametrize("act", ["clip", "leaky"])
+    def test_fused_relu6_and_leaky_relu_match_mxnet_exactly(self, tmp_path, act, calib_mode):
+        """A convolution with a fused relu6 (clip; MXNet drops it: the calibrated uint8 range cuts it off, the
+        int32 output keeps its negatives) or LeakyReLU (an int8 output), then one summed with that output and a
+        LeakyReLU after the sum (written into the residual's uint8 memory where calibrated)."""
+        rng = np.random.RandomState(0)
+        x = rng.uniform(-1, 1, (2, 3, 5, 5)).astype(np.float32)
+        calib = rng.uniform(-1, 1, (4, 3, 5, 5)) if calib_mode == "naive" else None
+        text, want, got = _quantized_pair(_seeded_net(_ConvActivations(act, prefix="acts_"), x), x, calib, tmp_path)
+        assert ("mx_int8_convolution" if calib_mode == "naive" else "mx_int32_convolution") in _helpers(text)
+        _assert_close(want, got, 0.0, "output")
+
+    @pytest.mark.parametrize("granularity", ["tensor-wise", "channel-wise"])
+    def test_dense_layers_match_mxnet_exactly(self, tmp_path, granularity):
+        """Embedding, Dense-ReLU, BatchNorm, Dense without bias, Dense, none excluded: quantize_net writes
+        _contrib_quantized_embedding, the int8 _sg_mkldnn_fully_connected (ReLU fused, a calibrated uint8 output; a
+        calibrated int8 output; the last one's dequantize fused, a float32 output) and _contrib_quantized_batch_norm
+        (of the uint8 output): the output equals MXNet's (tol 0). Tensor-wise weights are int8 parameters;
+        channel-wise ones float32, quantized per output channel by the op."""
+        rng = np.random.RandomState(0)
+        x = rng.randint(0, 10, (3, 3)).astype(np.float32)
+        text, want, got = _quantized_pair(_seeded_net(_DenseLayers(prefix="dense_"), x), x, rng.randint(0, 10, (4, 3)),
+                                          tmp_path, quantize_granularity=granularity)
+        assert text.count("mx_int8_fully_connected(") == 4, text  # three calls and the function
+        assert {"mx_quantized_batch_norm", "F.embedding"} <= set(re.findall(r"\b(mx_\w+|F\.embedding)\(", text))
+        _assert_close(want, got, 0.0, "output")
+
+
+def _seeded_net(net, x):
+    """``net`` initialized (seed 0; BatchNorm statistics and affine parameters drawn around 0 and 1), hybridized and
+    run once on ``x``."""
+    mx.random.seed(0)
+    rng = np.random.RandomState(0)
+    net.initialize(mx.init.Xavier(magnitude=2.0))
+    net.hybridize()
+    for name, param in net.collect_params().items():
+        if name.endswith(("running_mean", "running_var", "gamma", "beta")):
+            low = 0.5 if name.endswith(("running_var", "gamma")) else -0.5
+            param.set_data(mx.nd.array(rng.uniform(low, low + 1.0, param.shape)))
+    net(mx.nd.array(x))
+    return net
+
+
+def _quantized_pair(net, x, calib, folder, **kwargs) -> tuple:
+    """(the generated file's text, MXNet's output on ``x``, the generated module's) for ``net`` quantized by MXNet's
+    quantize_net (no layer excluded; calibrated on the examples ``calib``, or not where it is None)."""
+    from mxnet.contrib import quantization
+    if calib is None:
+        kwargs.update(calib_mode="none", data_shapes=[mx.io.DataDesc("data", x.shape)])
+    else:
+        data = gluon.data.ArrayDataset(mx.nd.array(calib), mx.nd.zeros(len(calib)))
+        kwargs.update(calib_mode="naive", calib_data=gluon.data.DataLoader(data, batch_size=2),
+                      num_calib_examples=len(calib))
+    qnet = quantization.quantize_net_v2(net, quantized_dtype="auto", ctx=mx.cpu(), **kwargs)
+    want = qnet(mx.nd.array(x)).asnumpy()
+    model = generate_torch(qnet, x.shape, folder / "int8.py").eval()
+    with torch.no_grad():
+        got = model(torch.from_numpy(x)).numpy()
+    return (folder / "int8.py").read_text(), want, got
+
+
+def _helpers(text: str) -> set:
+    return set(re.findall(r"\b(mx_\w+)\(", text))
+
+
+class _ConvActivations(gluon.HybridBlock):
+    """conv-relu6 (``clip`` 0..0.5) or conv-LeakyReLU, a 1x1 conv summed with that and LeakyReLU'd, a conv."""
+
+    def __init__(self, act, **kwargs):
+        super().__init__(**kwargs)
+        self._act = act
+        with self.name_scope():
+            self.first = gluon.nn.Conv2D(8, 3, padding=1, in_channels=3)
+            self.inner = gluon.nn.Conv2D(8, 1, in_channels=8)
+            self.last = gluon.nn.Conv2D(4, 3, padding=1, in_channels=8)
+
+    def hybrid_forward(self, F, x):
+        h = self.first(x)
+        h = F.clip(h, 0, 0.5) if self._act == "clip" else F.LeakyReLU(h, slope=0.1)
+        return self.last(F.LeakyReLU(self.inner(h) + h, slope=0.2))
+
+
+class _DenseLayers(gluon.HybridBlock):
+    """Embedding (3 indices of 4 features), Dense-ReLU, BatchNorm, Dense without bias, Dense."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        with self.name_scope():
+            self.embed = gluon.nn.Embedding(10, 4)
+            self.hidden = gluon.nn.Dense(6, in_units=12)
+            self.norm = gluon.nn.BatchNorm(in_channels=6)
+            self.middle = gluon.nn.Dense(5, in_units=6, use_bias=False)
+            self.out = gluon.nn.Dense(4, in_units=5)
+
+    def hybrid_forward(self, F, x):
+        h = F.Activation(self.hidden(self.embed(x)), act_type="relu")
+        return self.out(self.middle(self.norm(h)))
+
+
+_FUSED_DENSE_ACTS = {"relu": ("Activation", {"act_type": "relu"}), "abs": ("abs", {}),
+                     "clip": ("clip", {"a_min": "0", "a_max": "0.75"}),
+                     "leaky": ("LeakyReLU", {"act_type": "leaky", "slope": "0.1"}),
+                     "gelu": ("LeakyReLU", {"act_type": "gelu"})}
+
+
+def _fused_node_files(folder, op: str, layer: tuple, params: dict, attrs: dict, act=None) -> tuple:
+    """Symbol/params files of one quantized fused node ``op`` (``_sg_mkldnn_fully_connected``, ``_sg_mkldnn_conv``)
+    as quantize_net writes it: ``layer`` (op, attributes) and an activation in its subgraph, the graph input ``data``,
+    the other inputs parameters (``params``: MXNet input name -> array, in MXNet's input order after data)."""
+    names = ["data", *params]
+    base = [n for n in names if n in ("data", "weight", "bias")]
+    body = [{"op": "null", "name": f"{n}0", "inputs": []} for n in base]
+    body.append({"op": layer[0], "name": "layer", "attrs": layer[1], "inputs": [[i, 0, 0] for i in range(len(base))]})
+    attrs = {**attrs, "quantized": "True"}
+    if act is not None:
+        act_op, act_attrs = _FUSED_DENSE_ACTS[act]
+        body.append({"op": act_op, "name": "act", "attrs": act_attrs, "inputs": [[len(base), 0, 0]]})
+        attrs["with_eltwise" if layer[0] == "FullyConnected" else "with_act"] = "True"
+    outputs = 1 if attrs.get("enable_float_output") else 3
+    nodes = [{"op": "null", "name": n, "inputs": []} for n in names]
+    nodes.append({"op": op, "name": "fused", "attrs": attrs, "inputs": [[i, 0, 0] for i in range(len(names))],
+                  "subgraphs": [{"nodes": body, "arg_nodes": list(range(len(base))),
+                                 "node_row_ptr": list(range(len(body) + 1)), "heads": [[len(body) - 1, 0, 0]]}]})
+    document = {"nodes": nodes, "arg_nodes": list(range(len(names))),
+                "node_row_ptr": list(range(len(nodes))) + [len(nodes) - 1 + outputs],
+                "heads": [[len(nodes) - 1, i, 0] for i in range(outputs)], "attrs": {"mxnet_version": ["int", 10901]}}
+    files = (folder / "fused-symbol.json", folder / "fused-0000.params")
+    files[0].write_text(json.dumps(document))
+    mx.nd.save(str(files[1]), {f"arg:{k}": mx.nd.array(v, dtype=v.dtype) for k, v in params.items()})
+    return files
+
+
+def _assert_fused_node_matches(files, data, folder):
+    """The generated module's outputs of the fused node in ``files`` on ``data`` equal MXNet's (tol 0, dtypes too),
+    MXNet's first output not mostly saturated."""
+    args = {"data": mx.nd.array(data, dtype=data.dtype)}
+    args.update({k[4:]: v for k, v in mx.nd.load(str(files[1])).items()})  # MXNet may rescale the weights in place
+    symbol = mx.sym.load(str(files[0]))
+    want = [o.asnumpy() for o in symbol.bind(mx.cpu(), args, grad_req="null").forward(is_train=False)]
+    model = generate_torch(files, data.shape, folder / "fused.py", input_dtypes=data.dtype).eval()
+    with torch.no_grad():
+        out = model(torch.from_numpy(data))
+    got = [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
+    assert len(got) == len(want), f"{len(got)} outputs, MXNet {len(want)}"
+    for i, (w, g) in enumerate(zip(want, got)):
+        _assert_close(w, g, 0.0, f"output {i}")
+        assert str(g.dtype) == str(w.dtype), f"output {i}: dtype {g.dtype}, MXNet {w.dtype}"
+    assert np.unique(want[0]).size > 3, "the output is mostly saturated"
+
+
+def _fused_dense_case(rng, data_type="int8", batch=(4,), features=8, hidden=5, bias=True, channel_wise=False,
+                      ranges=(1.3, 0.4, 0.8)):
+    """(data, params) of a fused int8 FullyConnected: random int8/uint8 data, int8 weights and bias with their
+    ranges (tensor-wise, ``ranges``: data, weight, bias bound), or float32 ones (channel-wise)."""
+    low = 0 if data_type == "uint8" else -128
+    data = rng.randint(low, low + 256, (*batch, features)).astype(data_type)
+    params = {"weight": rng.randint(-127, 128, (hidden, features)).astype(np.int8)}
+    if channel_wise:
+        params["weight"] = rng.uniform(-0.4, 0.5, (hidden, features)).astype(np.float32)
+    if bias:
+        params["bias"] = (rng.uniform(-1, 1, hidden).astype(np.float32) if channel_wise else
+                          rng.randint(-127, 128, hidden).astype(np.int8))
+    params["min_data"] = np.array([0.0 if data_type == "uint8" else -0.8 * ranges[0]], np.float32)
+    params["max_data"] = np.array([ranges[0]], np.float32)
+    if not channel_wise:
+        params["min_weight"], params["max_weight"] = (np.array([s * ranges[1]], np.float32) for s in (-1, 1))
+        if bias:
+            params["min_bias"], params["max_bias"] = (np.array([s * ranges[2]], np.float32) for s in (-1, 1))
+    return data, params
+
+
+_FUSED_DENSE = {
+    "int8 data, calibrated int8": ({}, {"min_calib_range": "-1.5", "max_calib_range": "1.2"}, None, True),
+    "uint8 data, relu, calibrated uint8": ({"data_type": "uint8"}, {"min_calib_range": "0.0",
+                                                                    "max_calib_range": "1.1"}, "relu", True),
+    "float output, no bias": ({"bias": False}, {"enable_float_output": "True"}, None, True),
+    "uncalibrated int32 (products past 2^24: the bias added in float32)": (
+        {"features": 2048, "ranges": (0.01, 0.01, 1.0)}, {}, None, True),
+    "uncalibrated int32, uint8 data, relu": ({"data_type": "uint8"}, {}, "relu", True),
+    "leaky relu, calibrated (uint8, as MXNet declares it)": ({}, {"min_calib_range": "-1.0",
+                                                                  "max_calib_range": "1.0"}, "leaky", True),
+    "abs, float output": ({}, {"enable_float_output": "True"}, "abs", True),
+    "clip, calibrated uint8": ({}, {"min_calib_range": "0.0", "max_calib_range": "0.6"}, "clip", True),
+    "bias rescale capped (weights rescaled)": ({"ranges": (0.01, 0.01, 100.0)},
+                                               {"min_calib_range": "-90.0", "max_calib_range": "90.0"}, None, True),
+    "rounding ties (bias rescale and output scale 1/2)": ({"ranges": (1.0, 127.5, 0.5)},
+                                         {"min_calib_range": "-2.0", "max_calib_range": "2.0"}, None, True),
+    "3-D data, flatten False": ({"batch": (2, 3)}, {"min_calib_range": "-1.5", "max_calib_range": "1.2"}, None,
+                                False),
+    "channel-wise, calibrated int8": ({"channel_wise": True, "features": 40},
+                                      {"min_calib_range": "-2.0", "max_calib_range": "2.0"}, None, True),
+    "channel-wise, uint8 data, relu, float output": ({"channel_wise": True, "data_type": "uint8"},
+                                                      {"enable_float_output": "True"}, "relu", True),
+}
+
+
+@pytest.mark.parametrize("case", list(_FUSED_DENSE), ids=list(_FUSED_DENSE))
+def test_int8_fused_fully_connected_matches_mxnet(case, tmp_path):
+    """One int8 _sg_mkldnn_fully_connected (read from symbol/params files): its outputs and ranges equal MXNet's
+    (tol 0) in each of its modes: calibrated int8/uint8, dequantize fused (float32), uncalibrated int32, a fused
+    ReLU/LeakyReLU/abs/clip, MXNet's cap on the int32 bias, tensor-wise and channel-wise weights."""
+    _assert_fused_node_matches(*_fused_dense_files(case, tmp_path), tmp_path)
+
+
+def _fused_dense_files(case: str, folder) -> tuple:
+    """(symbol/params files, data) of the ``_FUSED_DENSE`` row ``case``."""
+    inputs, attrs, act, flatten = _FUSED_DENSE[case]
+    data, params = _fused_dense_case(np.random.RandomState(0), **inputs)
+    if case.startswith("rounding ties"):
+        data, params["weight"] = data // 32, params["weight"] // 32  # products of small integers: odd ones tie
+    if "min_weight" not in params:
+        attrs = {**attrs, "channel_wise_quantize": "True"}
+    layer = ("FullyConnected", {"flatten": str(flatten), "no_bias": str("bias" not in params),
+                                "num_hidden": str(params["weight"].shape[0])})
+    return _fused_node_files(folder, "_sg_mkldnn_fully_connected", layer, params, attrs, act), data
+
+
+def _int32_convolution_files(folder) -> tuple:
+    """(symbol/params files, data) of an uncalibrated int8 _sg_mkldnn_conv of uint8 data, a tiny data range: large
+    int32 biases."""
+    rng = np.random.RandomState(0)
+    data = rng.randint(0, 256, (2, 3, 5, 5)).astype(np.uint8)
+    params = {"weight": rng.uniform(-0.5, 0.5, (4, 3, 3, 3)).astype(np.float32),
+              "bias": rng.uniform(-1, 1, 4).astype(np.float32),
+              "min_data": np.array([0.0], np.float32), "max_data": np.array([0.002], np.float32)}
+    layer = ("Convolution", {"kernel": "(3, 3)", "num_filter": "4", "pad": "(1, 1)", "no_bias": "False"})
+    return _fused_node_files(folder, "_sg_mkldnn_conv", layer, params, {}), data
+
+
+def test_uncalibrated_int8_convolution_of_uint8_data_matches_mxnet(tmp_path):
+    """An uncalibrated int8 _sg_mkldnn_conv of uint8 data (quantize_net writes int8 data there; a graph may hold
+    uint8): the int32 range of a product of int8 weights and uint8 data, and an int32 bias large enough that oneDNN's
+    float32 addition rounds it: its outputs equal MXNet's (tol 0)."""
+    _assert_fused_node_matches(*_int32_convolution_files(tmp_path), tmp_path)
+
+
+@pytest.mark.parametrize("op", ["_sg_mkldnn_fully_connected", "_sg_mkldnn_conv"])
+def test_int8_fused_gelu_is_refused(op, tmp_path):
+    """A GELU fused into an int8 FullyConnected or convolution (oneDNN's approximation is not replayed) is refused,
+    naming it; nothing is written."""
+    rng = np.random.RandomState(0)
+    data = rng.randint(-128, 128, (2, 3, 5, 5)).astype(np.int8)
+    params = {"weight": rng.uniform(-0.5, 0.5, (4, 75) if op == "_sg_mkldnn_fully_connected" else (4, 3, 3, 3)),
+              "min_data": np.array([-1.0]), "max_data": np.array([1.0])}
+    params = {k: v.astype(np.float32) for k, v in params.items()}
+    layer = (("FullyConnected", {"num_hidden": "4", "no_bias": "True"}) if op == "_sg_mkldnn_fully_connected" else
+             ("Convolution", {"kernel": "(3, 3)", "num_filter": "4", "no_bias": "True"}))
+    attrs = {"min_calib_range": "-1.0", "max_calib_range": "1.0"}
+    if op == "_sg_mkldnn_fully_connected":
+        attrs["channel_wise_quantize"] = "True"  # float32 weights
+    files = _fused_node_files(tmp_path, op, layer, params, attrs, "gelu")
+    with pytest.raises(UnsupportedOpError, match=r"'fused' \(op " + op + r"\).*LeakyReLU gelu"):
+        generate_torch(files, data.shape, tmp_path / "gelu.py", input_dtypes=data.dtype)
+    assert not (tmp_path / "gelu.py").exists()
+
+
+@pytest.mark.parametrize("case", ["int8 data, calibrated int8", "uncalibrated int32, uint8 data, relu",
+                                  "channel-wise, uint8 data, relu, float output", "3-D data, flatten False",
+                                  "convolution"])
+def test_fused_int8_nodes_generate_alike_without_mxnet(case, tmp_path):
+    """The int8 fused nodes' symbol/params files (int8 parameters among them) generate, read without MXNet, the
+    same source as with MXNet."""
+    from migrate.source import WITHOUT_MXNET_VARIABLE
+    files, data = _int32_convolution_files(tmp_path) if case == "convolution" else _fused_dense_files(case, tmp_path)
+    generate_torch(files, data.shape, tmp_path / "mx.py", input_dtypes=data.dtype)
+    previous = os.environ.get(WITHOUT_MXNET_VARIABLE)
+    os.environ[WITHOUT_MXNET_VARIABLE] = "1"
+    try:
+        generate_torch(files, data.shape, tmp_path / "files.py", input_dtypes=data.dtype)
+    finally:
+        os.environ.pop(WITHOUT_MXNET_VARIABLE)
+        if previous is not None:
+            os.environ[WITHOUT_MXNET_VARIABLE] = previous
+    assert (tmp_path / "files.py").read_text() == (tmp_path / "mx.py").read_text()
 
 
 def _mxnet_sample(fn, arrays, grad_head):
@@ -1371,6 +1685,7 @@ def test_exporter_ops_generate_alike_without_mxnet(case, tmp_path):
 
 _FILE_PATH_OPS = ("_foreach", "_contrib_quantize_v2 int8", "_contrib_quantized_conv", "_contrib_quantized_concat",
                   "_contrib_quantize int8", "_contrib_quantize_asym calibrated",
+                  "_contrib_quantized_embedding",
                   "_contrib_quantized_fully_connected int8", "_linalg_trsm", "_linalg_maketrian", "_np_cumsum",
                   "_eye", "sum exclude")
 
@@ -1446,5 +1761,6 @@ def test_known_ops_cover_gluonts_elmo_and_int8():
               "_contrib_quantize_v2", "_contrib_dequantize", "_contrib_requantize", "_contrib_quantized_conv",
               "_contrib_quantized_fully_connected", "_contrib_quantized_pooling", "_sg_mkldnn_conv",
               "_contrib_quantize", "_contrib_quantize_asym", "_contrib_quantized_elemwise_add",
-              "_contrib_quantized_elemwise_mul"}
+              "_contrib_quantized_elemwise_mul",
+              "_contrib_quantized_batch_norm", "_contrib_quantized_embedding", "_sg_mkldnn_fully_connected"}
     assert wanted <= set(known_ops()), sorted(wanted - set(known_ops()))
