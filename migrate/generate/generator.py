@@ -6,6 +6,7 @@ through the ``MxSource`` interface (graph document, auxiliary states, node shape
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from migrate.generate.registry import MULTI_OUTPUT, OpNode, translator
 from migrate.arguments import normalize_shapes
 from migrate.generate.shapes import LOSS_HEADS
 from migrate.generate.source_file import GeneratedClass, file_text, in_memory_module
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["module_code", "translated_module"]
 
