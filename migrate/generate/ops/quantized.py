@@ -38,12 +38,13 @@ import torch
 import torch.nn.functional as F
 
 from migrate.generate.ops.control_flow import subgraph_lines, value_prefix
+from migrate.generate.ops.vision import mx_round_half_away
 from migrate.generate.registry import OpNode, register, translator
 
 __all__ = ["mx_range_constant", "mx_max_abs", "mx_quantize_scale", "mx_saturate", "mx_quantize_v2", "mx_dequantize",
            "mx_requantize", "mx_int8_product_range", "mx_quantized_conv", "mx_quantized_fully_connected",
            "mx_quantized_concat", "mx_fold_batch_norm", "mx_int8_weights", "mx_int8_convolution",
-           "mx_integer_convolution", "mx_quantized_batch_norm", "mx_std_round", "mx_int8_dense_weights",
+           "mx_integer_convolution", "mx_quantized_batch_norm", "mx_int8_dense_weights",
            "mx_int8_fully_connected", "mx_int32_convolution", "mx_relu", "mx_quantize", "mx_quantize_asym",
            "mx_quantized_elemwise_add", "mx_quantized_elemwise_mul"]
 
@@ -346,12 +347,6 @@ def _fused_float(node: OpNode) -> str:
     return heads[0] if len(heads) == 1 else f"({', '.join(heads)})"
 
 
-def mx_std_round(x):
-    """C's std::round of float32 values (half away from zero), in float64."""
-    x = x.double()
-    return torch.sign(x) * torch.floor(x.abs() + 0.5)
-
-
 def mx_int8_dense_weights(weight, bias, ranges, data_scale):
     """MXNet's tensor-wise int8 weights and int32 bias of a quantized fused FullyConnected (int8 ``weight`` and
     ``bias``, ``ranges``: their min/max): the bias rescaled to data scale times weight scale, std::round'ed; where
@@ -365,10 +360,10 @@ def mx_int8_dense_weights(weight, bias, ranges, data_scale):
     cap = torch.full_like(b_scale, 1073741824.0) / mx_max_abs(ranges[2], ranges[3]) / b_scale  # (INT32_MAX / 2)
     over = rescale > cap
     w_rescale = cap * b_scale / data_scale / w_scale
-    weight = torch.where(over, mx_std_round(weight.float() * w_rescale).to(torch.int8), weight)
+    weight = torch.where(over, mx_round_half_away(weight.float() * w_rescale).to(torch.int8), weight)
     w_scale = torch.where(over, w_scale * w_rescale, w_scale)
     rescale = torch.where(over, cap, rescale)
-    return weight, mx_std_round(bias.float() * rescale).to(torch.int32), w_scale
+    return weight, mx_round_half_away(bias.float() * rescale).to(torch.int32), w_scale
 
 
 def mx_int8_fully_connected(data, d_low, d_high, weight, bias, w_ranges, flatten, act, out_range):

@@ -174,7 +174,7 @@ def mx_roi_pooling(x, rois, pooled_size, spatial_scale):
     ph, pw = pooled_size
     n, c, height, width = x.shape
     batch = rois[:, 0].long()
-    x1, y1, x2, y2 = mx_round_half_away(rois[:, 1:5] * spatial_scale).unbind(1)
+    x1, y1, x2, y2 = mx_round_half_away(rois[:, 1:5] * spatial_scale).to(rois.dtype).unbind(1)
     bin_h = (y2 - y1 + 1).clamp(min=1) / ph
     bin_w = (x2 - x1 + 1).clamp(min=1) / pw
 
@@ -196,7 +196,10 @@ def mx_roi_pooling(x, rois, pooled_size, spatial_scale):
 
 
 def mx_round_half_away(x):
-    return torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
+    """C's ``std::round`` (half away from zero) of float32 values, in float64: ``|x| + 0.5`` is exact there, where
+    float32 would round 0.49999997 + 0.5 up to 1."""
+    x = x.double()
+    return torch.sign(x) * torch.floor(x.abs() + 0.5)
 
 
 @register("_contrib_DeformableConvolution", "_contrib_ModulatedDeformableConvolution")
